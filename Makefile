@@ -1,0 +1,40 @@
+# Everything a fresh machine needs is installed by these targets themselves: python3 and make
+# are the only prerequisites. uv (pinned, installed into .tools/) syncs .venv from uv.lock.
+PYTHON ?= python3
+UV_VERSION := 0.13.9
+UV := .tools/bin/uv
+VENV := .venv
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+
+.PHONY: demo test lint typecheck bench sync clean
+
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock
+	$(UV) sync --locked --extra dev --python $(PYTHON)
+	touch $@
+
+sync: $(VENV)/.synced
+
+demo: sync
+	$(VENV)/bin/ringzero demo
+
+test: sync
+	$(VENV)/bin/ruff check ringzero tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest
+
+lint: sync
+	$(VENV)/bin/ruff check ringzero tests benchmarks
+
+typecheck: sync
+	$(VENV)/bin/mypy
+
+bench: sync
+	$(VENV)/bin/python benchmarks/llm_syscall_overhead.py
+	$(VENV)/bin/python benchmarks/rate_limited_agents.py
+
+clean:
+	rm -rf $(VENV) .tools .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,274 @@
+"""Context: the syscall interface a program receives as its first argument.
+
+Every method here is a syscall: it passes the process's boundary (pause, scheduling,
+budgets) and its outcome is journaled before the program sees it, so a resumed program
+gets the same answers without calling the LLM, executor or tool a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core import errors
+from ringzero.core.errors import InvalidArgument, ProviderError, ToolFailed, ToolNotFound
+from ringzero.core.protocols import Tool
+from ringzero.core.types import (
+    JSON,
+    ExecLimits,
+    ExecResult,
+    Limits,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ToolSchema,
+    coerce_messages,
+    ensure_json,
+)
+
+if TYPE_CHECKING:
+    from ringzero.core.budget import Spend
+    from ringzero.core.kernel import ProcessHandle
+    from ringzero.core.process import Process, Program
+
+__all__ = ["Context"]
+
+_LLM_NEEDS = (("llm_calls", 1.0), ("tokens", 1.0), ("cost", 1e-12))
+
+
+class Context:
+    """What a running program may ask of the kernel."""
+
+    def __init__(self, process: Process) -> None:
+        self._process = process
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def name(self) -> str:
+        return self._process.record.name
+
+    @property
+    def parent(self) -> int | None:
+        return self._process.record.parent
+
+    @property
+    def state(self) -> dict[str, JSON]:
+        """Working state, saved with the process at every checkpoint and at exit."""
+        return self._process.record.state
+
+    @property
+    def spent(self) -> Spend:
+        """What this process (and its finished children) have consumed so far."""
+        return self._process.meter.spent
+
+    def remaining(self, resource: str) -> float | None:
+        """What is left of one budget (``"tokens"``, ``"steps"``, ...); None when unlimited."""
+        return self._process.meter.remaining(resource)
+
+    @property
+    def replaying(self) -> bool:
+        """True while syscalls are being served from the journal after a restart."""
+        return self._process.journal.replaying
+
+    # ---------------------------------------------------------------------- llm
+    async def llm(
+        self,
+        messages: Sequence[Message | Mapping[str, Any]] | str,
+        *,
+        tools: Sequence[ToolSchema | Mapping[str, Any]] = (),
+        model: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] = (),
+        provider: str = "default",
+    ) -> LLMResponse:
+        """Ask the model, through the provider's gate. Raises the ProviderError it ends with."""
+        request = LLMRequest(
+            messages=coerce_messages(messages),
+            tools=tuple(t if isinstance(t, ToolSchema) else ToolSchema(**t) for t in tools),
+            model=model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop=tuple(stop),
+        )
+        process = self._process
+        gate = process.kernel.gate(provider)
+
+        async def live() -> dict[str, JSON]:
+            try:
+                response = await gate.complete(request, pid=process.pid, priority=process.record.priority)
+            except ProviderError as exc:
+                return {"error": {"type": type(exc).__name__, "message": str(exc),
+                                  "retry_after": getattr(exc, "retry_after", None)}}
+            return {"value": response.to_dict()}
+
+        summary = f"{len(request.messages)} messages to {provider}"
+        outcome = await process.syscall(
+            "llm", {"provider": provider, "request": request.to_dict()}, summary, live, needs=_LLM_NEEDS
+        )
+        if "error" in outcome:
+            raise _provider_error(outcome["error"])  # type: ignore[arg-type]
+        response = LLMResponse.from_dict(outcome["value"])  # type: ignore[arg-type]
+        process.meter.charge(tokens=response.usage.total_tokens, llm_calls=1, cost=response.usage.cost or 0.0)
+        process.check_budget()
+        return response
+
+    # --------------------------------------------------------------------- exec
+    async def exec(
+        self,
+        code: str,
+        *,
+        inputs: Mapping[str, JSON] | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        limits: ExecLimits | None = None,
+    ) -> ExecResult:
+        """Run code in the kernel's executor; the user's exceptions come back in ``error``."""
+        if not isinstance(code, str):
+            raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
+        inputs = dict(inputs or {})
+        ensure_json(inputs, "exec inputs")
+        process = self._process
+        left = process.meter.remaining("exec_seconds")
+        if left is not None:
+            wall = max(0.0, left) if limits is None or limits.wall_seconds is None else min(limits.wall_seconds, left)
+            limits = ExecLimits(wall, None if limits is None else limits.memory_bytes,
+                                None if limits is None else limits.output_bytes)
+
+        async def live() -> dict[str, JSON]:
+            result = await process.kernel.executor.run(code, inputs=inputs, tools=tools, limits=limits)
+            return {"value": result.to_dict()}
+
+        args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
+        outcome = await process.syscall("exec", args, f"{len(code)} chars", live, needs=(("exec_seconds", 1e-9),))
+        result = ExecResult.from_dict(outcome["value"])  # type: ignore[arg-type]
+        process.meter.charge(exec_seconds=result.duration)
+        process.check_budget()
+        return result
+
+    # --------------------------------------------------------------------- tool
+    async def tool(self, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> JSON:
+        """Call a host tool (by name from the kernel's tools, or a callable) with JSON arguments.
+
+        An exception in the tool reaches the program as ToolFailed, live and on replay alike.
+        """
+        name, fn = self._resolve_tool(tool)
+        ensure_json([list(args), kwargs], f"arguments of tool {name!r}")
+
+        async def live() -> dict[str, JSON]:
+            try:
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as exc:
+                return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+            return {"value": ensure_json(value, f"the result of tool {name!r}")}
+
+        outcome = await self._process.syscall("tool", {"name": name, "args": list(args), "kwargs": kwargs}, name, live)
+        if "error" in outcome:
+            err = outcome["error"]
+            raise ToolFailed(name, str(err["type"]), str(err["message"]))  # type: ignore[index,call-overload]
+        return outcome["value"]
+
+    def _resolve_tool(self, tool: str | Tool) -> tuple[str, Tool]:
+        if isinstance(tool, str):
+            tools = self._process.kernel.tools
+            if tool not in tools:
+                known = ", ".join(sorted(tools)) or "none"
+                raise ToolNotFound(f"no tool named {tool!r}; the kernel has: {known}")
+            return tool, tools[tool]
+        if not callable(tool):
+            raise InvalidArgument(f"ctx.tool() needs a tool name or a callable, not {type(tool).__name__}")
+        return getattr(tool, "__qualname__", repr(tool)), tool
+
+    # ------------------------------------------------------------ messages
+    async def send(self, pid: int, message: JSON, *, priority: int = 10) -> None:
+        """Deliver ``message`` to process ``pid``'s mailbox (lower priority numbers first)."""
+        kernel = self._process.kernel
+        kernel.check_message(pid, message, priority)
+
+        async def live() -> dict[str, JSON]:
+            await kernel.deliver(pid, message, priority, sender=self.pid)
+            return {"value": None}
+
+        await self._process.syscall("send", {"to": pid, "message": message, "priority": priority}, f"to {pid}", live)
+
+    async def recv(self, timeout: float | None = None) -> JSON:
+        """The most urgent message in the mailbox, waiting up to ``timeout`` s (None on timeout)."""
+        process = self._process
+
+        async def live() -> dict[str, JSON]:
+            mail = await process.mailbox.get(timeout)
+            if mail is None:
+                return {"value": None}
+            return {"value": {"seq": mail.seq, "message": mail.message}}
+
+        outcome = await process.syscall("recv", {"timeout": timeout}, "", live, waits=True)
+        got = outcome["value"]
+        return None if got is None else got["message"]  # type: ignore[call-overload,index]
+
+    # ------------------------------------------------------------ processes
+    async def spawn(
+        self,
+        program: Program,
+        *args: JSON,
+        name: str | None = None,
+        priority: int | None = None,
+        limits: Limits | None = None,
+    ) -> ProcessHandle:
+        """Start a child process with a slice of this one's budget (refunded when it ends)."""
+        process = self._process
+        kernel = process.kernel
+        kernel.check_program(program, args)
+        child_limits = process.meter.carve(limits)
+        child_priority = process.record.priority if priority is None else priority
+
+        async def live() -> dict[str, JSON]:
+            child = await kernel.create(program, args, name=name, priority=child_priority,
+                                        limits=child_limits, parent=process.pid)
+            return {"value": child.pid}
+
+        fp = {"program": kernel.program_ref(program), "args": list(args), "name": name,
+              "priority": child_priority, "limits": child_limits.to_dict()}
+        outcome = await process.syscall("spawn", fp, fp["program"], live)  # type: ignore[arg-type]
+        child_pid = int(outcome["value"])  # type: ignore[arg-type]
+        await kernel.adopt(process, child_pid, child_limits)
+        return kernel.get(child_pid)
+
+    async def checkpoint(self) -> None:
+        """Save working state (``ctx.state``) and counters now."""
+        process = self._process
+        ensure_json(process.record.state, "ctx.state")
+
+        async def live() -> dict[str, JSON]:
+            process.snapshot()
+            await kernel.store.save_process(process.record)
+            return {"value": None}
+
+        kernel = process.kernel
+        await process.syscall("checkpoint", {}, "", live)
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep without holding a run slot."""
+        if not isinstance(seconds, (int, float)) or seconds < 0:
+            raise InvalidArgument(f"sleep needs a non-negative number of seconds, not {seconds!r}")
+
+        async def live() -> dict[str, JSON]:
+            await asyncio.sleep(seconds)
+            return {"value": None}
+
+        await self._process.syscall("sleep", {"seconds": seconds}, f"{seconds}s", live, waits=True)
+
+
+def _provider_error(info: Mapping[str, Any]) -> ProviderError:
+    cls = getattr(errors, str(info.get("type")), None)
+    message = str(info.get("message", ""))
+    if cls is errors.RateLimited:
+        return errors.RateLimited(message, info.get("retry_after"))
+    if isinstance(cls, type) and issubclass(cls, ProviderError):
+        return cls(message)
+    return ProviderError(message)

@@ -1,0 +1,192 @@
+"""Every error ringzero raises, under one root.
+
+The tree::
+
+    RingzeroError
+    ├── InvalidArgument              bad input from a caller (also a ValueError)
+    │   ├── InvalidLimits            a negative or non-numeric budget
+    │   ├── NotSerializable          a value that must be stored is not JSON-compatible
+    │   └── NotAProgram              spawn() was given something other than an async function
+    ├── ProcessNotFound              no process with that pid (also a LookupError)
+    ├── ProcessStateError            the operation does not fit the process's state
+    ├── ProcessFailed                wait() on a process that failed or was killed
+    │   └── BudgetExceeded           ... because it crossed one of its Limits
+    ├── NonDeterminismError          a resumed program's syscalls diverged from its journal
+    ├── ProgramNotFound              recover() cannot import a journaled program
+    ├── NoProvider                   ctx.llm() on a kernel that has no LLM provider
+    ├── ToolNotFound                 ctx.tool() named a tool the kernel does not have
+    ├── ToolFailed                   a host tool called through ctx.tool() raised
+    ├── ProviderError                an LLM provider failed; what the gate retries or raises
+    │   ├── RateLimited              429 / quota; carries retry_after in seconds, when known
+    │   ├── ProviderUnavailable      5xx, connection failure or timeout: worth retrying
+    │   ├── ContextTooLong           the request does not fit the model's context window
+    │   ├── BadRequest               the provider rejected the request as malformed
+    │   └── AuthenticationFailed     missing or wrong credentials
+    ├── ExecutorError                the executor itself failed (not the user's code)
+    ├── CheckpointerError            the store failed, or holds something it cannot read
+    └── MissingExtra                 an optional dependency is not installed (also ImportError)
+
+An exception raised by user code inside an executor is *data* (``ExecResult.error``), never
+one of these. Backends translate their native errors (sqlite3, httpx, subprocess) into this
+tree at their edge and chain the original with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ringzero.core.types import StopReason
+
+__all__ = [
+    "AuthenticationFailed",
+    "BadRequest",
+    "BudgetExceeded",
+    "CheckpointerError",
+    "ContextTooLong",
+    "ExecutorError",
+    "InvalidArgument",
+    "InvalidLimits",
+    "MissingExtra",
+    "NoProvider",
+    "NonDeterminismError",
+    "NotAProgram",
+    "NotSerializable",
+    "ProcessFailed",
+    "ProcessNotFound",
+    "ProcessStateError",
+    "ProgramNotFound",
+    "ProviderError",
+    "ProviderUnavailable",
+    "RateLimited",
+    "RingzeroError",
+    "ToolFailed",
+    "ToolNotFound",
+]
+
+
+class RingzeroError(Exception):
+    """Root of every error ringzero raises."""
+
+
+class InvalidArgument(RingzeroError, ValueError):
+    """A caller passed something ringzero cannot use; the message names it."""
+
+
+class InvalidLimits(InvalidArgument):
+    """A budget in ``Limits`` is negative or not a number."""
+
+
+class NotSerializable(InvalidArgument):
+    """A value that must be journaled or sent is not JSON-compatible."""
+
+
+class NotAProgram(InvalidArgument):
+    """``spawn()`` needs an ``async def`` function taking a Context first."""
+
+
+class ProcessNotFound(RingzeroError, LookupError):
+    """No process has this pid."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(f"no process with pid {pid}")
+        self.pid = pid
+
+
+class ProcessStateError(RingzeroError):
+    """The operation does not fit the process's current state (e.g. resume a running one)."""
+
+
+class NonDeterminismError(RingzeroError):
+    """A resumed program issued a syscall that differs from the one its journal recorded."""
+
+
+class ProgramNotFound(RingzeroError):
+    """A journaled program cannot be imported, so its process cannot be resumed."""
+
+
+class ProcessFailed(RingzeroError):
+    """The awaited process did not return: it raised, or it was killed."""
+
+    def __init__(self, pid: int, status: str, reason: StopReason | None, error: dict[str, str] | None) -> None:
+        why = reason.value if reason is not None else status
+        detail = f": {error['type']}: {error['message']}" if error else ""
+        super().__init__(f"pid {pid} {status} ({why}){detail}")
+        self.pid = pid
+        self.status = status
+        self.reason = reason
+        self.error = error
+
+
+class BudgetExceeded(ProcessFailed):
+    """The awaited process was stopped because it crossed one of its Limits."""
+
+
+class NoProvider(RingzeroError):
+    """The kernel was asked for an LLM call but has no provider by that name."""
+
+
+class ToolNotFound(RingzeroError, LookupError):
+    """``ctx.tool()`` named a tool the kernel was not given."""
+
+
+class ProviderError(RingzeroError):
+    """An LLM provider failed."""
+
+    retryable: bool = False
+
+
+class RateLimited(ProviderError):
+    """The provider refused for rate or quota reasons; retry after ``retry_after`` seconds."""
+
+    retryable = True
+
+    def __init__(self, message: str = "rate limited", retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider could not answer now (5xx, connection refused, timeout)."""
+
+    retryable = True
+
+
+class ContextTooLong(ProviderError):
+    """The request is longer than the model's context window."""
+
+
+class BadRequest(ProviderError):
+    """The provider rejected the request as malformed."""
+
+
+class AuthenticationFailed(ProviderError):
+    """The provider rejected the credentials."""
+
+
+class ToolFailed(RingzeroError):
+    """A host tool raised; the same error is served again when the call is replayed."""
+
+    def __init__(self, tool: str, error_type: str, message: str) -> None:
+        super().__init__(f"tool {tool!r} raised {error_type}: {message}")
+        self.tool = tool
+        self.error_type = error_type
+        self.error_message = message
+
+
+class ExecutorError(RingzeroError):
+    """The executor itself failed; the user's code did not get a fair run."""
+
+
+class CheckpointerError(RingzeroError):
+    """The checkpointer failed, or found data it cannot read."""
+
+
+class MissingExtra(RingzeroError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+    def __init__(self, feature: str, extra: str) -> None:
+        super().__init__(
+            f"{feature} needs an optional dependency: pip install 'ringzero[{extra}]'"
+        )
+        self.extra = extra

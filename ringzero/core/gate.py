@@ -1,0 +1,265 @@
+"""The LLM gate: one per provider, shared by every process that calls it.
+
+A call passes the gate when it is at the head of the waiting line (lower priority numbers
+first, then arrival order), a concurrency slot is free, and the requests-per-minute and
+tokens-per-minute buckets hold enough. A 429 closes the gate for everyone until its
+``Retry-After`` has passed, so fifty agents back off together instead of hammering the
+server; the failed call is retried with exponential backoff and full jitter. Usage is
+accounted per process and in total.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ringzero.core.errors import InvalidArgument, ProviderError, ProviderUnavailable, RateLimited
+from ringzero.core.protocols import LLMProvider
+from ringzero.core.types import LLMRequest, LLMResponse, Usage
+
+__all__ = ["GateStats", "LLMGate", "Pricing", "RateLimit", "RetryPolicy", "estimate_tokens"]
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """The provider's limits as the gate should respect them. ``None`` means no limit.
+
+    Bursts default to one second's worth of the rate (at least one request), which keeps
+    the gate inside a server's per-second window as well as its per-minute one.
+    """
+
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+    max_concurrency: int | None = None
+    burst_requests: float | None = None
+    burst_tokens: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("requests_per_minute", "tokens_per_minute", "max_concurrency", "burst_requests", "burst_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise InvalidArgument(f"RateLimit.{name} must be a positive number or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failed calls are retried: ``max_retries`` more tries after the first."""
+
+    max_retries: int = 8
+    base_delay: float = 0.25
+    max_delay: float = 30.0
+    timeout: float | None = 120.0
+    """Seconds one attempt may take before it counts as a failure worth retrying."""
+
+    def backoff(self, attempt: int) -> float:
+        """Full-jitter exponential backoff for the ``attempt``-th retry (0-based)."""
+        return random.uniform(0.0, min(self.max_delay, self.base_delay * (2**attempt)))
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """Dollars per million tokens, used when the provider does not report a cost."""
+
+    input_per_million: float
+    output_per_million: float
+
+    def cost(self, usage: Usage) -> float:
+        return (usage.input_tokens * self.input_per_million + usage.output_tokens * self.output_per_million) / 1e6
+
+
+@dataclass
+class GateStats:
+    """Counters for one gate."""
+
+    calls: int = 0
+    attempts: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    failures: int = 0
+
+
+def estimate_tokens(request: LLMRequest) -> int:
+    """A rough count (four characters a token) used only to pace the tokens bucket."""
+    chars = sum(len(m.content) + sum(len(str(c.arguments)) for c in m.tool_calls) for m in request.messages)
+    chars += sum(len(t.name) + len(t.description) + len(str(t.parameters)) for t in request.tools)
+    return max(1, chars // 4) + (request.max_tokens or 0)
+
+
+class _Bucket:
+    """A token bucket; it may go negative when a call used more than was reserved."""
+
+    def __init__(self, per_second: float, capacity: float, clock: Callable[[], float]) -> None:
+        self.rate = per_second
+        self.capacity = capacity
+        self.level = capacity
+        self._clock = clock
+        self._stamp = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self.level = min(self.capacity, self.level + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    def wait_time(self, amount: float) -> float:
+        self._refill()
+        needed = min(amount, self.capacity) - self.level
+        return 0.0 if needed <= 0 else needed / self.rate
+
+    def take(self, amount: float) -> None:
+        self._refill()
+        self.level -= amount
+
+
+class _Waiter:
+    __slots__ = ("wake",)
+
+    def __init__(self) -> None:
+        self.wake = asyncio.Event()
+
+
+class LLMGate:
+    """Admission, pacing, retries and accounting in front of one LLMProvider."""
+
+    def __init__(
+        self,
+        provider: LLMProvider,
+        rate_limit: RateLimit | None = None,
+        retry: RetryPolicy | None = None,
+        pricing: Pricing | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.provider = provider
+        self.rate_limit = rate_limit or RateLimit()
+        self.retry = retry or RetryPolicy()
+        self.pricing = pricing
+        self.stats = GateStats()
+        self.total_usage = Usage()
+        self._usage_by_pid: dict[int, Usage] = {}
+        self._clock = clock
+        self._requests = self._bucket(self.rate_limit.requests_per_minute, self.rate_limit.burst_requests)
+        self._tokens = self._bucket(self.rate_limit.tokens_per_minute, self.rate_limit.burst_tokens)
+        self._in_flight = 0
+        self._closed_until = 0.0
+        self._line: list[tuple[int, int, _Waiter]] = []
+        self._arrival = itertools.count()
+
+    def _bucket(self, per_minute: float | None, burst: float | None) -> _Bucket | None:
+        if per_minute is None:
+            return None
+        per_second = per_minute / 60.0
+        return _Bucket(per_second, burst if burst is not None else max(1.0, per_second), self._clock)
+
+    def usage_for(self, pid: int) -> Usage:
+        """Everything process ``pid`` has spent through this gate."""
+        return self._usage_by_pid.get(pid, Usage())
+
+    async def complete(self, request: LLMRequest, *, pid: int = 0, priority: int = 10) -> LLMResponse:
+        """Send ``request`` when the gate allows, retrying what is worth retrying.
+
+        Raises the provider's last ProviderError when retries run out or the error is final.
+        """
+        self.stats.calls += 1
+        estimate = estimate_tokens(request)
+        policy = self.retry
+        for attempt in range(policy.max_retries + 1):
+            await self._admit(priority, estimate)
+            self.stats.attempts += 1
+            try:
+                response = await self._attempt(request)
+            except ProviderError as exc:
+                delay = self._on_failure(exc, attempt)
+                if not exc.retryable or attempt == policy.max_retries:
+                    self.stats.failures += 1
+                    raise
+                self.stats.retries += 1
+            else:
+                return self._account(response, pid, estimate)
+            finally:
+                self._in_flight -= 1
+                self._wake_head()
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _attempt(self, request: LLMRequest) -> LLMResponse:
+        timeout = self.retry.timeout
+        try:
+            return await asyncio.wait_for(self.provider.complete(request), timeout)
+        except asyncio.TimeoutError as exc:
+            raise ProviderUnavailable(f"the provider did not answer within {timeout} s") from exc
+
+    def _on_failure(self, exc: ProviderError, attempt: int) -> float:
+        delay = self.retry.backoff(attempt)
+        if isinstance(exc, RateLimited):
+            self.stats.rate_limited += 1
+            if exc.retry_after is not None:
+                delay = max(delay, exc.retry_after)
+            # Close the gate for everyone: the server is telling all of us to slow down.
+            self._closed_until = max(self._closed_until, self._clock() + delay)
+        return delay
+
+    def _account(self, response: LLMResponse, pid: int, estimate: int) -> LLMResponse:
+        usage = response.usage
+        if usage.cost is None and self.pricing is not None:
+            usage = replace(usage, cost=self.pricing.cost(usage))
+            response = replace(response, usage=usage)
+        if self._tokens is not None and usage.total_tokens:
+            self._tokens.take(usage.total_tokens - estimate)
+        self.total_usage += usage
+        self._usage_by_pid[pid] = self.usage_for(pid) + usage
+        return response
+
+    async def _admit(self, priority: int, estimate: int) -> None:
+        me = _Waiter()
+        entry = (priority, next(self._arrival), me)
+        heapq.heappush(self._line, entry)
+        self._wake_head()
+        try:
+            while True:
+                delay: float | None = None
+                if self._line[0][2] is me:
+                    delay = self._delay(estimate)
+                    if delay == 0.0:
+                        heapq.heappop(self._line)
+                        self._grant(estimate)
+                        return
+                me.wake.clear()
+                try:
+                    await asyncio.wait_for(me.wake.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+        except BaseException:
+            if entry in self._line:
+                self._line.remove(entry)
+                heapq.heapify(self._line)
+            raise
+        finally:
+            self._wake_head()
+
+    def _delay(self, estimate: int) -> float | None:
+        """Seconds until the head may go, 0.0 for now, None to wait for a concurrency slot."""
+        cap = self.rate_limit.max_concurrency
+        if cap is not None and self._in_flight >= cap:
+            return None
+        delay = max(0.0, self._closed_until - self._clock())
+        if self._requests is not None:
+            delay = max(delay, self._requests.wait_time(1))
+        if self._tokens is not None:
+            delay = max(delay, self._tokens.wait_time(estimate))
+        return delay
+
+    def _grant(self, estimate: int) -> None:
+        self._in_flight += 1
+        if self._requests is not None:
+            self._requests.take(1)
+        if self._tokens is not None:
+            self._tokens.take(estimate)
+
+    def _wake_head(self) -> None:
+        if self._line:
+            self._line[0][2].wake.set()

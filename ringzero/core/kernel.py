@@ -1,0 +1,429 @@
+"""The Kernel: creates processes, routes their syscalls, and resumes them after a crash.
+
+    async with Kernel(llm=provider) as kernel:
+        p = await kernel.spawn(program, "arg", name="miner", priority=5, limits=Limits(tokens=50_000))
+        await p.pause(); await p.resume()
+        print(await p.wait(), await kernel.ps())
+
+Defaults need no setup: SQLite in ``./.ringzero/state.db``, the local asyncio scheduler, and
+the in-process executor until a sandboxing executor is configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ringzero.core.errors import (
+    BudgetExceeded,
+    InvalidArgument,
+    NoProvider,
+    NotAProgram,
+    ProcessFailed,
+    ProcessNotFound,
+    ProcessStateError,
+)
+from ringzero.core.gate import LLMGate
+from ringzero.core.journal import Journal
+from ringzero.core.mailbox import Mail
+from ringzero.core.process import Process, Program
+from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
+from ringzero.core.store import KernelStore, ProcessRecord
+from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
+
+__all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
+
+DEFAULT_PRIORITY = 10
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to a process: a ``transition`` or a ``budget_warning``."""
+
+    kind: str
+    pid: int
+    data: Mapping[str, JSON]
+    at: float
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One row of ``ps``."""
+
+    pid: int
+    name: str
+    parent: int | None
+    priority: int
+    status: ProcessStatus
+    stop_reason: StopReason | None
+    tokens: int
+    llm_calls: int
+    steps: int
+    cost: float
+    wall_seconds: float
+
+    @classmethod
+    def of(cls, record: ProcessRecord) -> ProcessInfo:
+        spent = record.spent
+        return cls(
+            pid=record.pid, name=record.name, parent=record.parent, priority=record.priority,
+            status=record.status, stop_reason=record.stop_reason,
+            tokens=int(spent.get("tokens") or 0), llm_calls=int(spent.get("llm_calls") or 0),  # type: ignore[arg-type]
+            steps=int(spent.get("steps") or 0), cost=float(spent.get("cost") or 0.0),  # type: ignore[arg-type]
+            wall_seconds=record.wall_seconds,
+        )
+
+
+class ProcessHandle:
+    """What ``spawn`` returns: a process's pid and the calls that control it."""
+
+    def __init__(self, kernel: Kernel, pid: int) -> None:
+        self._kernel = kernel
+        self.pid = pid
+
+    def __repr__(self) -> str:
+        return f"<ProcessHandle pid={self.pid} {self.name!r} {self.status.value}>"
+
+    @property
+    def _process(self) -> Process:
+        return self._kernel._process(self.pid)
+
+    @property
+    def name(self) -> str:
+        return self._process.record.name
+
+    @property
+    def status(self) -> ProcessStatus:
+        return self._process.status
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        return self._process.record.stop_reason if self.status.terminal else None
+
+    @property
+    def error(self) -> dict[str, str] | None:
+        """type, message and traceback of what the program raised, once it has failed."""
+        return self._process.record.error
+
+    @property
+    def state(self) -> dict[str, JSON]:
+        return self._process.record.state
+
+    def info(self) -> ProcessInfo:
+        self._process.snapshot()
+        return ProcessInfo.of(self._process.record)
+
+    async def wait(self, timeout: float | None = None) -> Any:
+        """The program's return value. Raises ProcessFailed (BudgetExceeded for a budget stop)
+        when it raised or was killed."""
+        process = self._process
+        await asyncio.wait_for(asyncio.shield(process.finished), timeout)
+        record = process.record
+        if record.status is ProcessStatus.EXITED:
+            return process.value if process.task is not None else record.result
+        cls = BudgetExceeded if record.stop_reason and record.stop_reason.value.startswith("budget_") else ProcessFailed
+        raise cls(self.pid, record.status.value, record.stop_reason, record.error)
+
+    async def pause(self) -> None:
+        """Ask the process to pause; it does so at its next syscall boundary."""
+        await self._process.pause()
+
+    async def resume(self) -> None:
+        await self._process.resume()
+
+    async def kill(self) -> None:
+        """Stop the process (and its live children) now, even mid-syscall; waits until recorded."""
+        await self._kernel.kill(self.pid)
+
+    async def send(self, message: JSON, *, priority: int = DEFAULT_PRIORITY) -> None:
+        """Put a message in the process's mailbox (lower priority numbers are received first)."""
+        self._kernel.check_message(self.pid, message, priority)
+        await self._kernel.deliver(self.pid, message, priority, sender=None)
+
+
+class Kernel:
+    """Agents as processes: pid, lifecycle, budgets, mailboxes, syscalls, durable execution."""
+
+    def __init__(
+        self,
+        *,
+        llm: LLMProvider | LLMGate | Mapping[str, LLMProvider | LLMGate] | None = None,
+        executor: Executor | None = None,
+        checkpointer: Checkpointer | None = None,
+        scheduler: Scheduler | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        max_running: int | None = None,
+        state_dir: str | Path = ".ringzero",
+    ) -> None:
+        self._owned: list[Any] = []
+        if checkpointer is None:
+            from ringzero.checkpointers.sqlite import SqliteCheckpointer
+
+            checkpointer = SqliteCheckpointer(Path(state_dir) / "state.db")
+            self._owned.append(checkpointer)
+        if executor is None:
+            from ringzero.testing import InProcessExecutor
+
+            executor = InProcessExecutor()
+            self._owned.append(executor)
+        if scheduler is None:
+            from ringzero.providers.schedulers.local import LocalScheduler
+
+            scheduler = LocalScheduler(max_running=max_running)
+        elif max_running is not None:
+            raise InvalidArgument("pass max_running to your scheduler, not to Kernel, when you give one")
+        self.checkpointer = checkpointer
+        self.executor = executor
+        self.scheduler = scheduler
+        self.store = KernelStore(checkpointer)
+        self.tools: dict[str, Tool] = dict(tools or {})
+        self._gates = _gates(llm)
+        self._procs: dict[int, Process] = {}
+        self._listeners: list[Callable[[Event], None]] = []
+        self._next_pid = 0
+        self._started = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> Kernel:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Open the store and continue pid numbering after what it already holds."""
+        if not self._started:
+            self._started = True
+            self._next_pid = await self.store.max_pid()
+
+    async def aclose(self) -> None:
+        """Stop running processes as a host shutdown would (``recover()`` resumes them) and
+        close what the kernel created itself."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [p.task for p in self._procs.values() if p.task is not None and not p.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for owned in reversed(self._owned):
+            await owned.aclose()
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``listener`` for every event; returns a function that unsubscribes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def emit(self, kind: str, pid: int, data: Mapping[str, JSON]) -> None:
+        event = Event(kind, pid, data, time.time())
+        for listener in list(self._listeners):
+            listener(event)
+
+    def gate(self, name: str = "default") -> LLMGate:
+        """The LLM gate of provider ``name``."""
+        if name not in self._gates:
+            configured = ", ".join(sorted(self._gates)) or "none"
+            raise NoProvider(f"no LLM provider named {name!r} (configured: {configured}); pass llm= to Kernel")
+        return self._gates[name]
+
+    # ------------------------------------------------------------------ processes
+    async def spawn(
+        self,
+        program: Program,
+        *args: JSON,
+        name: str | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        limits: Limits | None = None,
+        parent: int | None = None,
+    ) -> ProcessHandle:
+        """Start ``program(ctx, *args)`` as a new process and return its handle at once."""
+        self.check_program(program, args)
+        if parent is not None:
+            self._process(parent)
+        process = await self.create(program, args, name=name, priority=priority, limits=limits, parent=parent)
+        return ProcessHandle(self, process.pid)
+
+    def check_program(self, program: Any, args: Sequence[Any]) -> None:
+        if not inspect.iscoroutinefunction(program):
+            raise NotAProgram(
+                f"a program must be an 'async def' function taking a Context first, not {program!r}"
+            )
+        ensure_json(list(args), f"the arguments of {getattr(program, '__qualname__', program)}")
+
+    @staticmethod
+    def program_ref(program: Program) -> str:
+        return f"{program.__module__}:{program.__qualname__}"
+
+    async def create(
+        self,
+        program: Program,
+        args: Sequence[JSON],
+        *,
+        name: str | None,
+        priority: int,
+        limits: Limits | None,
+        parent: int | None,
+    ) -> Process:
+        if self._closed:
+            raise ProcessStateError("this kernel is closed")
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise InvalidArgument(f"priority must be a non-negative integer (0 is most urgent), got {priority!r}")
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(limits).__name__}")
+        await self.start()
+        self._next_pid += 1
+        record = ProcessRecord(
+            pid=self._next_pid, name=name or program.__name__, program=self.program_ref(program),
+            args=list(args), priority=priority, limits=limits or Limits(), parent=parent,
+        )
+        process = Process(self, record, program, Journal(self.store, record.pid))
+        self._procs[record.pid] = process
+        await self.store.save_process(record)
+        process.start()
+        return process
+
+    def _process(self, pid: int) -> Process:
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise InvalidArgument(f"a pid is an integer, not {pid!r}")
+        try:
+            return self._procs[pid]
+        except KeyError:
+            raise ProcessNotFound(pid) from None
+
+    def get(self, pid: int) -> ProcessHandle:
+        """The handle of a process this kernel runs or ran. Raises ProcessNotFound."""
+        self._process(pid)
+        return ProcessHandle(self, pid)
+
+    async def ps(self, *, all: bool = False) -> list[ProcessInfo]:
+        """This kernel's processes by pid; with ``all``, every process the store knows."""
+        for process in self._procs.values():
+            process.snapshot()
+        rows = {pid: ProcessInfo.of(p.record) for pid, p in self._procs.items()}
+        if all:
+            for record in await self.store.load_processes():
+                rows.setdefault(record.pid, ProcessInfo.of(record))
+        return [rows[pid] for pid in sorted(rows)]
+
+    async def kill(self, pid: int) -> None:
+        process = self._process(pid)
+        for child_pid in list(process.children):
+            if child_pid in self._procs and not self._procs[child_pid].status.terminal:
+                await self.kill(child_pid)
+        if process.status.terminal:
+            return
+        process.request_stop(StopReason.KILLED)
+        await asyncio.shield(process.finished)
+
+    # ------------------------------------------------------------------ messages
+    def check_message(self, pid: int, message: JSON, priority: int) -> None:
+        ensure_json(message, f"a message to pid {pid}")
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
+        if self._process(pid).status.terminal:
+            raise ProcessStateError(f"pid {pid} has {self._process(pid).status.value}; it receives no messages")
+
+    async def deliver(self, pid: int, message: JSON, priority: int, sender: int | None) -> None:
+        """Store the message durably, then put it in the live mailbox."""
+        target = self._process(pid)
+        seq = target.next_mail_seq()
+        await self.store.append_mail(pid, seq, priority, message, sender)
+        target.mailbox.put(Mail(priority, seq, message, sender))
+
+    # ------------------------------------------------------------------ budgets
+    async def adopt(self, parent: Process, child_pid: int, child_limits: Limits) -> None:
+        """Attach a child's reservation to its parent; settle at once if the child is done."""
+        parent.children[child_pid] = child_limits
+        child = self._procs.get(child_pid)
+        record = child.record if child is not None else await self.store.load_process(child_pid)
+        if record is not None and record.status.terminal and child_pid in parent.children:
+            from ringzero.core.budget import Spend
+
+            parent.meter.settle(parent.children.pop(child_pid), Spend.from_dict(record.spent))  # type: ignore[arg-type]
+
+    def child_finished(self, child: Process) -> None:
+        parent = self._procs.get(child.record.parent) if child.record.parent is not None else None
+        if parent is not None and child.pid in parent.children:
+            parent.meter.settle(parent.children.pop(child.pid), child.meter.spent)
+
+    # ------------------------------------------------------------------ recovery
+    async def recover(self, programs: Mapping[str, Program] | None = None) -> list[ProcessHandle]:
+        """Resume every unfinished process in the store that this kernel is not running.
+
+        Each program is imported again by ``module:qualname`` (or looked up in ``programs``
+        by that reference or by process name) and re-run; its recorded syscalls are served
+        from the journal, so no LLM call or tool run is repeated.
+        """
+        await self.start()
+        handles = []
+        for record in await self.store.load_processes():
+            if record.status.terminal or record.pid in self._procs:
+                continue
+            program = _resolve(record, programs or {})
+            journal = Journal(self.store, record.pid, await self.store.journal(record.pid))
+            process = Process(
+                self, record, program or _missing_program, journal,
+                transition_seq=await self.store.last_seq(record.pid, "transitions"),
+                mail_seq=await self.store.last_seq(record.pid, "mailbox"),
+            )
+            self._procs[record.pid] = process
+            if program is None:
+                error = {"type": "ProgramNotFound", "message": f"cannot import {record.program}", "traceback": ""}
+                await process.finish(ProcessStatus.FAILED, StopReason.PROGRAM_NOT_FOUND, error)
+                continue
+            consumed = {int(e.outcome["value"]["seq"]) for e in journal.entries  # type: ignore[index,call-overload]
+                        if e.kind == "recv" and e.outcome.get("value")}
+            for seq, body in await self.store.mail(record.pid):
+                if seq not in consumed:
+                    process.mailbox.put(Mail(int(body["priority"]), seq, body["message"], body.get("sender")))
+            process.start()
+            handles.append(ProcessHandle(self, record.pid))
+        return handles
+
+
+async def _missing_program(ctx: Any, *args: Any) -> None:  # pragma: no cover - never started
+    raise AssertionError("not run")
+
+
+def _resolve(record: ProcessRecord, programs: Mapping[str, Program]) -> Program | None:
+    if record.program in programs:
+        return programs[record.program]
+    if record.name in programs:
+        return programs[record.name]
+    module_name, _, qualname = record.program.partition(":")
+    if "<locals>" in qualname:
+        return None
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError):
+        return None
+    return target if inspect.iscoroutinefunction(target) else None
+
+
+def _gates(llm: LLMProvider | LLMGate | Mapping[str, LLMProvider | LLMGate] | None) -> dict[str, LLMGate]:
+    if llm is None:
+        return {}
+    if isinstance(llm, Mapping):
+        return {name: _gate(value) for name, value in llm.items()}
+    return {"default": _gate(llm)}
+
+
+def _gate(value: LLMProvider | LLMGate) -> LLMGate:
+    if isinstance(value, LLMGate):
+        return value
+    if not callable(getattr(value, "complete", None)):
+        raise InvalidArgument(f"llm must be an LLMProvider (with async complete()) or an LLMGate, not {value!r}")
+    return LLMGate(value)

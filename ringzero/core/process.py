@@ -1,0 +1,282 @@
+"""A process: one program's run, with its lifecycle, budget, mailbox and journal.
+
+The program itself is an ``async def`` taking a Context; the kernel wraps it in an asyncio
+task. Every syscall passes ``Process.syscall``, the one boundary where pause, scheduling,
+budgets and the journal act, so a program cannot slip past any of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from ringzero.core.budget import Meter, Spend
+from ringzero.core.errors import NonDeterminismError, ProcessStateError
+from ringzero.core.journal import Journal, fingerprint
+from ringzero.core.mailbox import Mailbox
+from ringzero.core.store import ProcessRecord
+from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
+
+if TYPE_CHECKING:
+    from ringzero.core.kernel import Kernel
+
+__all__ = ["Process", "Program"]
+
+Program = Callable[..., Awaitable[Any]]
+Outcome = dict[str, JSON]
+
+
+class Process:
+    """The kernel's live view of one process (the program sees only its Context)."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        record: ProcessRecord,
+        program: Program,
+        journal: Journal,
+        *,
+        transition_seq: int = 0,
+        mail_seq: int = 0,
+    ) -> None:
+        from ringzero.core.context import Context
+
+        self.kernel = kernel
+        self.record = record
+        self.program = program
+        self.journal = journal
+        self.meter = Meter(record.limits, wall_before=record.wall_seconds)
+        self.mailbox = Mailbox()
+        self.ctx = Context(self)
+        self.value: Any = None
+        self.children: dict[int, Limits] = {}
+        self.task: asyncio.Task[None] | None = None
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._transition_seq = transition_seq
+        self._mail_seq = mail_seq
+        self._resume = asyncio.Event()
+        if not record.paused:
+            self._resume.set()
+        self._holds_slot = False
+        self._started = time.monotonic()
+        self._watchdog: asyncio.TimerHandle | None = None
+
+    # ----------------------------------------------------------------- identity
+    @property
+    def pid(self) -> int:
+        return self.record.pid
+
+    @property
+    def status(self) -> ProcessStatus:
+        return self.record.status
+
+    @property
+    def wall_seconds(self) -> float:
+        return self.meter.wall_before + (time.monotonic() - self._started)
+
+    def next_mail_seq(self) -> int:
+        self._mail_seq += 1
+        return self._mail_seq
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._main(), name=f"ringzero-pid-{self.pid}")
+
+    async def _set(self, status: ProcessStatus, detail: str = "") -> None:
+        old = self.record.status
+        self.record.status = status
+        self._transition_seq += 1
+        self.snapshot()
+        await self.kernel.store.record_transition(self.pid, self._transition_seq, old, status, detail)
+        await self.kernel.store.save_process(self.record)
+        self.kernel.emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
+
+    def snapshot(self) -> None:
+        """Copy the live counters into the record before it is saved."""
+        self.record.spent = self.meter.spent.to_dict()
+        self.record.wall_seconds = self.wall_seconds
+
+    async def _acquire(self) -> None:
+        await self.kernel.scheduler.acquire(self.pid, self.record.priority)
+        self._holds_slot = True
+
+    def _release(self) -> None:
+        if self._holds_slot:
+            self._holds_slot = False
+            self.kernel.scheduler.release(self.pid)
+
+    async def _main(self) -> None:
+        status, reason, error = ProcessStatus.EXITED, StopReason.RETURNED, None
+        try:
+            await self._set(ProcessStatus.READY)
+            await self._acquire()
+            await self._set(ProcessStatus.RUNNING, "recovered" if self.journal.length else "")
+            self._arm_watchdog()
+            self.value = await self.program(self.ctx, *self.record.args)
+        except asyncio.CancelledError:
+            if self.record.stop_reason is None:
+                # The kernel is shutting down: leave the record as a crash would, so that
+                # recover() resumes this process later.
+                self._release()
+                self._disarm_watchdog()
+                self.finished.set_exception(ProcessStateError(f"pid {self.pid}: the kernel shut down"))
+                self.finished.exception()  # mark retrieved
+                raise
+        except NonDeterminismError as exc:
+            status, reason, error = ProcessStatus.FAILED, StopReason.NON_DETERMINISM, _error_info(exc)
+        except Exception as exc:
+            status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(exc)
+        finally:
+            self._release()
+            self._disarm_watchdog()
+        if self.record.stop_reason is not None:  # killed, or a budget ran out
+            status, reason = ProcessStatus.KILLED, self.record.stop_reason
+        await self.finish(status, reason, error)
+
+    async def finish(self, status: ProcessStatus, reason: StopReason, error: dict[str, str] | None) -> None:
+        """Record the end of the process, refund its parent, and wake its waiters."""
+        self.record.stop_reason = reason
+        self.record.error = error
+        if status is ProcessStatus.EXITED:
+            try:
+                self.record.result = ensure_json(self.value, "the program's return value")
+            except Exception:
+                self.record.result = repr(self.value)
+        await self._set(status, reason.value)
+        self.kernel.child_finished(self)
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def request_stop(self, reason: StopReason) -> None:
+        """Stop the process from outside its task (kill, wall-time watchdog)."""
+        if self.record.stop_reason is None:
+            self.record.stop_reason = reason
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def _stop(self, reason: StopReason) -> NoReturn:
+        """Stop the process from inside its own task, at a syscall."""
+        if self.record.stop_reason is None:
+            self.record.stop_reason = reason
+        raise asyncio.CancelledError(reason.value)
+
+    def _arm_watchdog(self) -> None:
+        left = self.meter.remaining("wall_seconds")
+        if left is not None:
+            loop = asyncio.get_running_loop()
+            self._watchdog = loop.call_later(max(0.0, left), self.request_stop, StopReason.WALL_SECONDS)
+
+    def _disarm_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    # ------------------------------------------------------------ pause/resume
+    async def pause(self) -> None:
+        self._check_alive("pause")
+        if self.record.paused:
+            return
+        self.record.paused = True
+        self._resume.clear()
+        self.snapshot()
+        await self.kernel.store.save_process(self.record)
+
+    async def resume(self) -> None:
+        self._check_alive("resume")
+        if not self.record.paused:
+            raise ProcessStateError(f"pid {self.pid} is not paused (it is {self.status.value})")
+        self.record.paused = False
+        self._resume.set()
+        if self.status is not ProcessStatus.PAUSED:  # paused before it reached a boundary
+            self.snapshot()
+            await self.kernel.store.save_process(self.record)
+
+    def _check_alive(self, what: str) -> None:
+        if self.status.terminal:
+            raise ProcessStateError(f"cannot {what} pid {self.pid}: it has already {self.status.value}")
+
+    # ------------------------------------------------------------------ syscalls
+    async def syscall(
+        self,
+        kind: str,
+        args: Any,
+        summary: str,
+        live: Callable[[], Awaitable[Outcome]],
+        *,
+        needs: tuple[tuple[str, float], ...] = (),
+        waits: bool = False,
+    ) -> Outcome:
+        """Run one syscall through the boundary, the journal and the budgets.
+
+        ``needs`` are (resource, amount) that must be left before the call; ``waits`` marks
+        syscalls that block on an event (recv, sleep), which give their run slot back.
+        """
+        if self.record.stop_reason is not None:
+            self._stop(self.record.stop_reason)
+        replaying = self.journal.replaying
+        self._charge_step()
+        for resource, amount in needs:
+            reason = self.meter.crossed(resource, about_to_add=amount)
+            if reason is not None:
+                self._stop(reason)
+        if not replaying:
+            await self._boundary()
+        fp = fingerprint(args)
+        outcome = self.journal.replay(kind, fp, summary)
+        if outcome is None:
+            outcome = await (self._blocking(live) if waits else live())
+            await self.journal.record(kind, fp, summary, outcome)
+        return outcome
+
+    def _charge_step(self) -> None:
+        reason = self.meter.crossed("steps", about_to_add=1)
+        if reason is not None:
+            self._stop(reason)
+        self.meter.charge(steps=1)
+        self.check_budget()
+
+    def check_budget(self) -> None:
+        """Warn at 90% and stop the process once a budget is crossed."""
+        for resource, used, limit in self.meter.new_warnings():
+            self.kernel.emit("budget_warning", self.pid, {"resource": resource, "used": used, "limit": limit})
+        reason = self.meter.first_crossed()
+        if reason is not None:
+            self._stop(reason)
+
+    async def _boundary(self) -> None:
+        """Where pause takes effect and equal-or-higher-priority processes get their turn."""
+        if not self._resume.is_set():
+            self._release()
+            await self._set(ProcessStatus.PAUSED)
+            await self._resume.wait()
+            await self._set(ProcessStatus.READY, "resumed")
+            await self._acquire()
+            await self._set(ProcessStatus.RUNNING)
+        elif self.kernel.scheduler.should_yield(self.pid, self.record.priority):
+            self._release()
+            await self._set(ProcessStatus.READY, "yielded")
+            await self._acquire()
+            await self._set(ProcessStatus.RUNNING)
+
+    async def _blocking(self, live: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        self._release()
+        await self._set(ProcessStatus.WAITING)
+        outcome = await live()
+        await self._set(ProcessStatus.READY)
+        await self._acquire()
+        await self._set(ProcessStatus.RUNNING)
+        return outcome
+
+    def spent_total(self) -> Spend:
+        return self.meter.spent
+
+
+def _error_info(exc: BaseException) -> dict[str, str]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }

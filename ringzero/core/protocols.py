@@ -1,0 +1,183 @@
+"""The four narrow contracts every backend implements: LLMProvider, Executor, Checkpointer, Scheduler.
+
+Each is a ``typing.Protocol`` (structural: no base class to inherit) with as few methods as
+the job allows, and a ``capabilities`` attribute that says what the backend promises. The
+conformance kit in ``ringzero.compat`` tests exactly what is declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ringzero.core.types import JSON, Checkpoint, ExecLimits, ExecResult, LLMRequest, LLMResponse, PendingWrite
+
+__all__ = [
+    "Checkpointer",
+    "CheckpointerCapabilities",
+    "Executor",
+    "ExecutorCapabilities",
+    "Isolation",
+    "LLMProvider",
+    "ProviderCapabilities",
+    "Scheduler",
+    "SchedulerCapabilities",
+    "Tool",
+]
+
+Isolation = Literal["none", "interpreter", "process", "microvm"]
+Tool = Callable[..., Any]
+"""A host callable that sandboxed code may call as a plain function (sync or async)."""
+
+
+@dataclass(frozen=True)
+class ProviderCapabilities:
+    """What an LLM provider supports."""
+
+    tool_calls: bool = True
+    streaming: bool = False
+    counts_tokens: bool = False
+    """True when usage comes from the provider's own tokenizer, not an estimate."""
+
+
+@runtime_checkable
+class LLMProvider(Protocol):
+    """A language model behind one async call."""
+
+    capabilities: ProviderCapabilities
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request``.
+
+        Raises: RateLimited (with retry_after when known), ProviderUnavailable,
+        ContextTooLong, BadRequest, AuthenticationFailed. Nothing else escapes.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class ExecutorCapabilities:
+    """How strongly an executor isolates code, and what code it can run."""
+
+    isolation: Isolation
+    full_cpython: bool
+    """True when any installed package can be imported (pandas, numpy)."""
+    sessions: bool = False
+    tools: bool = True
+    network: bool = False
+    """True when code inside can reach the network."""
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs untrusted Python and returns what it produced."""
+
+    capabilities: ExecutorCapabilities
+
+    async def run(
+        self,
+        code: str,
+        *,
+        inputs: Mapping[str, JSON] | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        limits: ExecLimits | None = None,
+    ) -> ExecResult:
+        """Run ``code`` with ``inputs`` bound as variables and ``tools`` callable as functions.
+
+        An exception in the code, a limit hit or a timeout is reported in ``ExecResult.error``.
+        Raises ExecutorError only when the executor itself fails.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release workers, pools and sandboxes. Idempotent."""
+        ...
+
+
+@dataclass(frozen=True)
+class CheckpointerCapabilities:
+    """What a checkpointer guarantees."""
+
+    durable: bool
+    """A record survives the host process dying once ``put`` has returned."""
+    multi_process: bool = False
+    """Several kernels in separate processes may share one store."""
+
+
+@runtime_checkable
+class Checkpointer(Protocol):
+    """Durable records addressed by (thread_id, namespace, id)."""
+
+    capabilities: CheckpointerCapabilities
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        """Store ``checkpoint``, replacing one with the same address. Durable on return
+        when ``capabilities.durable``. Raises CheckpointerError."""
+        ...
+
+    async def put_writes(
+        self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
+    ) -> None:
+        """Store the writes tasks made against a checkpoint. Raises CheckpointerError."""
+        ...
+
+    async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
+        """The checkpoint with that id, or the latest one when ``checkpoint_id`` is None;
+        None when there is none. Raises CheckpointerError."""
+        ...
+
+    def list(
+        self,
+        thread_id: str | None = None,
+        namespace: str | None = None,
+        *,
+        filter: Mapping[str, JSON] | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[Checkpoint]:
+        """Checkpoints newest first. ``None`` for thread or namespace means any; ``filter``
+        keeps those whose metadata has these exact values; ``before`` keeps ids below it."""
+        ...
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of the thread. Raises CheckpointerError."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close connections. Idempotent."""
+        ...
+
+
+@dataclass(frozen=True)
+class SchedulerCapabilities:
+    """What a scheduler offers."""
+
+    priorities: bool = True
+    distributed: bool = False
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Decides which ready process runs, and how many run at once.
+
+    A process holds a run slot while it executes or waits on a service (LLM, executor,
+    tool); it gives the slot back while it sleeps, waits for a message or is paused, so
+    idle processes cost nothing. Lower priority numbers run first; equal priorities take
+    turns in arrival order.
+    """
+
+    capabilities: SchedulerCapabilities
+
+    async def acquire(self, pid: int, priority: int) -> None:
+        """Wait for a run slot. Cancelling the wait leaves no trace."""
+        ...
+
+    def release(self, pid: int) -> None:
+        """Give back the slot ``pid`` holds."""
+        ...
+
+    def should_yield(self, pid: int, priority: int) -> bool:
+        """True when a ready process of equal or higher priority is waiting for a slot, so
+        the running process ``pid`` should give its slot up at this syscall boundary."""
+        ...

@@ -1,0 +1,213 @@
+"""How the kernel lays its own records out in a Checkpointer.
+
+Everything the kernel must not lose goes through the same protocol LangGraph's
+checkpoints use, as compact JSON:
+
+=================================  ===========  ====================================
+thread                             namespace    one checkpoint per
+=================================  ===========  ====================================
+``ringzero/processes``             ``""``       process (its latest record, upserted)
+``ringzero/process/<pid>``         transitions  lifecycle transition
+``ringzero/process/<pid>``         journal      syscall result, in program order
+``ringzero/process/<pid>``         mailbox      message delivered to the process
+=================================  ===========  ====================================
+
+Ids are zero-padded so that they sort in creation order, as the protocol requires.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringzero.core.errors import CheckpointerError
+from ringzero.core.protocols import Checkpointer
+from ringzero.core.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason
+
+__all__ = ["JournalEntry", "KernelStore", "ProcessRecord", "dumps", "loads"]
+
+PROCESS_TABLE = "ringzero/processes"
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+def loads(payload: bytes, where: str) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError as exc:
+        raise CheckpointerError(f"{where} holds a record that is not ringzero JSON: {exc}") from exc
+
+
+def _key(n: int) -> str:
+    return f"{n:012d}"
+
+
+def process_thread(pid: int) -> str:
+    return f"ringzero/process/{pid}"
+
+
+@dataclass
+class ProcessRecord:
+    """Everything needed to show a process in ``ps`` and to resume it after a crash."""
+
+    pid: int
+    name: str
+    program: str
+    """``module:qualname`` of the program, so that a new host can import it again."""
+    args: list[JSON]
+    priority: int
+    limits: Limits
+    parent: int | None = None
+    status: ProcessStatus = ProcessStatus.CREATED
+    stop_reason: StopReason | None = None
+    paused: bool = False
+    result: JSON = None
+    error: dict[str, str] | None = None
+    spent: dict[str, JSON] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    state: dict[str, JSON] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "program": self.program,
+            "args": self.args,
+            "priority": self.priority,
+            "limits": self.limits.to_dict(),
+            "parent": self.parent,
+            "status": self.status.value,
+            "stop_reason": None if self.stop_reason is None else self.stop_reason.value,
+            "paused": self.paused,
+            "result": self.result,
+            "error": self.error,  # type: ignore[dict-item]
+            "spent": self.spent,
+            "wall_seconds": self.wall_seconds,
+            "state": self.state,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessRecord:
+        return cls(
+            pid=int(data["pid"]),
+            name=str(data["name"]),
+            program=str(data["program"]),
+            args=list(data.get("args") or []),
+            priority=int(data["priority"]),
+            limits=Limits.from_dict(data.get("limits")),
+            parent=data.get("parent"),
+            status=ProcessStatus(data["status"]),
+            stop_reason=None if data.get("stop_reason") is None else StopReason(data["stop_reason"]),
+            paused=bool(data.get("paused", False)),
+            result=data.get("result"),
+            error=data.get("error"),
+            spent=dict(data.get("spent") or {}),
+            wall_seconds=float(data.get("wall_seconds", 0.0)),
+            state=dict(data.get("state") or {}),
+            created_at=float(data.get("created_at", 0.0)),
+            updated_at=float(data.get("updated_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One recorded syscall: its kind, a fingerprint of its arguments, and its outcome."""
+
+    seq: int
+    kind: str
+    fingerprint: str
+    summary: str
+    outcome: dict[str, JSON]
+    """``{"value": ...}`` for a result, or ``{"error": {"type", "message", ...}}``."""
+
+
+class KernelStore:
+    """Reads and writes the kernel's records through any Checkpointer."""
+
+    def __init__(self, checkpointer: Checkpointer) -> None:
+        self.checkpointer = checkpointer
+
+    async def save_process(self, record: ProcessRecord) -> None:
+        record.updated_at = time.time()
+        await self.checkpointer.put(
+            Checkpoint(
+                thread_id=PROCESS_TABLE,
+                namespace="",
+                id=_key(record.pid),
+                payload=dumps(record.to_json()),
+                metadata={"status": record.status.value, "name": record.name},
+            )
+        )
+
+    async def load_processes(self) -> list[ProcessRecord]:
+        records = [
+            ProcessRecord.from_json(loads(cp.payload, f"process record {cp.id}"))
+            async for cp in self.checkpointer.list(PROCESS_TABLE, "")
+        ]
+        return sorted(records, key=lambda r: r.pid)
+
+    async def load_process(self, pid: int) -> ProcessRecord | None:
+        cp = await self.checkpointer.get(PROCESS_TABLE, "", _key(pid))
+        return None if cp is None else ProcessRecord.from_json(loads(cp.payload, f"process record {pid}"))
+
+    async def max_pid(self) -> int:
+        async for cp in self.checkpointer.list(PROCESS_TABLE, "", limit=1):
+            return int(cp.id)
+        return 0
+
+    async def _append(self, pid: int, namespace: str, seq: int, body: Any, metadata: dict[str, JSON]) -> None:
+        await self.checkpointer.put(
+            Checkpoint(
+                thread_id=process_thread(pid),
+                namespace=namespace,
+                id=_key(seq),
+                parent_id=_key(seq - 1) if seq > 1 else None,
+                payload=dumps(body),
+                metadata=metadata,
+            )
+        )
+
+    async def _read(self, pid: int, namespace: str) -> list[tuple[int, Any]]:
+        rows = [
+            (int(cp.id), loads(cp.payload, f"{namespace} of pid {pid}"))
+            async for cp in self.checkpointer.list(process_thread(pid), namespace)
+        ]
+        rows.reverse()
+        return rows
+
+    async def record_transition(self, pid: int, seq: int, old: ProcessStatus, new: ProcessStatus, detail: str) -> None:
+        body = {"from": old.value, "to": new.value, "at": time.time(), "detail": detail}
+        await self._append(pid, "transitions", seq, body, {"to": new.value})
+
+    async def transitions(self, pid: int) -> list[dict[str, Any]]:
+        return [body for _, body in await self._read(pid, "transitions")]
+
+    async def last_seq(self, pid: int, namespace: str) -> int:
+        async for cp in self.checkpointer.list(process_thread(pid), namespace, limit=1):
+            return int(cp.id)
+        return 0
+
+    async def append_journal(self, pid: int, entry: JournalEntry) -> None:
+        body = {"kind": entry.kind, "fp": entry.fingerprint, "summary": entry.summary, "outcome": entry.outcome}
+        await self._append(pid, "journal", entry.seq, body, {"kind": entry.kind})
+
+    async def journal(self, pid: int) -> list[JournalEntry]:
+        return [
+            JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), body["outcome"])
+            for seq, body in await self._read(pid, "journal")
+        ]
+
+    async def append_mail(self, pid: int, seq: int, priority: int, message: JSON, sender: int | None) -> None:
+        body = {"priority": priority, "message": message, "sender": sender}
+        await self._append(pid, "mailbox", seq, body, {"priority": priority})
+
+    async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
+        return await self._read(pid, "mailbox")

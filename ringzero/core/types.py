@@ -1,0 +1,381 @@
+"""The records that cross the protocols: LLM messages, exec results, checkpoints, budgets.
+
+Every record is a frozen dataclass with ``to_dict``/``from_dict`` so that the kernel can
+journal it as JSON and serve it back unchanged after a restart.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, Union
+
+from ringzero.core.errors import InvalidArgument, InvalidLimits, NotSerializable
+
+JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
+Role = Literal["system", "user", "assistant", "tool"]
+
+__all__ = [
+    "JSON",
+    "Checkpoint",
+    "ExecError",
+    "ExecLimits",
+    "ExecResult",
+    "LLMRequest",
+    "LLMResponse",
+    "Limits",
+    "Message",
+    "PendingWrite",
+    "ProcessStatus",
+    "Role",
+    "StopReason",
+    "ToolCall",
+    "ToolCallRecord",
+    "ToolSchema",
+    "Usage",
+    "ensure_json",
+]
+
+
+def ensure_json(value: Any, what: str) -> JSON:
+    """Return ``value`` if it survives a JSON round trip unchanged in kind, else raise.
+
+    ``what`` names the value in the error, e.g. ``"message to pid 3"``.
+    """
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise NotSerializable(
+            f"{what} must be JSON-compatible (dict, list, str, int, float, bool, None): {exc}"
+        ) from exc
+    return value  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A model's request to call one tool."""
+
+    id: str
+    name: str
+    arguments: dict[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message: system, user, assistant (maybe with tool calls) or a tool result."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ("system", "user", "assistant", "tool"):
+            raise InvalidArgument(f"message role must be system, user, assistant or tool, not {self.role!r}")
+        if not isinstance(self.content, str):
+            raise InvalidArgument(f"message content must be a string, not {type(self.content).__name__}")
+        if self.role == "tool" and not self.tool_call_id:
+            raise InvalidArgument("a tool message needs the tool_call_id of the call it answers")
+
+    def to_dict(self) -> dict[str, JSON]:
+        out: dict[str, JSON] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """Build a message from a plain ``{"role", "content", ...}`` dict."""
+        if not isinstance(data, Mapping) or "role" not in data:
+            raise InvalidArgument(f"a message must be a Message or a dict with a 'role', got {data!r}")
+        calls = tuple(
+            ToolCall(id=str(c["id"]), name=str(c["name"]), arguments=dict(c.get("arguments") or {}))
+            for c in data.get("tool_calls") or ()
+        )
+        return cls(
+            role=data["role"],
+            content=data.get("content") or "",
+            tool_calls=calls,
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+        )
+
+    @classmethod
+    def coerce(cls, value: Message | Mapping[str, Any]) -> Message:
+        return value if isinstance(value, Message) else cls.from_dict(value)
+
+
+@dataclass(frozen=True)
+class ToolSchema:
+    """A tool the model may call: its name, what it does and a JSON Schema of its arguments."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, JSON] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """What a program asks of the model."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {
+            "messages": [m.to_dict() for m in self.messages],
+            "tools": [t.to_dict() for t in self.tools],
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stop": list(self.stop),
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens a call consumed, and its cost in dollars when the provider or gate knows it."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        cost = None if self.cost is None and other.cost is None else (self.cost or 0.0) + (other.cost or 0.0)
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens, cost)
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    """The model's answer: the assistant message, what it cost, and why it stopped."""
+
+    message: Message
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str = "end_turn"
+    model: str | None = None
+
+    @property
+    def content(self) -> str:
+        return self.message.content
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        return self.message.tool_calls
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {
+            "message": self.message.to_dict(),
+            "usage": {
+                "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens,
+                "cost": self.usage.cost,
+            },
+            "stop_reason": self.stop_reason,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LLMResponse:
+        usage = data.get("usage") or {}
+        return cls(
+            message=Message.from_dict(data["message"]),
+            usage=Usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), usage.get("cost")),
+            stop_reason=str(data.get("stop_reason", "end_turn")),
+            model=data.get("model"),
+        )
+
+
+@dataclass(frozen=True)
+class ExecLimits:
+    """Per-run limits an executor enforces. ``None`` means the executor's own default."""
+
+    wall_seconds: float | None = None
+    memory_bytes: int | None = None
+    output_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_non_negative(self, "ExecLimits")
+
+
+@dataclass(frozen=True)
+class ExecError:
+    """An exception raised by the user's code: data for the caller, not a host exception."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One host tool call made from sandboxed code, as the host saw it."""
+
+    name: str
+    args: list[JSON]
+    kwargs: dict[str, JSON]
+    result: JSON = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What running code produced: the last expression's value, stdout, and any error."""
+
+    value: JSON = None
+    stdout: str = ""
+    error: ExecError | None = None
+    duration: float = 0.0
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {
+            "value": self.value,
+            "stdout": self.stdout,
+            "error": None if self.error is None else vars(self.error).copy(),  # type: ignore[dict-item]
+            "duration": self.duration,
+            "tool_calls": [vars(c).copy() for c in self.tool_calls],  # type: ignore[misc]
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExecResult:
+        error = data.get("error")
+        return cls(
+            value=data.get("value"),
+            stdout=str(data.get("stdout", "")),
+            error=None if error is None else ExecError(**error),
+            duration=float(data.get("duration", 0.0)),
+            tool_calls=tuple(ToolCallRecord(**c) for c in data.get("tool_calls") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """One write a task made against a checkpoint (LangGraph's pending writes)."""
+
+    task_id: str
+    channel: str
+    value: bytes
+    task_path: str = ""
+    idx: int = 0
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One durable record: LangGraph checkpoints, process snapshots and journal entries alike.
+
+    Within a (thread_id, namespace), ids must sort lexicographically in creation order: the
+    "latest" checkpoint is the one with the greatest id. ``writes`` is filled in by ``get``
+    and ``list`` and ignored by ``put``.
+    """
+
+    thread_id: str
+    namespace: str
+    id: str
+    payload: bytes
+    parent_id: str | None = None
+    metadata: Mapping[str, JSON] = field(default_factory=dict)
+    writes: tuple[PendingWrite, ...] = ()
+
+
+class ProcessStatus(str, enum.Enum):
+    """A process's place in its lifecycle."""
+
+    CREATED = "created"
+    READY = "ready"
+    RUNNING = "running"
+    WAITING = "waiting"
+    PAUSED = "paused"
+    EXITED = "exited"
+    FAILED = "failed"
+    KILLED = "killed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (ProcessStatus.EXITED, ProcessStatus.FAILED, ProcessStatus.KILLED)
+
+
+class StopReason(str, enum.Enum):
+    """Why a process stopped."""
+
+    RETURNED = "returned"
+    RAISED = "raised"
+    KILLED = "killed"
+    NON_DETERMINISM = "non_determinism"
+    PROGRAM_NOT_FOUND = "program_not_found"
+    TOKENS = "budget_tokens"
+    COST = "budget_cost"
+    LLM_CALLS = "budget_llm_calls"
+    STEPS = "budget_steps"
+    WALL_SECONDS = "budget_wall_seconds"
+    EXEC_SECONDS = "budget_exec_seconds"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A process's budgets; ``None`` means unlimited.
+
+    Crossing one stops the process with the matching ``StopReason``; a ``budget_warning``
+    event comes first, at 90%.
+    """
+
+    tokens: int | None = None
+    cost: float | None = None
+    llm_calls: int | None = None
+    steps: int | None = None
+    wall_seconds: float | None = None
+    exec_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_non_negative(self, "Limits")
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Limits:
+        return cls(**dict(data or {}))
+
+
+def _check_non_negative(obj: object, kind: str) -> None:
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise InvalidLimits(f"{kind}.{f.name} must be a number or None, not {value!r}")
+        if value < 0:
+            raise InvalidLimits(f"{kind}.{f.name} must not be negative, got {value}")
+
+
+def coerce_messages(messages: Sequence[Message | Mapping[str, Any]] | str) -> tuple[Message, ...]:
+    """Accept typed messages, plain dicts, or a bare string (one user message)."""
+    if isinstance(messages, str):
+        return (Message("user", messages),)
+    if not isinstance(messages, Sequence):
+        raise InvalidArgument(f"messages must be a list of messages, not {type(messages).__name__}")
+    return tuple(Message.coerce(m) for m in messages)

@@ -1,0 +1,1 @@
+"""Backends behind the protocols: executors, LLM providers and schedulers."""

@@ -1,0 +1,183 @@
+"""Public test doubles: a scripted LLM, an in-process executor, an in-memory checkpointer.
+
+They implement the real protocols, so code tested against them runs unchanged against the
+real backends. None of them isolates anything: never run untrusted code with them.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import io
+import re
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Union
+
+from ringzero.checkpointers.memory import MemoryCheckpointer
+from ringzero.core.errors import BadRequest, InvalidArgument, ProviderError
+from ringzero.core.protocols import ExecutorCapabilities, ProviderCapabilities, Tool
+from ringzero.core.types import (
+    JSON,
+    ExecError,
+    ExecLimits,
+    ExecResult,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ToolCallRecord,
+    Usage,
+    ensure_json,
+)
+
+__all__ = ["InProcessExecutor", "MemoryCheckpointer", "ScriptedProvider", "count_tokens"]
+
+Reply = Union[str, Message, LLMResponse, Mapping[str, Any], ProviderError]
+Script = Union[Sequence[Reply], Callable[[LLMRequest], Union[Reply, Awaitable[Reply]]]]
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Words and punctuation marks: a stable stand-in for a tokenizer in offline runs."""
+    return len(_TOKEN.findall(text))
+
+
+class ScriptedProvider:
+    """An LLMProvider that replays a list of replies, or asks a function for each one.
+
+    A reply is a string (the assistant's text), a Message, a dict (``{"role": "assistant",
+    "content": ..., "tool_calls": [...]}``), a full LLMResponse, or a ProviderError
+    instance, which is raised. ``latency`` seconds pass before each answer. Every request
+    is kept in ``requests``.
+    """
+
+    capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=False)
+
+    def __init__(self, script: Script, *, latency: float = 0.0, model: str = "scripted") -> None:
+        if not callable(script) and not isinstance(script, Sequence):
+            raise InvalidArgument(f"ScriptedProvider needs a list of replies or a function, not {script!r}")
+        self._script = script
+        self._position = 0
+        self.latency = latency
+        self.model = model
+        self.requests: list[LLMRequest] = []
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self.requests.append(request)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        reply = await self._next(request)
+        if isinstance(reply, ProviderError):
+            raise reply
+        if isinstance(reply, LLMResponse):
+            return reply
+        message = _as_message(reply)
+        usage = Usage(
+            input_tokens=sum(count_tokens(m.content) for m in request.messages),
+            output_tokens=count_tokens(message.content) + sum(count_tokens(str(c.arguments)) for c in message.tool_calls),
+        )
+        stop = "tool_use" if message.tool_calls else "end_turn"
+        return LLMResponse(message=message, usage=usage, stop_reason=stop, model=request.model or self.model)
+
+    async def _next(self, request: LLMRequest) -> Reply:
+        if callable(self._script):
+            reply = self._script(request)
+            return await reply if inspect.isawaitable(reply) else reply
+        if self._position >= len(self._script):
+            raise BadRequest(f"the ScriptedProvider's script is exhausted after {len(self._script)} replies")
+        reply = self._script[self._position]
+        self._position += 1
+        return reply
+
+
+def _as_message(reply: Reply) -> Message:
+    if isinstance(reply, str):
+        return Message("assistant", reply)
+    if isinstance(reply, Message):
+        return reply
+    if isinstance(reply, Mapping):
+        return Message.from_dict({"role": "assistant", **reply})
+    raise InvalidArgument(f"a scripted reply must be a str, Message, dict, LLMResponse or ProviderError, not {reply!r}")
+
+
+class InProcessExecutor:
+    """Runs code with ``exec`` in a worker thread of this process: no isolation at all.
+
+    For tests and trusted code only. The value of a final expression is returned, ``print``
+    is captured, host tools are called directly (async ones on the kernel's loop). A wall
+    time limit returns a TimeoutError result, but the thread cannot be stopped and runs on.
+    """
+
+    capabilities = ExecutorCapabilities(isolation="none", full_cpython=True, sessions=False, tools=True, network=True)
+
+    def __init__(self, default_limits: ExecLimits | None = None) -> None:
+        self.default_limits = default_limits or ExecLimits(wall_seconds=30.0)
+
+    async def run(
+        self,
+        code: str,
+        *,
+        inputs: Mapping[str, JSON] | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        limits: ExecLimits | None = None,
+    ) -> ExecResult:
+        loop = asyncio.get_running_loop()
+        limits = limits or self.default_limits
+        stdout = io.StringIO()
+        calls: list[ToolCallRecord] = []
+        namespace: dict[str, Any] = {"__name__": "__ringzero__", **dict(inputs or {})}
+        namespace["print"] = lambda *a, sep=" ", end="\n", **_: stdout.write(sep.join(map(str, a)) + end)
+        for name, fn in (tools or {}).items():
+            namespace[name] = _bridge(name, fn, loop, calls)
+        started = time.perf_counter()
+        try:
+            value = await asyncio.wait_for(asyncio.to_thread(_execute, code, namespace), limits.wall_seconds)
+            error = None
+        except asyncio.TimeoutError:
+            value, error = None, ExecError("TimeoutError", f"code ran longer than {limits.wall_seconds} s")
+        except Exception as exc:
+            value = None
+            error = ExecError(type(exc).__name__, str(exc), "".join(traceback.format_exception_only(type(exc), exc)))
+        try:
+            value = ensure_json(value, "the code's final value")
+        except InvalidArgument:
+            value = repr(value)
+        output = stdout.getvalue()
+        if limits.output_bytes is not None:
+            output = output[: limits.output_bytes]
+        return ExecResult(value, output, error, time.perf_counter() - started, tuple(calls))
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _execute(code: str, namespace: dict[str, Any]) -> Any:
+    tree = ast.parse(code, mode="exec")
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, "<ringzero>", "exec"), namespace)
+    if last is None:
+        return None
+    return eval(compile(ast.Expression(last.value), "<ringzero>", "eval"), namespace)
+
+
+def _bridge(name: str, fn: Tool, loop: asyncio.AbstractEventLoop, calls: list[ToolCallRecord]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            if inspect.iscoroutinefunction(fn):
+                result = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), loop).result()
+            else:
+                result = fn(*args, **kwargs)
+        except Exception as exc:
+            calls.append(ToolCallRecord(name, list(args), dict(kwargs), None, f"{type(exc).__name__}: {exc}"))
+            raise
+        calls.append(ToolCallRecord(name, list(args), dict(kwargs), result))
+        return result
+
+    call.__name__ = name
+    return call
