@@ -194,13 +194,19 @@ class LLMGate:
             raise ProviderUnavailable(f"the provider did not answer within {timeout} s") from exc
 
     def _on_failure(self, exc: ProviderError, attempt: int) -> float:
-        delay = self.retry.backoff(attempt)
-        if isinstance(exc, RateLimited):
-            self.stats.rate_limited += 1
-            if exc.retry_after is not None:
-                delay = max(delay, exc.retry_after)
-            # Close the gate for everyone: the server is telling all of us to slow down.
-            self._closed_until = max(self._closed_until, self._clock() + delay)
+        """Seconds this call waits before its retry; a 429 also closes the gate for everyone."""
+        if not isinstance(exc, RateLimited):
+            return self.retry.backoff(attempt)
+        self.stats.rate_limited += 1
+        if exc.retry_after is None:
+            delay = self.retry.backoff(attempt)
+            closed_for = delay
+        else:
+            # The server said when: everyone waits exactly that long; this call adds a little
+            # jitter so that the retries do not all arrive in the same instant.
+            closed_for = exc.retry_after
+            delay = exc.retry_after + random.uniform(0.0, self.retry.base_delay)
+        self._closed_until = max(self._closed_until, self._clock() + closed_for)
         return delay
 
     def _account(self, response: LLMResponse, pid: int, estimate: int) -> LLMResponse:

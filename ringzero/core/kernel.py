@@ -217,6 +217,10 @@ class Kernel:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for process in self._procs.values():
+            if not process.finished.done():
+                process.finished.set_exception(ProcessStateError(f"pid {process.pid}: the kernel shut down"))
+                process.finished.exception()  # retrieved: recover() resumes it later
         for owned in reversed(self._owned):
             await owned.aclose()
 

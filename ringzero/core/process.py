@@ -61,6 +61,7 @@ class Process:
         if not record.paused:
             self._resume.set()
         self._holds_slot = False
+        self._entered = False
         self._started = time.monotonic()
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -109,8 +110,11 @@ class Process:
             self.kernel.scheduler.release(self.pid)
 
     async def _main(self) -> None:
+        self._entered = True
         status, reason, error = ProcessStatus.EXITED, StopReason.RETURNED, None
         try:
+            if self.record.stop_reason is not None:  # stopped before it ever ran
+                raise asyncio.CancelledError(self.record.stop_reason.value)
             await self._set(ProcessStatus.READY)
             await self._acquire()
             await self._set(ProcessStatus.RUNNING, "recovered" if self.journal.length else "")
@@ -122,8 +126,6 @@ class Process:
                 # recover() resumes this process later.
                 self._release()
                 self._disarm_watchdog()
-                self.finished.set_exception(ProcessStateError(f"pid {self.pid}: the kernel shut down"))
-                self.finished.exception()  # mark retrieved
                 raise
         except NonDeterminismError as exc:
             status, reason, error = ProcessStatus.FAILED, StopReason.NON_DETERMINISM, _error_info(exc)
@@ -154,7 +156,9 @@ class Process:
         """Stop the process from outside its task (kill, wall-time watchdog)."""
         if self.record.stop_reason is None:
             self.record.stop_reason = reason
-        if self.task is not None and not self.task.done():
+        # A task cancelled before its first step would never run _main; _main checks the
+        # stop reason on entry instead.
+        if self.task is not None and not self.task.done() and self._entered:
             self.task.cancel()
 
     def _stop(self, reason: StopReason) -> NoReturn:

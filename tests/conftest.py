@@ -1,0 +1,55 @@
+"""Shared fixtures: kernels on each built-in checkpointer, and a provider with a real rate limit."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ringzero import Kernel
+from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
+from ringzero.core.errors import RateLimited
+from ringzero.core.protocols import Checkpointer
+from ringzero.core.types import LLMRequest
+from ringzero.testing import ScriptedProvider
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Checkpointer]:
+    store: Checkpointer = MemoryCheckpointer() if request.param == "memory" else SqliteCheckpointer(tmp_path / "k.db")
+    yield store
+    await store.aclose()
+
+
+@pytest.fixture
+async def kernel(checkpointer: Checkpointer) -> AsyncIterator[Kernel]:
+    async with Kernel(checkpointer=checkpointer, llm=ScriptedProvider(lambda r: "ok")) as k:
+        yield k
+
+
+class RateLimitedServer:
+    """A provider that, like a real API, answers 429 with Retry-After past ``per_second``.
+
+    Its window is a token bucket with a burst of one request, kept on the server's side.
+    """
+
+    def __init__(self, per_second: float) -> None:
+        self.per_second = per_second
+        self.level = 1.0
+        self.stamp = time.monotonic()
+        self.accepted = 0
+        self.refused = 0
+        self.provider = ScriptedProvider(self._answer)
+
+    def _answer(self, request: LLMRequest) -> str:
+        now = time.monotonic()
+        self.level = min(1.0, self.level + (now - self.stamp) * self.per_second)
+        self.stamp = now
+        if self.level < 1.0:
+            self.refused += 1
+            raise RateLimited("429 Too Many Requests", retry_after=(1.0 - self.level) / self.per_second)
+        self.level -= 1.0
+        self.accepted += 1
+        return f"answer to {request.messages[-1].content}"

@@ -1,0 +1,132 @@
+"""The LLM gate: concurrency, rate buckets, priority order, retries, accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ringzero import Context, Kernel, LLMGate, Pricing, RateLimit, RetryPolicy
+from ringzero.core.errors import BadRequest, InvalidArgument, ProviderUnavailable, RateLimited
+from ringzero.core.types import LLMRequest, Message, Usage
+from ringzero.testing import MemoryCheckpointer, ScriptedProvider
+from tests.conftest import RateLimitedServer
+
+
+def request(text: str = "hi") -> LLMRequest:
+    return LLMRequest(messages=(Message("user", text),))
+
+
+async def test_concurrency_cap_is_never_exceeded() -> None:
+    in_flight = peak = 0
+
+    async def answer(req: LLMRequest) -> str:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return "ok"
+
+    gate = LLMGate(ScriptedProvider(answer), RateLimit(max_concurrency=3))
+    await asyncio.gather(*(gate.complete(request()) for _ in range(20)))
+    assert peak == 3
+
+
+async def test_requests_per_minute_paces_calls() -> None:
+    gate = LLMGate(ScriptedProvider(lambda r: "ok"), RateLimit(requests_per_minute=600))  # 10/s, burst 10
+    started = time.monotonic()
+    await asyncio.gather(*(gate.complete(request()) for _ in range(20)))
+    elapsed = time.monotonic() - started
+    assert 0.9 <= elapsed < 2.0, elapsed  # 10 at once, then 10 more at 10/s
+
+
+async def test_tokens_per_minute_paces_calls_by_estimated_size() -> None:
+    gate = LLMGate(ScriptedProvider(lambda r: "ok"), RateLimit(tokens_per_minute=6000, burst_tokens=100))
+    started = time.monotonic()
+    for _ in range(3):
+        await gate.complete(LLMRequest(messages=(Message("user", "word " * 100),)))  # 100 tokens each
+    assert time.monotonic() - started >= 1.5  # 100 tokens refill in 1 s at 100 tokens/s
+
+
+async def test_waiting_calls_are_admitted_in_priority_order() -> None:
+    order: list[str] = []
+
+    def answer(req: LLMRequest) -> str:
+        order.append(req.messages[0].content)
+        return "ok"
+
+    gate = LLMGate(ScriptedProvider(answer, latency=0.05), RateLimit(max_concurrency=1))
+    first = asyncio.create_task(gate.complete(request("first"), priority=5))
+    await asyncio.sleep(0.01)  # "first" now holds the only slot
+    waiting = [asyncio.create_task(gate.complete(request(f"p{p}"), priority=p)) for p in (9, 1, 5, 0)]
+    await asyncio.gather(first, *waiting)
+    assert order == ["first", "p0", "p1", "p5", "p9"]
+
+
+async def test_a_429_is_retried_after_its_retry_after() -> None:
+    stamps: list[float] = []
+    replies: list[object] = [RateLimited("slow down", retry_after=0.3), "ok"]
+
+    def answer(req: LLMRequest) -> object:
+        stamps.append(time.monotonic())
+        return replies.pop(0)
+
+    gate = LLMGate(ScriptedProvider(answer))  # type: ignore[arg-type]
+    response = await gate.complete(request())
+    assert response.content == "ok"
+    assert stamps[1] - stamps[0] >= 0.3
+    assert (gate.stats.rate_limited, gate.stats.retries, gate.stats.failures) == (1, 1, 0)
+
+
+async def test_5xx_and_timeouts_are_retried_with_backoff_then_given_up() -> None:
+    script = [ProviderUnavailable("503"), ProviderUnavailable("502"), "ok"]
+    gate = LLMGate(ScriptedProvider(script), retry=RetryPolicy(base_delay=0.01))  # type: ignore[arg-type]
+    assert (await gate.complete(request())).content == "ok"
+
+    slow = LLMGate(ScriptedProvider(["late"] * 5, latency=1.0), retry=RetryPolicy(max_retries=1, timeout=0.05,
+                                                                                 base_delay=0.01))
+    with pytest.raises(ProviderUnavailable, match="did not answer within 0.05 s"):
+        await slow.complete(request())
+    assert (slow.stats.attempts, slow.stats.failures) == (2, 1)
+
+
+async def test_a_bad_request_is_not_retried() -> None:
+    provider = ScriptedProvider([BadRequest("malformed"), "never"])  # type: ignore[list-item]
+    gate = LLMGate(provider)
+    with pytest.raises(BadRequest):
+        await gate.complete(request())
+    assert provider.calls == 1
+
+
+async def test_usage_and_cost_are_accounted_per_process_and_in_total() -> None:
+    gate = LLMGate(ScriptedProvider(lambda r: "two words"), pricing=Pricing(1_000_000, 2_000_000))
+    a = await gate.complete(request("one two three"), pid=1)
+    await gate.complete(request("four"), pid=2)
+    assert a.usage == Usage(3, 2, cost=3 * 1.0 + 2 * 2.0)
+    assert gate.usage_for(1).total_tokens == 5 and gate.usage_for(2).total_tokens == 3
+    assert gate.total_usage.total_tokens == 8 and gate.total_usage.cost == pytest.approx(7.0 + 5.0)
+
+
+def test_rate_limits_must_be_positive() -> None:
+    with pytest.raises(InvalidArgument, match="requests_per_minute must be a positive number"):
+        RateLimit(requests_per_minute=0)
+
+
+async def two_calls(ctx: Context, i: int) -> list[str]:
+    return [(await ctx.llm(f"agent {i} call {n}")).content for n in range(2)]
+
+
+@pytest.mark.parametrize("gate_knows_the_limit", [True, False], ids=["paced", "retry-only"])
+async def test_fifty_processes_behind_a_rate_limited_provider_have_zero_failures(gate_knows_the_limit: bool) -> None:
+    server = RateLimitedServer(per_second=50)
+    limit = RateLimit(requests_per_minute=50 * 60, burst_requests=1) if gate_knows_the_limit else None
+    gate = LLMGate(server.provider, limit, RetryPolicy(max_retries=30, base_delay=0.02, max_delay=0.5))
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=gate) as kernel:
+        handles = [await kernel.spawn(two_calls, i) for i in range(50)]
+        results = await asyncio.gather(*(h.wait() for h in handles))
+    assert all(len(r) == 2 for r in results)
+    assert server.accepted == 100 and gate.stats.failures == 0
+    if gate_knows_the_limit:
+        assert server.refused <= 5  # the gate paces; the odd 429 comes from timer jitter only

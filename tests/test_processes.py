@@ -1,0 +1,162 @@
+"""Processes: lifecycle, failure isolation, pause/resume, kill, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ringzero import Context, Kernel, Limits, ProcessStatus, StopReason
+from ringzero.core.errors import (
+    InvalidLimits,
+    NotAProgram,
+    NotSerializable,
+    ProcessFailed,
+    ProcessNotFound,
+    ProcessStateError,
+    RingzeroError,
+)
+from ringzero.testing import MemoryCheckpointer, ScriptedProvider
+
+
+async def returns_value(ctx: Context, x: int) -> int:
+    await ctx.sleep(0)
+    return x * 2
+
+
+async def crashes(ctx: Context) -> None:
+    await ctx.sleep(0)
+    raise ValueError("boom in the program")
+
+
+async def ticker(ctx: Context, n: int) -> int:
+    for i in range(n):
+        ctx.state["ticks"] = i + 1
+        await ctx.sleep(0.01)
+    return n
+
+
+async def test_spawned_program_returns_its_value_and_shows_in_ps(kernel: Kernel) -> None:
+    p = await kernel.spawn(returns_value, 21, name="doubler", priority=3)
+    assert await p.wait() == 42
+    assert p.status is ProcessStatus.EXITED and p.stop_reason is StopReason.RETURNED
+    [row] = await kernel.ps()
+    assert (row.pid, row.name, row.priority, row.status) == (p.pid, "doubler", 3, ProcessStatus.EXITED)
+
+
+async def test_every_transition_is_recorded_through_the_checkpointer(kernel: Kernel) -> None:
+    p = await kernel.spawn(returns_value, 1)
+    await p.wait()
+    path = [t["to"] for t in await kernel.store.transitions(p.pid)]
+    assert path == ["ready", "running", "waiting", "ready", "running", "exited"]
+    stored = await kernel.store.load_process(p.pid)
+    assert stored is not None and stored.status is ProcessStatus.EXITED and stored.result == 2
+
+
+async def test_a_crashing_program_fails_with_its_traceback_and_others_keep_running(kernel: Kernel) -> None:
+    bad = await kernel.spawn(crashes)
+    good = await kernel.spawn(ticker, 5)
+    with pytest.raises(ProcessFailed, match="boom in the program"):
+        await bad.wait()
+    assert bad.status is ProcessStatus.FAILED and bad.stop_reason is StopReason.RAISED
+    assert bad.error is not None and "ValueError" in bad.error["traceback"] and "crashes" in bad.error["traceback"]
+    assert await good.wait() == 5
+    assert await (await kernel.spawn(returns_value, 4)).wait() == 8
+
+
+async def test_pause_takes_effect_at_the_next_syscall_and_resume_continues(kernel: Kernel) -> None:
+    p = await kernel.spawn(ticker, 1000)
+    await asyncio.sleep(0.05)
+    await p.pause()
+    await asyncio.sleep(0.05)
+    assert p.status is ProcessStatus.PAUSED
+    frozen = p.state["ticks"]
+    await asyncio.sleep(0.1)
+    assert p.state["ticks"] == frozen
+    await p.resume()
+    await asyncio.sleep(0.05)
+    assert p.status in (ProcessStatus.WAITING, ProcessStatus.RUNNING, ProcessStatus.READY)
+    assert p.state["ticks"] > frozen
+    await p.kill()
+    assert "paused" in [t["to"] for t in await kernel.store.transitions(p.pid)]
+
+
+async def test_resume_of_a_process_that_is_not_paused_is_refused(kernel: Kernel) -> None:
+    p = await kernel.spawn(ticker, 1000)
+    with pytest.raises(ProcessStateError, match="not paused"):
+        await p.resume()
+    await p.kill()
+
+
+async def slow_llm(ctx: Context) -> str:
+    reply = await ctx.llm("this takes a minute")
+    return reply.content
+
+
+async def test_kill_cancels_within_100ms_while_the_program_awaits_a_slow_llm_call() -> None:
+    provider = ScriptedProvider(["never seen"], latency=60)
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=provider) as kernel:
+        p = await kernel.spawn(slow_llm)
+        while provider.calls == 0:
+            await asyncio.sleep(0.005)
+        started = time.perf_counter()
+        await p.kill()
+        elapsed = time.perf_counter() - started
+        assert elapsed < 0.1, f"kill took {elapsed * 1000:.1f} ms"
+        assert p.status is ProcessStatus.KILLED and p.stop_reason is StopReason.KILLED
+        with pytest.raises(ProcessFailed, match="killed"):
+            await p.wait()
+        assert kernel.gate().stats.calls == 1
+
+
+async def parent_with_child(ctx: Context) -> None:
+    await ctx.spawn(ticker, 10_000, name="child")
+    await ctx.sleep(3600)
+
+
+async def test_killing_a_parent_kills_its_live_children(kernel: Kernel) -> None:
+    parent = await kernel.spawn(parent_with_child)
+    while len(await kernel.ps()) < 2:
+        await asyncio.sleep(0.01)
+    await parent.kill()
+    child = kernel.get(parent.pid + 1)
+    assert child.status is ProcessStatus.KILLED and parent.status is ProcessStatus.KILLED
+
+
+async def test_bad_input_gets_a_clear_error_and_loses_no_state(kernel: Kernel) -> None:
+    alive = await kernel.spawn(ticker, 10_000, name="survivor")
+
+    def not_async(ctx: Context) -> None:
+        return None
+
+    with pytest.raises(ProcessNotFound, match="no process with pid 999"):
+        kernel.get(999)
+    with pytest.raises(NotAProgram, match="async def"):
+        await kernel.spawn(not_async)  # type: ignore[arg-type]
+    with pytest.raises(InvalidLimits, match="tokens must not be negative"):
+        await kernel.spawn(ticker, 1, limits=Limits(tokens=-5))
+    with pytest.raises(NotSerializable, match="message to pid"):
+        await alive.send({"when": object()})
+    with pytest.raises(NotSerializable, match="arguments"):
+        await kernel.spawn(ticker, object())  # type: ignore[arg-type]
+    with pytest.raises(RingzeroError, match="priority"):
+        await kernel.spawn(ticker, 1, priority=-1)
+
+    rows = await kernel.ps()
+    assert [r.name for r in rows] == ["survivor"] and rows[0].status is not ProcessStatus.FAILED
+    await alive.send({"still": "works"})
+    assert await (await kernel.spawn(returns_value, 5)).wait() == 10
+    await alive.kill()
+
+
+async def test_new_kernel_on_the_same_store_continues_pid_numbering(tmp_path: object) -> None:
+    store = MemoryCheckpointer()
+    async with Kernel(checkpointer=store) as first:
+        a = await first.spawn(returns_value, 1)
+        await a.wait()
+    async with Kernel(checkpointer=store) as second:
+        b = await second.spawn(returns_value, 1)
+        await b.wait()
+        assert b.pid == a.pid + 1
+        assert [r.pid for r in await second.ps(all=True)] == [a.pid, b.pid]
