@@ -92,7 +92,9 @@ class SqliteCheckpointer:
     async def _open(self) -> aiosqlite.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._errors("opening"):
-            db = await aiosqlite.connect(self.path, isolation_level=None)
+            pending = aiosqlite.connect(self.path, isolation_level=None)
+            pending.daemon = True  # a kernel nobody closed must not keep the interpreter alive
+            db = await pending
         try:
             with self._errors("opening"):
                 await db.execute(f"PRAGMA busy_timeout={self._busy_ms}")
@@ -224,6 +226,7 @@ class SqliteCheckpointer:
             await db.execute("COMMIT")
 
     async def aclose(self) -> None:
+        """Close the connection; a later call opens it again."""
         if self._db is not None:
             db, self._db = self._db, None
             await db.close()

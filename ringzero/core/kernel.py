@@ -162,17 +162,14 @@ class Kernel:
         max_running: int | None = None,
         state_dir: str | Path = ".ringzero",
     ) -> None:
-        self._owned: list[Any] = []
         if checkpointer is None:
             from ringzero.checkpointers.sqlite import SqliteCheckpointer
 
             checkpointer = SqliteCheckpointer(Path(state_dir) / "state.db")
-            self._owned.append(checkpointer)
         if executor is None:
             from ringzero.testing import InProcessExecutor
 
             executor = InProcessExecutor()
-            self._owned.append(executor)
         if scheduler is None:
             from ringzero.providers.schedulers.local import LocalScheduler
 
@@ -208,8 +205,8 @@ class Kernel:
             self._next_pid = await self.store.max_pid()
 
     async def aclose(self) -> None:
-        """Stop running processes as a host shutdown would (``recover()`` resumes them) and
-        close what the kernel created itself."""
+        """Stop running processes as a host shutdown would (``recover()`` resumes them), then
+        close the executor and checkpointer (a closed SqliteCheckpointer reopens if reused)."""
         if self._closed:
             return
         self._closed = True
@@ -221,8 +218,8 @@ class Kernel:
             if not process.finished.done():
                 process.finished.set_exception(ProcessStateError(f"pid {process.pid}: the kernel shut down"))
                 process.finished.exception()  # retrieved: recover() resumes it later
-        for owned in reversed(self._owned):
-            await owned.aclose()
+        await self.executor.aclose()
+        await self.checkpointer.aclose()
 
     def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``listener`` for every event; returns a function that unsubscribes it."""

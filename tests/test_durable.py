@@ -1,0 +1,180 @@
+"""Durable execution: journaled syscalls are served again after a crash, never repeated."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ringzero import Context, Kernel, ProcessStatus, StopReason
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.errors import ProcessFailed
+from ringzero.testing import ScriptedProvider
+from tests.programs import durable_worker, echo_twice, logging_llm, prompt_from_env, receiver, record_tool
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def call_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    log = tmp_path / "calls.log"
+    log.touch()
+    monkeypatch.setenv("RINGZERO_TEST_LOG", str(log))
+    return log
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+@pytest.mark.timeout(120)
+async def test_kill_9_of_the_host_then_recover_repeats_no_recorded_call(tmp_path: Path, call_log: Path) -> None:
+    db = tmp_path / "state.db"
+    rounds = 12
+    host = subprocess.Popen(
+        [sys.executable, "-m", "tests.durable_host", str(db), str(rounds)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+    )
+    try:
+        assert host.stdout is not None
+        pid = int(host.stdout.readline())
+        deadline = time.monotonic() + 60
+        while len(lines(call_log)) < 9 and time.monotonic() < deadline:  # mid-run: some rounds done
+            time.sleep(0.005)
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait(10)
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(10)
+        assert host.stdout is not None
+        host.stdout.close()
+    assert host.returncode == -signal.SIGKILL
+    before_crash = lines(call_log)
+    assert 9 <= len(before_crash) < 2 * rounds, "the host was killed mid-run"
+
+    store = SqliteCheckpointer(db)
+    async with Kernel(checkpointer=store, llm=ScriptedProvider(logging_llm), tools={"record": record_tool}) as kernel:
+        journal = await kernel.store.journal(pid)
+        journaled = [f"{e.kind} {'step ' if e.kind == 'llm' else ''}{i // 2}" for i, e in enumerate(journal)]
+        assert [j.split()[0] for j in journaled] == ["llm", "tool"] * (len(journal) // 2) + (
+            ["llm"] if len(journal) % 2 else []
+        )
+        [handle] = await kernel.recover()
+        assert handle.pid == pid
+        result = await handle.wait(timeout=30)
+        assert handle.status is ProcessStatus.EXITED
+
+    assert result == [[f"answer to step {i}", i * i] for i in range(rounds)]
+    counts = Counter(lines(call_log))
+    for entry in journaled:  # every call whose result was journaled ran exactly once
+        assert counts[entry] == 1, f"{entry} ran {counts[entry]} times"
+    repeated = [call for call, n in counts.items() if n > 1]
+    assert len(repeated) <= 1, f"only the call in flight at the kill may run twice, got {repeated}"
+    assert sum(counts.values()) <= 2 * rounds + 1
+
+
+async def test_recover_serves_recorded_llm_results_without_calling_the_provider(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    first = ScriptedProvider(lambda r: f"echo {r.messages[-1].content}")
+    kernel = Kernel(checkpointer=SqliteCheckpointer(db), llm=first)
+    p = await kernel.spawn(echo_twice, "hello")
+    await p.wait()
+    assert first.calls == 2
+    # Pretend the host died before it recorded the exit: roll the record back to "running".
+    record = await kernel.store.load_process(p.pid)
+    assert record is not None
+    record.status, record.stop_reason = ProcessStatus.RUNNING, None
+    await kernel.store.save_process(record)
+    await kernel.aclose()
+    await kernel.checkpointer.aclose()
+
+    second = ScriptedProvider(["must not be called"])
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=second) as again:
+        [handle] = await again.recover()
+        assert await handle.wait() == "echo echo hello"
+    assert second.calls == 0
+
+
+async def test_a_program_that_diverges_from_its_journal_fails_with_non_determinism(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "state.db"
+    monkeypatch.setenv("RINGZERO_TEST_PROMPT", "first")
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(lambda r: "ok")) as kernel:
+        p = await kernel.spawn(prompt_from_env)
+        await p.wait()
+        record = await kernel.store.load_process(p.pid)
+        assert record is not None
+        record.status, record.stop_reason = ProcessStatus.RUNNING, None  # as if the host died first
+        await kernel.store.save_process(record)
+
+    monkeypatch.setenv("RINGZERO_TEST_PROMPT", "something else")
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(lambda r: "ok")) as kernel:
+        [handle] = await kernel.recover()
+        with pytest.raises(ProcessFailed, match="NonDeterminismError"):
+            await handle.wait()
+        assert handle.stop_reason is StopReason.NON_DETERMINISM
+        assert handle.error is not None and "recorded as llm" in handle.error["message"]
+
+
+async def test_unread_messages_survive_a_restart_and_read_ones_are_not_redelivered(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    kernel = Kernel(checkpointer=SqliteCheckpointer(db))
+    p = await kernel.spawn(receiver, 3)
+    await p.send("one")
+    while len(await kernel.store.journal(p.pid)) < 1:
+        await asyncio.sleep(0.005)
+    await p.send("two")
+    await p.send("three")
+    await kernel.aclose()  # a shutdown mid-run, as a crash would leave it
+    await kernel.checkpointer.aclose()
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as again:
+        [handle] = await again.recover()
+        received = await asyncio.wait_for(handle.wait(), 5)
+    assert received[0] == "one" and sorted(received[1:]) == ["three", "two"]
+
+
+async def test_a_process_whose_program_cannot_be_imported_fails_clearly(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+
+    async def local_program(ctx: Context) -> None:
+        await ctx.sleep(3600)
+
+    kernel = Kernel(checkpointer=SqliteCheckpointer(db))
+    await kernel.spawn(local_program)
+    await asyncio.sleep(0.05)
+    await kernel.aclose()
+    await kernel.checkpointer.aclose()
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as again:
+        assert await again.recover() == []
+        [row] = await again.ps()
+        assert row.status is ProcessStatus.FAILED and row.stop_reason is StopReason.PROGRAM_NOT_FOUND
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as third:  # nothing left to recover
+        assert await third.recover() == []
+
+
+async def test_recover_accepts_programs_by_name(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+
+    async def nested(ctx: Context) -> str:
+        await ctx.sleep(0.01)
+        return "resumed"
+
+    kernel = Kernel(checkpointer=SqliteCheckpointer(db))
+    await kernel.spawn(nested, name="nested")
+    await kernel.aclose()
+    await kernel.checkpointer.aclose()
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as again:
+        [handle] = await again.recover(programs={"nested": nested})
+        assert await handle.wait() == "resumed"
