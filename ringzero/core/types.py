@@ -19,11 +19,11 @@ JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
 Role = Literal["system", "user", "assistant", "tool"]
 
 __all__ = [
-    "JSON",
     "Checkpoint",
     "ExecError",
     "ExecLimits",
     "ExecResult",
+    "JSON",
     "LLMRequest",
     "LLMResponse",
     "Limits",

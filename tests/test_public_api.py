@@ -1,0 +1,49 @@
+"""The public surface: sorted __all__ lists that match real names, and the documented error tree."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+import ringzero
+from ringzero.core import errors
+
+MODULES = [
+    "ringzero",
+    "ringzero.core.errors",
+    "ringzero.core.types",
+    "ringzero.core.protocols",
+    "ringzero.core.gate",
+    "ringzero.core.kernel",
+    "ringzero.checkpointers",
+    "ringzero.providers.schedulers",
+    "ringzero.testing",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_all_is_sorted_and_names_real_objects(name: str) -> None:
+    module = importlib.import_module(name)
+    exported = list(module.__all__)
+    assert exported == sorted(exported)
+    for attr in exported:
+        assert hasattr(module, attr), f"{name}.__all__ names {attr}, which does not exist"
+
+
+def test_every_error_descends_from_ringzero_error_and_appears_in_the_tree() -> None:
+    classes = [obj for _, obj in inspect.getmembers(errors, inspect.isclass) if obj.__module__ == errors.__name__]
+    assert classes
+    for cls in classes:
+        assert issubclass(cls, ringzero.RingzeroError)
+        assert cls.__name__ in (errors.__doc__ or ""), f"{cls.__name__} is missing from the tree in the docstring"
+
+
+def test_importing_ringzero_pulls_in_no_framework() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, ringzero; print(sorted(m for m in ('langgraph','crewai','ray','psycopg','mcp') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
