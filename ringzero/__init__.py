@@ -13,7 +13,16 @@ from ringzero.core.context import Context
 from ringzero.core.errors import RingzeroError
 from ringzero.core.gate import LLMGate, Pricing, RateLimit, RetryPolicy
 from ringzero.core.kernel import Event, Kernel, ProcessHandle, ProcessInfo
-from ringzero.core.types import ExecLimits, ExecResult, Limits, LLMRequest, LLMResponse, Message, ProcessStatus, StopReason
+from ringzero.core.types import (
+    ExecLimits,
+    ExecResult,
+    Limits,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ProcessStatus,
+    StopReason,
+)
 
 try:
     __version__ = version("ringzero")

@@ -80,7 +80,8 @@ class ScriptedProvider:
         message = _as_message(reply)
         usage = Usage(
             input_tokens=sum(count_tokens(m.content) for m in request.messages),
-            output_tokens=count_tokens(message.content) + sum(count_tokens(str(c.arguments)) for c in message.tool_calls),
+            output_tokens=count_tokens(message.content)
+            + sum(count_tokens(str(c.arguments)) for c in message.tool_calls),
         )
         stop = "tool_use" if message.tool_calls else "end_turn"
         return LLMResponse(message=message, usage=usage, stop_reason=stop, model=request.model or self.model)
@@ -159,10 +160,12 @@ class InProcessExecutor:
 
 def _execute(code: str, namespace: dict[str, Any]) -> Any:
     tree = ast.parse(code, mode="exec")
-    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    exec(compile(tree, "<ringzero>", "exec"), namespace)
-    if last is None:
+    last = tree.body[-1] if tree.body else None
+    if not isinstance(last, ast.Expr):
+        exec(compile(tree, "<ringzero>", "exec"), namespace)
         return None
+    tree.body.pop()
+    exec(compile(tree, "<ringzero>", "exec"), namespace)
     return eval(compile(ast.Expression(last.value), "<ringzero>", "eval"), namespace)
 
 

@@ -17,7 +17,7 @@ from ringzero import Context, Kernel, ProcessStatus, StopReason
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import ProcessFailed
 from ringzero.testing import ScriptedProvider
-from tests.programs import durable_worker, echo_twice, logging_llm, prompt_from_env, receiver, record_tool
+from tests.programs import echo_twice, logging_llm, prompt_from_env, receiver, record_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,10 +34,8 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
-@pytest.mark.timeout(120)
-async def test_kill_9_of_the_host_then_recover_repeats_no_recorded_call(tmp_path: Path, call_log: Path) -> None:
-    db = tmp_path / "state.db"
-    rounds = 12
+def crash_host_midrun(db: Path, rounds: int, call_log: Path) -> int:
+    """Run durable_host in a subprocess, kill -9 it mid-run, return the pid it was running."""
     host = subprocess.Popen(
         [sys.executable, "-m", "tests.durable_host", str(db), str(rounds)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
@@ -57,6 +55,14 @@ async def test_kill_9_of_the_host_then_recover_repeats_no_recorded_call(tmp_path
         assert host.stdout is not None
         host.stdout.close()
     assert host.returncode == -signal.SIGKILL
+    return pid
+
+
+@pytest.mark.timeout(120)
+async def test_kill_9_of_the_host_then_recover_repeats_no_recorded_call(tmp_path: Path, call_log: Path) -> None:
+    db = tmp_path / "state.db"
+    rounds = 12
+    pid = await asyncio.to_thread(crash_host_midrun, db, rounds, call_log)
     before_crash = lines(call_log)
     assert 9 <= len(before_crash) < 2 * rounds, "the host was killed mid-run"
 

@@ -87,7 +87,7 @@ async def test_5xx_and_timeouts_are_retried_with_backoff_then_given_up() -> None
 
     slow = LLMGate(ScriptedProvider(["late"] * 5, latency=1.0), retry=RetryPolicy(max_retries=1, timeout=0.05,
                                                                                  base_delay=0.01))
-    with pytest.raises(ProviderUnavailable, match="did not answer within 0.05 s"):
+    with pytest.raises(ProviderUnavailable, match=r"did not answer within 0\.05 s"):
         await slow.complete(request())
     assert (slow.stats.attempts, slow.stats.failures) == (2, 1)
 

@@ -99,7 +99,8 @@ class SqliteCheckpointer:
             with self._errors("opening"):
                 await db.execute(f"PRAGMA busy_timeout={self._busy_ms}")
                 version = await _scalar(db, "PRAGMA user_version")
-                tables = {row[0] for row in await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")}
+                listed = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")
+                tables = {row[0] for row in listed}
             if version == 0 and tables:
                 raise CheckpointerError(
                     f"{self.path} is an SQLite file of another program (tables: {', '.join(sorted(tables))}); "
@@ -146,7 +147,9 @@ class SqliteCheckpointer:
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
     ) -> None:
         db = await self._conn()
-        rows = [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path) for w in writes]
+        rows = [
+            (thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path) for w in writes
+        ]
         with self._errors("put_writes"):
             await db.execute("BEGIN IMMEDIATE")
             try:

@@ -70,7 +70,7 @@ class Meter:
             return None
         if resource == "wall_seconds":
             return float(limit) - self.wall_before
-        return float(limit) - getattr(self.spent, resource) - getattr(self.reserved, resource)
+        return float(limit) - float(getattr(self.spent, resource)) - float(getattr(self.reserved, resource))
 
     def crossed(self, resource: str, *, about_to_add: float = 0.0) -> StopReason | None:
         """The stop reason if ``resource`` is (or, with ``about_to_add``, would be) over its limit."""

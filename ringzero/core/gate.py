@@ -11,6 +11,7 @@ accounted per process and in total.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import random
@@ -235,10 +236,8 @@ class LLMGate:
                         self._grant(estimate)
                         return
                 me.wake.clear()
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(me.wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
         except BaseException:
             if entry in self._line:
                 self._line.remove(entry)

@@ -351,7 +351,7 @@ class Kernel:
         if record is not None and record.status.terminal and child_pid in parent.children:
             from ringzero.core.budget import Spend
 
-            parent.meter.settle(parent.children.pop(child_pid), Spend.from_dict(record.spent))  # type: ignore[arg-type]
+            parent.meter.settle(parent.children.pop(child_pid), Spend.from_dict(record.spent))
 
     def child_finished(self, child: Process) -> None:
         parent = self._procs.get(child.record.parent) if child.record.parent is not None else None
@@ -383,7 +383,7 @@ class Kernel:
                 error = {"type": "ProgramNotFound", "message": f"cannot import {record.program}", "traceback": ""}
                 await process.finish(ProcessStatus.FAILED, StopReason.PROGRAM_NOT_FOUND, error)
                 continue
-            consumed = {int(e.outcome["value"]["seq"]) for e in journal.entries  # type: ignore[index,call-overload]
+            consumed = {_received_seq(e.outcome) for e in journal.entries
                         if e.kind == "recv" and e.outcome.get("value")}
             for seq, body in await self.store.mail(record.pid):
                 if seq not in consumed:
@@ -391,6 +391,11 @@ class Kernel:
             process.start()
             handles.append(ProcessHandle(self, record.pid))
         return handles
+
+
+def _received_seq(outcome: Mapping[str, Any]) -> int:
+    """The mailbox seq a journaled recv consumed."""
+    return int(outcome["value"]["seq"])
 
 
 async def _missing_program(ctx: Any, *args: Any) -> None:  # pragma: no cover - never started

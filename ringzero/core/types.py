@@ -19,11 +19,11 @@ JSON = Union[None, bool, int, float, str, list["JSON"], dict[str, "JSON"]]
 Role = Literal["system", "user", "assistant", "tool"]
 
 __all__ = [
+    "JSON",
     "Checkpoint",
     "ExecError",
     "ExecLimits",
     "ExecResult",
-    "JSON",
     "LLMRequest",
     "LLMResponse",
     "Limits",
@@ -256,9 +256,9 @@ class ExecResult:
         return {
             "value": self.value,
             "stdout": self.stdout,
-            "error": None if self.error is None else vars(self.error).copy(),  # type: ignore[dict-item]
+            "error": None if self.error is None else dict(vars(self.error)),
             "duration": self.duration,
-            "tool_calls": [vars(c).copy() for c in self.tool_calls],  # type: ignore[misc]
+            "tool_calls": [dict(vars(c)) for c in self.tool_calls],
         }
 
     @classmethod
@@ -378,4 +378,4 @@ def coerce_messages(messages: Sequence[Message | Mapping[str, Any]] | str) -> tu
         return (Message("user", messages),)
     if not isinstance(messages, Sequence):
         raise InvalidArgument(f"messages must be a list of messages, not {type(messages).__name__}")
-    return tuple(Message.coerce(m) for m in messages)
+    return tuple(Message.coerce(m) for m in messages)  # type: ignore[arg-type]  # str was handled above
