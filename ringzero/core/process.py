@@ -63,6 +63,7 @@ class Process:
         self._holds_slot = False
         self._entered = False
         self._started = time.monotonic()
+        self._ended: float | None = None
         self._watchdog: asyncio.TimerHandle | None = None
 
     # ----------------------------------------------------------------- identity
@@ -76,7 +77,9 @@ class Process:
 
     @property
     def wall_seconds(self) -> float:
-        return self.meter.wall_before + (time.monotonic() - self._started)
+        """Wall time alive in any kernel; it stops counting when the process ends."""
+        end = self._ended if self._ended is not None else time.monotonic()
+        return self.meter.wall_before + (end - self._started)
 
     def next_mail_seq(self) -> int:
         self._mail_seq += 1
@@ -140,6 +143,7 @@ class Process:
 
     async def finish(self, status: ProcessStatus, reason: StopReason, error: dict[str, str] | None) -> None:
         """Record the end of the process, refund its parent, and wake its waiters."""
+        self._ended = time.monotonic()
         self.record.stop_reason = reason
         self.record.error = error
         if status is ProcessStatus.EXITED:

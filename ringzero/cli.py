@@ -1,0 +1,91 @@
+"""The ``ringzero`` command: ``demo``, ``ps``, ``resume`` and ``--version``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+import ringzero
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.errors import RingzeroError
+
+__all__ = ["main"]
+
+DEFAULT_DB = Path(".ringzero") / "state.db"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ringzero", description="An agent kernel for Python.")
+    parser.add_argument("--version", action="version", version=f"ringzero {ringzero.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run agents sharing one rate-limited model, with a live process table")
+    demo.add_argument("--state-dir", type=Path, default=Path(".ringzero") / "demo",
+                      help="where the demo keeps its SQLite state (default: %(default)s)")
+    ps = commands.add_parser("ps", help="list the processes recorded in a state database")
+    ps.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite state file (default: %(default)s)")
+    resume = commands.add_parser("resume", help="resume unfinished processes after a crash and wait for them")
+    resume.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite state file (default: %(default)s)")
+    return parser
+
+
+async def _ps(db: Path, console: Console) -> int:
+    from ringzero.core.kernel import ProcessInfo
+    from ringzero.core.store import KernelStore
+    from ringzero.demo import process_table
+
+    if not db.exists():
+        console.print(f"no state database at {db}")
+        return 1
+    store = SqliteCheckpointer(db)
+    try:
+        rows = [ProcessInfo.of(r) for r in await KernelStore(store).load_processes()]
+    finally:
+        await store.aclose()
+    console.print(process_table(rows, title=f"processes in {db}"))
+    return 0
+
+
+async def _resume(db: Path, console: Console) -> int:
+    from ringzero import Kernel
+
+    if not db.exists():
+        console.print(f"no state database at {db}")
+        return 1
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+        handles = await kernel.recover()
+        console.print(f"resumed {len(handles)} process(es)")
+        failed = 0
+        for handle in handles:
+            try:
+                console.print(f"  pid {handle.pid} {handle.name}: {await handle.wait()!r}")
+            except RingzeroError as exc:
+                failed += 1
+                console.print(f"  pid {handle.pid} {handle.name}: {exc}")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 110)  # a log or pipe gets the whole table, not 80 columns
+    try:
+        if args.command == "demo":
+            from ringzero.demo import run_demo
+
+            return 1 if asyncio.run(run_demo(args.state_dir, console)) else 0
+        if args.command == "ps":
+            return asyncio.run(_ps(args.db, console))
+        return asyncio.run(_resume(args.db, console))
+    except RingzeroError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
