@@ -38,9 +38,6 @@ async def _ps(db: Path, console: Console) -> int:
     from ringzero.core.store import KernelStore
     from ringzero.demo import process_table
 
-    if not db.exists():
-        console.print(f"no state database at {db}")
-        return 1
     store = SqliteCheckpointer(db)
     try:
         rows = [ProcessInfo.of(r) for r in await KernelStore(store).load_processes()]
@@ -53,9 +50,6 @@ async def _ps(db: Path, console: Console) -> int:
 async def _resume(db: Path, console: Console) -> int:
     from ringzero import Kernel
 
-    if not db.exists():
-        console.print(f"no state database at {db}")
-        return 1
     async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
         handles = await kernel.recover()
         console.print(f"resumed {len(handles)} process(es)")
@@ -75,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not console.is_terminal:
         console.width = max(console.width, 110)  # a log or pipe gets the whole table, not 80 columns
     try:
+        if args.command in ("ps", "resume") and not args.db.exists():
+            console.print(f"no state database at {args.db}")
+            return 1
         if args.command == "demo":
             from ringzero.demo import run_demo
 

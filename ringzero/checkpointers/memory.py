@@ -22,7 +22,10 @@ class MemoryCheckpointer:
         self._writes: dict[tuple[str, str, str], dict[tuple[str, int], PendingWrite]] = {}
 
     async def put(self, checkpoint: Checkpoint) -> None:
-        stored = replace(checkpoint, metadata=dict(checkpoint.metadata), writes=())
+        stored = Checkpoint(  # a copy, so that later changes to the caller's metadata do not leak in
+            checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.payload,
+            checkpoint.parent_id, dict(checkpoint.metadata),
+        )
         self._checkpoints.setdefault((checkpoint.thread_id, checkpoint.namespace), {})[checkpoint.id] = stored
 
     async def put_writes(

@@ -98,6 +98,7 @@ class Context:
         )
         process = self._process
         gate = process.kernel.gate(provider)
+        fresh: list[LLMResponse] = []  # the live response, to skip decoding what we just encoded
 
         async def live() -> dict[str, JSON]:
             try:
@@ -105,6 +106,7 @@ class Context:
             except ProviderError as exc:
                 return {"error": {"type": type(exc).__name__, "message": str(exc),
                                   "retry_after": getattr(exc, "retry_after", None)}}
+            fresh.append(response)
             return {"value": response.to_dict()}
 
         summary = f"{len(request.messages)} messages to {provider}"
@@ -113,7 +115,7 @@ class Context:
         )
         if "error" in outcome:
             raise _provider_error(outcome["error"])  # type: ignore[arg-type]
-        response = LLMResponse.from_dict(outcome["value"])  # type: ignore[arg-type]
+        response = fresh[0] if fresh else LLMResponse.from_dict(outcome["value"])  # type: ignore[arg-type]
         process.meter.charge(tokens=response.usage.total_tokens, llm_calls=1, cost=response.usage.cost or 0.0)
         process.check_budget()
         return response

@@ -25,6 +25,8 @@ from ringzero.core.types import LLMRequest, LLMResponse, Usage
 
 __all__ = ["GateStats", "LLMGate", "Pricing", "RateLimit", "RetryPolicy", "estimate_tokens"]
 
+_timeout = getattr(asyncio, "timeout", None)
+
 
 @dataclass(frozen=True)
 class RateLimit:
@@ -190,6 +192,11 @@ class LLMGate:
     async def _attempt(self, request: LLMRequest) -> LLMResponse:
         timeout = self.retry.timeout
         try:
+            if timeout is None:
+                return await self.provider.complete(request)
+            if _timeout is not None:  # Python 3.11+: no extra task per call
+                async with _timeout(timeout):
+                    return await self.provider.complete(request)
             return await asyncio.wait_for(self.provider.complete(request), timeout)
         except asyncio.TimeoutError as exc:
             raise ProviderUnavailable(f"the provider did not answer within {timeout} s") from exc
@@ -222,6 +229,9 @@ class LLMGate:
         return response
 
     async def _admit(self, priority: int, estimate: int) -> None:
+        if not self._line and self._delay(estimate) == 0.0:  # nobody waiting and room now
+            self._grant(estimate)
+            return
         me = _Waiter()
         entry = (priority, next(self._arrival), me)
         heapq.heappush(self._line, entry)

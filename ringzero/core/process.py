@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ringzero.core.budget import Meter, Spend
+from ringzero.core.budget import Meter
 from ringzero.core.errors import NonDeterminismError, ProcessStateError
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
@@ -277,9 +277,6 @@ class Process:
         await self._acquire()
         await self._set(ProcessStatus.RUNNING)
         return outcome
-
-    def spent_total(self) -> Spend:
-        return self.meter.spent
 
 
 def _error_info(exc: BaseException) -> dict[str, str]:

@@ -1,0 +1,89 @@
+"""What the kernel adds to an LLM call: a direct provider call vs the gate vs ctx.llm().
+
+The provider answers instantly (ScriptedProvider, no latency), so every microsecond above
+the direct call is the kernel's: gate admission and accounting, the syscall boundary,
+fingerprinting and the journal write (in memory, or durable in SQLite).
+
+    .venv/bin/python benchmarks/llm_syscall_overhead.py [--calls 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ringzero import Context, Kernel, LLMGate
+from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
+from ringzero.core.protocols import Checkpointer
+from ringzero.core.types import LLMRequest, Message
+from ringzero.testing import ScriptedProvider
+
+REQUEST = LLMRequest(messages=(Message("user", "ping"),))
+
+
+def summarize(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.99) - 1] * 1e6
+
+
+async def timed(call: Callable[[], Awaitable[object]], n: int) -> list[float]:
+    for _ in range(min(200, n)):  # warm up
+        await call()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+async def through_kernel(store: Checkpointer, n: int) -> list[float]:
+    samples: list[float] = []
+
+    async def program(ctx: Context) -> None:
+        for _ in range(min(200, n)):
+            await ctx.llm("ping")
+        for _ in range(n):
+            start = time.perf_counter()
+            await ctx.llm("ping")
+            samples.append(time.perf_counter() - start)
+
+    async with Kernel(checkpointer=store, llm=ScriptedProvider(lambda r: "pong")) as kernel:
+        await (await kernel.spawn(program)).wait()
+    return samples
+
+
+async def main(n: int) -> None:
+    provider = ScriptedProvider(lambda r: "pong")
+    gate = LLMGate(ScriptedProvider(lambda r: "pong"))
+    rows = [
+        ("provider.complete() directly (the peer)", await timed(lambda: provider.complete(REQUEST), n)),
+        ("LLMGate.complete()", await timed(lambda: gate.complete(REQUEST), n)),
+        ("ctx.llm(), journal in memory", await through_kernel(MemoryCheckpointer(), n)),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        durable = await through_kernel(SqliteCheckpointer(Path(tmp) / "b.db"), n)
+        rows.append(("ctx.llm(), journal in SQLite (durable)", durable))
+    base_median = summarize(rows[0][1])[0]
+    table = Table(title=f"LLM syscall overhead, {n} calls each (microseconds)")
+    for column in ("path", "median", "p99", "overhead vs direct (median)"):
+        table.add_column(column, justify="left" if column == "path" else "right")
+    for name, samples in rows:
+        median, p99 = summarize(samples)
+        overhead = "-" if samples is rows[0][1] else f"{median - base_median:+.1f}"
+        table.add_row(name, f"{median:.1f}", f"{p99:.1f}", overhead)
+    Console(width=120).print(table)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=5000)
+    asyncio.run(main(parser.parse_args().calls))
