@@ -7,8 +7,6 @@ so a crashed host resumes every process without repeating a recorded call.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 from ringzero.core.context import Context
 from ringzero.core.errors import RingzeroError
 from ringzero.core.gate import LLMGate, Pricing, RateLimit, RetryPolicy
@@ -24,10 +22,7 @@ from ringzero.core.types import (
     StopReason,
 )
 
-try:
-    __version__ = version("ringzero")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0.0.0"
+__version__ = "0.1.0"
 
 __all__ = [
     "Context",

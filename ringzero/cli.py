@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import RingzeroError
+from ringzero.core.errors import InvalidArgument, RingzeroError
+
+if TYPE_CHECKING:
+    from ringzero import Kernel
 
 __all__ = ["main"]
 
@@ -30,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     ps.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite state file (default: %(default)s)")
     resume = commands.add_parser("resume", help="resume unfinished processes after a crash and wait for them")
     resume.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite state file (default: %(default)s)")
+    resume.add_argument("--kernel", metavar="MODULE:FUNCTION",
+                        help="a function taking the database path and returning your configured Kernel "
+                             "(LLM provider, tools, executor); default: a Kernel with none of them")
     return parser
 
 
@@ -47,10 +55,23 @@ async def _ps(db: Path, console: Console) -> int:
     return 0
 
 
-async def _resume(db: Path, console: Console) -> int:
+def _kernel_factory(spec: str | None) -> Callable[[Path], Kernel]:
     from ringzero import Kernel
 
-    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+    if spec is None:
+        return lambda db: Kernel(checkpointer=SqliteCheckpointer(db))
+    module_name, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InvalidArgument(f"--kernel {spec!r}: cannot import it ({exc})") from exc
+    if not callable(factory):
+        raise InvalidArgument(f"--kernel {spec!r} is not a function")
+    return factory  # type: ignore[no-any-return]
+
+
+async def _resume(db: Path, factory: Callable[[Path], Kernel], console: Console) -> int:
+    async with factory(db) as kernel:
         handles = await kernel.recover()
         console.print(f"resumed {len(handles)} process(es)")
         failed = 0
@@ -78,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1 if asyncio.run(run_demo(args.state_dir, console)) else 0
         if args.command == "ps":
             return asyncio.run(_ps(args.db, console))
-        return asyncio.run(_resume(args.db, console))
+        return asyncio.run(_resume(args.db, _kernel_factory(args.kernel), console))
     except RingzeroError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return 2

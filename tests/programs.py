@@ -54,3 +54,12 @@ async def prompt_from_env(ctx: Context) -> str:
 
 async def receiver(ctx: Context, count: int) -> list[Any]:
     return [await ctx.recv() for _ in range(count)]
+
+
+def make_kernel(db: Path) -> Any:
+    """What a user hands ``ringzero resume --kernel``: their kernel, configured."""
+    from ringzero import Kernel
+    from ringzero.checkpointers import SqliteCheckpointer
+    from ringzero.testing import ScriptedProvider
+
+    return Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(logging_llm), tools={"record": record_tool})

@@ -1,0 +1,71 @@
+"""The ringzero command: --version, demo, ps and resume, run as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ringzero
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.store import KernelStore
+from tests.test_durable import crash_host_midrun
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ringzero_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ringzero.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    out = ringzero_cli("--version", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == f"ringzero {ringzero.__version__}"
+
+
+@pytest.mark.slow
+def test_demo_runs_every_scenario_with_zero_failed_llm_calls(tmp_path: Path) -> None:
+    out = ringzero_cli("demo", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "failed calls 0" in out.stdout
+    for expected in ("pause pid", "resume pid", "kill pid", "report with 4 sections",
+                     "ConnectionError: the upstream data source went away", "budget_llm_calls"):
+        assert expected in out.stdout, expected
+    listing = ringzero_cli("ps", "--db", ".ringzero/demo/state.db", cwd=tmp_path)
+    assert listing.returncode == 0
+    for name in ("writer", "researcher", "analyst", "batch-labeler", "runaway", "flaky", "capped"):
+        assert name in listing.stdout
+
+
+def test_ps_on_a_missing_database_says_so(tmp_path: Path) -> None:
+    out = ringzero_cli("ps", "--db", "nowhere.db", cwd=tmp_path)
+    assert out.returncode == 1 and "no state database at nowhere.db" in out.stdout
+
+
+@pytest.mark.timeout(120)
+async def test_resume_finishes_a_process_whose_host_was_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    log = tmp_path / "calls.log"
+    log.touch()
+    monkeypatch.setenv("RINGZERO_TEST_LOG", str(log))
+    db = tmp_path / "state.db"
+    pid = await asyncio.to_thread(crash_host_midrun, db, 12, log)
+    out = await asyncio.to_thread(ringzero_cli, "resume", "--db", str(db), "--kernel", "tests.programs:make_kernel",
+                                  cwd=tmp_path, env={"RINGZERO_TEST_LOG": str(log)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resumed 1 process(es)" in out.stdout and f"pid {pid} worker" in out.stdout
+    store = SqliteCheckpointer(db)
+    record = await KernelStore(store).load_process(pid)
+    await store.aclose()
+    assert record is not None and record.status.value == "exited" and len(record.result) == 12  # type: ignore[arg-type]
+
+
+def test_resume_with_a_bad_kernel_factory_names_it(tmp_path: Path) -> None:
+    (tmp_path / "state.db").touch()
+    out = ringzero_cli("resume", "--db", "state.db", "--kernel", "no_such_module:make", cwd=tmp_path)
+    assert out.returncode == 2 and "--kernel 'no_such_module:make': cannot import it" in out.stdout
