@@ -63,3 +63,15 @@ def make_kernel(db: Path) -> Any:
     from ringzero.testing import ScriptedProvider
 
     return Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(logging_llm), tools={"record": record_tool})
+
+
+async def child_naps(ctx: Context, n: int, seconds: float) -> int:
+    await ctx.sleep(seconds)
+    return n * 10
+
+
+async def parent_waits_for_child(ctx: Context, n: int, child_seconds: float, after_seconds: float) -> int:
+    child = await ctx.spawn(child_naps, n, child_seconds, name="child")
+    value = int(await ctx.wait(child))  # type: ignore[arg-type]
+    await ctx.sleep(after_seconds)
+    return value + 1

@@ -17,7 +17,7 @@ from ringzero import Context, Kernel, ProcessStatus, StopReason
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import ProcessFailed
 from ringzero.testing import ScriptedProvider
-from tests.programs import echo_twice, logging_llm, prompt_from_env, receiver, record_tool
+from tests.programs import echo_twice, logging_llm, parent_waits_for_child, prompt_from_env, receiver, record_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,3 +184,38 @@ async def test_recover_accepts_programs_by_name(tmp_path: Path) -> None:
     async with Kernel(checkpointer=SqliteCheckpointer(db)) as again:
         [handle] = await again.recover(programs={"nested": nested})
         assert await handle.wait() == "resumed"
+
+
+@pytest.mark.parametrize(("child_seconds", "after_seconds"), [(0.3, 0.0), (0.0, 0.3)],
+                         ids=["child-unfinished", "child-finished-before-the-crash"])
+async def test_a_resumed_parent_finds_its_child_whether_or_not_the_child_had_finished(
+    tmp_path: Path, child_seconds: float, after_seconds: float
+) -> None:
+    db = tmp_path / "state.db"
+    kernel = Kernel(checkpointer=SqliteCheckpointer(db))
+    parent = await kernel.spawn(parent_waits_for_child, 4, child_seconds, after_seconds)
+    await asyncio.sleep(0.15)  # mid-run: the child naps, or has finished and the parent naps
+    assert parent.status is ProcessStatus.WAITING
+    await kernel.aclose()
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as again:
+        handles = await again.recover()
+        assert parent.pid in [h.pid for h in handles]
+        assert await asyncio.wait_for(again.get(parent.pid).wait(), 5) == 41
+        assert again.get(parent.pid + 1).status is ProcessStatus.EXITED
+
+
+async def test_spawn_with_parent_gives_the_child_a_slice_of_that_parents_budget() -> None:
+    from ringzero import Limits
+    from ringzero.testing import MemoryCheckpointer
+
+    async def idle(ctx: Context) -> None:
+        await ctx.sleep(3600)
+
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        parent = await kernel.spawn(idle, limits=Limits(tokens=1000))
+        child = await kernel.spawn(idle, parent=parent.pid, limits=Limits(tokens=300))
+        assert kernel._process(parent.pid).meter.remaining("tokens") == 700
+        await child.kill()
+        assert kernel._process(parent.pid).meter.remaining("tokens") == 1000
+        await parent.kill()

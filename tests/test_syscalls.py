@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ringzero import Context, Kernel, Limits, Message, ProcessStatus
-from ringzero.core.errors import NoProvider, ProcessStateError, ToolFailed, ToolNotFound
+from ringzero.core.errors import NoProvider, ProcessFailed, ProcessStateError, ToolFailed, ToolNotFound
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
 from tests.programs import receiver
 
@@ -135,8 +135,7 @@ async def test_child_gets_a_slice_of_the_budget_and_unspent_budget_is_refunded(k
         before = ctx.remaining("steps")
         handle = await ctx.spawn(child, limits=Limits(steps=40))
         during = ctx.remaining("steps")
-        child_left = await handle.wait()
-        await ctx.sleep(0)
+        child_left = await ctx.wait(handle)
         return [before, during, child_left, ctx.remaining("steps")]
 
     p = await kernel.spawn(parent, limits=Limits(steps=100))
@@ -144,7 +143,7 @@ async def test_child_gets_a_slice_of_the_budget_and_unspent_budget_is_refunded(k
     assert before == 100
     assert during == 100 - 1 - 40  # one step for the spawn syscall, 40 lent to the child
     assert child_left == 39  # the child spent one step
-    assert after == 100 - 1 - 1 - 1  # spawn, the child's one step, the final sleep: 39 came back
+    assert after == 100 - 1 - 1 - 1  # spawn, wait, and the child's one step: its other 39 came back
 
 
 async def test_a_child_cannot_ask_for_more_than_its_parent_has(kernel: Kernel) -> None:
@@ -188,3 +187,22 @@ async def test_a_sleeping_process_gives_its_run_slot_to_another() -> None:
         q = await kernel.spawn(quick)
         assert await asyncio.wait_for(q.wait(), 0.15) == "quick"
         assert await s.wait() == "slept"
+
+
+async def test_a_parent_waiting_for_its_child_gives_up_its_slot_and_sees_its_failure() -> None:
+    async def child(ctx: Context, fail: bool) -> str:
+        await ctx.checkpoint()
+        if fail:
+            raise RuntimeError("child broke")
+        return "child done"
+
+    async def parent(ctx: Context) -> list[str]:
+        ok = await ctx.wait(await ctx.spawn(child, False))
+        try:
+            await ctx.wait(await ctx.spawn(child, True))
+        except ProcessFailed as exc:
+            return [str(ok), exc.status]
+        return [str(ok)]
+
+    async with Kernel(checkpointer=MemoryCheckpointer(), max_running=1) as kernel:  # one slot: no deadlock
+        assert await asyncio.wait_for((await kernel.spawn(parent)).wait(), 5) == ["child done", "failed"]

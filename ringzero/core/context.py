@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core import errors
-from ringzero.core.errors import InvalidArgument, ProviderError, ToolFailed, ToolNotFound
+from ringzero.core.errors import (
+    BudgetExceeded,
+    InvalidArgument,
+    ProcessFailed,
+    ProviderError,
+    ToolFailed,
+    ToolNotFound,
+)
 from ringzero.core.protocols import Tool
 from ringzero.core.types import (
     JSON,
@@ -23,6 +30,8 @@ from ringzero.core.types import (
     LLMRequest,
     LLMResponse,
     Message,
+    ProcessStatus,
+    StopReason,
     ToolSchema,
     coerce_messages,
     ensure_json,
@@ -240,6 +249,35 @@ class Context:
         child_pid = int(outcome["value"])  # type: ignore[arg-type]
         await kernel.adopt(process, child_pid, child_limits)
         return kernel.get(child_pid)
+
+    async def wait(self, child: ProcessHandle | int, timeout: float | None = None) -> JSON:
+        """Wait for another process to end, without holding a run slot, and return its result.
+
+        Raises ProcessFailed (BudgetExceeded for a budget stop) if it failed or was killed,
+        and TimeoutError after ``timeout`` seconds. Use this, not ``handle.wait()``, inside a
+        program: it is journaled, so a resumed parent does not wait again.
+        """
+        process = self._process
+        kernel = process.kernel
+        pid = child if isinstance(child, int) else child.pid
+        target = kernel.get(pid)
+
+        async def live() -> dict[str, JSON]:
+            await asyncio.wait_for(asyncio.shield(kernel._process(pid).finished), timeout)
+            record = kernel._process(pid).record
+            if record.status is ProcessStatus.EXITED:
+                return {"value": record.result}
+            reason = None if record.stop_reason is None else record.stop_reason.value
+            detail: JSON = dict(record.error) if record.error else None
+            return {"error": {"status": record.status.value, "reason": reason, "detail": detail}}
+
+        outcome = await process.syscall("wait", {"pid": pid}, str(pid), live, waits=True)
+        if "error" in outcome:
+            info: Any = outcome["error"]
+            reason = StopReason(info["reason"]) if info["reason"] else None
+            failed = BudgetExceeded if reason and reason.value.startswith("budget_") else ProcessFailed
+            raise failed(target.pid, info["status"], reason, info["detail"])
+        return outcome["value"]
 
     async def checkpoint(self) -> None:
         """Save working state (``ctx.state``) and counters now."""

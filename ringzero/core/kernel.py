@@ -250,9 +250,15 @@ class Kernel:
     ) -> ProcessHandle:
         """Start ``program(ctx, *args)`` as a new process and return its handle at once."""
         self.check_program(program, args)
-        if parent is not None:
-            self._process(parent)
-        process = await self.create(program, args, name=name, priority=priority, limits=limits, parent=parent)
+        if parent is None:
+            process = await self.create(program, args, name=name, priority=priority, limits=limits, parent=None)
+            return ProcessHandle(self, process.pid)
+        owner = self._process(parent)
+        if owner.status.terminal:
+            raise ProcessStateError(f"pid {parent} has {owner.status.value}; it cannot have new children")
+        child_limits = owner.meter.carve(limits)  # as ctx.spawn does: a slice of the parent's budget
+        process = await self.create(program, args, name=name, priority=priority, limits=child_limits, parent=parent)
+        await self.adopt(owner, process.pid, child_limits)
         return ProcessHandle(self, process.pid)
 
     def check_program(self, program: Any, args: Sequence[Any]) -> None:
@@ -367,9 +373,14 @@ class Kernel:
         from the journal, so no LLM call or tool run is repeated.
         """
         await self.start()
-        handles = []
+        to_start: list[Process] = []
         for record in await self.store.load_processes():
-            if record.status.terminal or record.pid in self._procs:
+            if record.pid in self._procs:
+                continue
+            if record.status.terminal:  # kept so that a resumed parent can still wait() on it
+                ended = Process(self, record, _missing_program, Journal(self.store, record.pid))
+                ended.finished.set_result(None)
+                self._procs[record.pid] = ended
                 continue
             program = _resolve(record, programs or {})
             journal = Journal(self.store, record.pid, await self.store.journal(record.pid))
@@ -388,9 +399,10 @@ class Kernel:
             for seq, body in await self.store.mail(record.pid):
                 if seq not in consumed:
                     process.mailbox.put(Mail(int(body["priority"]), seq, body["message"], body.get("sender")))
+            to_start.append(process)
+        for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
             process.start()
-            handles.append(ProcessHandle(self, record.pid))
-        return handles
+        return [ProcessHandle(self, process.pid) for process in to_start]
 
 
 def _received_seq(outcome: Mapping[str, Any]) -> int:
