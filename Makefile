@@ -35,6 +35,7 @@ typecheck: sync
 bench: sync
 	$(VENV)/bin/python benchmarks/llm_syscall_overhead.py
 	$(VENV)/bin/python benchmarks/rate_limited_agents.py
+	$(VENV)/bin/python benchmarks/idle_processes.py
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .pytest_cache .ruff_cache
