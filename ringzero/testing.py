@@ -130,6 +130,7 @@ class InProcessExecutor:
     ) -> ExecResult:
         loop = asyncio.get_running_loop()
         limits = limits or self.default_limits
+        wall = self.default_limits.wall_seconds if limits.wall_seconds is None else limits.wall_seconds
         stdout = io.StringIO()
         calls: list[ToolCallRecord] = []
         namespace: dict[str, Any] = {"__name__": "__ringzero__", **dict(inputs or {})}
@@ -138,10 +139,10 @@ class InProcessExecutor:
             namespace[name] = _bridge(name, fn, loop, calls)
         started = time.perf_counter()
         try:
-            value = await asyncio.wait_for(asyncio.to_thread(_execute, code, namespace), limits.wall_seconds)
+            value = await asyncio.wait_for(asyncio.to_thread(_execute, code, namespace), wall)
             error = None
         except asyncio.TimeoutError:
-            value, error = None, ExecError("TimeoutError", f"code ran longer than {limits.wall_seconds} s")
+            value, error = None, ExecError("TimeoutError", f"code ran longer than {wall} s")
         except Exception as exc:
             value = None
             error = ExecError(type(exc).__name__, str(exc), "".join(traceback.format_exception_only(type(exc), exc)))

@@ -8,6 +8,7 @@ gets the same answers without calling the LLM, executor or tool a second time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -145,10 +146,10 @@ class Context:
         ensure_json(inputs, "exec inputs")
         process = self._process
         left = process.meter.remaining("exec_seconds")
-        if left is not None:
-            wall = max(0.0, left) if limits is None or limits.wall_seconds is None else min(limits.wall_seconds, left)
-            limits = ExecLimits(wall, None if limits is None else limits.memory_bytes,
-                                None if limits is None else limits.output_bytes)
+        if left is not None:  # the run may not outlast what is left of the exec budget
+            limits = limits or ExecLimits()
+            wall = max(0.0, left) if limits.wall_seconds is None else min(limits.wall_seconds, left)
+            limits = dataclasses.replace(limits, wall_seconds=wall)
 
         async def live() -> dict[str, JSON]:
             result = await process.kernel.executor.run(code, inputs=inputs, tools=tools, limits=limits)

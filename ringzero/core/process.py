@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
-from ringzero.core.errors import NonDeterminismError, ProcessStateError
+from ringzero.core.errors import NonDeterminismError, NotSerializable, ProcessStateError
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.store import ProcessRecord
@@ -62,6 +62,7 @@ class Process:
             self._resume.set()
         self._holds_slot = False
         self._entered = False
+        self._finishing = False
         self._started = time.monotonic()
         self._ended: float | None = None
         self._watchdog: asyncio.TimerHandle | None = None
@@ -127,8 +128,6 @@ class Process:
             if self.record.stop_reason is None:
                 # The kernel is shutting down: leave the record as a crash would, so that
                 # recover() resumes this process later.
-                self._release()
-                self._disarm_watchdog()
                 raise
         except NonDeterminismError as exc:
             status, reason, error = ProcessStatus.FAILED, StopReason.NON_DETERMINISM, _error_info(exc)
@@ -142,16 +141,26 @@ class Process:
         await self.finish(status, reason, error)
 
     async def finish(self, status: ProcessStatus, reason: StopReason, error: dict[str, str] | None) -> None:
-        """Record the end of the process, refund its parent, and wake its waiters."""
+        """Record the end of the process, refund its parent, and wake its waiters.
+
+        Nothing cancels this (request_stop leaves a finishing process alone), and waiters are
+        woken even if the store fails, with that failure.
+        """
+        self._finishing = True
         self._ended = time.monotonic()
         self.record.stop_reason = reason
         self.record.error = error
         if status is ProcessStatus.EXITED:
             try:
                 self.record.result = ensure_json(self.value, "the program's return value")
-            except Exception:
+            except NotSerializable:
                 self.record.result = repr(self.value)
-        await self._set(status, reason.value)
+        try:
+            await self._set(status, reason.value)
+        except BaseException as exc:
+            if not self.finished.done():
+                self.finished.set_exception(exc)
+            raise
         self.kernel.child_finished(self)
         if not self.finished.done():
             self.finished.set_result(None)
@@ -160,9 +169,9 @@ class Process:
         """Stop the process from outside its task (kill, wall-time watchdog)."""
         if self.record.stop_reason is None:
             self.record.stop_reason = reason
-        # A task cancelled before its first step would never run _main; _main checks the
-        # stop reason on entry instead.
-        if self.task is not None and not self.task.done() and self._entered:
+        # A task cancelled before its first step would never run _main (which checks the stop
+        # reason on entry instead); one that is finishing is already stopping.
+        if self.task is not None and not self.task.done() and self._entered and not self._finishing:
             self.task.cancel()
 
     def _stop(self, reason: StopReason) -> NoReturn:
