@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ringzero import Context, Kernel
+from ringzero import Context, Event, Kernel
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
 from ringzero.core.protocols import Checkpointer
 
@@ -53,12 +53,20 @@ async def ringzero_processes(store: Checkpointer, count: int) -> tuple[float, fl
     gc.collect()
     before = rss_bytes()
     async with Kernel(checkpointer=store) as kernel:
+        all_idle = asyncio.Event()
+        idle_count = 0
+
+        def count_idle(event: Event) -> None:
+            nonlocal idle_count
+            if event.kind == "transition" and event.data["to"] == "waiting":
+                idle_count += 1
+                if idle_count == count:
+                    all_idle.set()
+
+        kernel.subscribe(count_idle)
         started = time.perf_counter()
         handles = [await kernel.spawn(idle) for _ in range(count)]
-        while kernel.scheduler.running:  # type: ignore[attr-defined]
-            await asyncio.sleep(0.01)
-        while sum(h.status.value == "waiting" for h in handles) < count:
-            await asyncio.sleep(0.05)
+        await all_idle.wait()
         spawned = time.perf_counter() - started
         grown = rss_bytes() - before
         started = time.perf_counter()
