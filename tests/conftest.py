@@ -14,6 +14,7 @@ from ringzero.core.errors import RateLimited
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
+from tests.executors import executor, sandbox  # noqa: F401 - fixtures for the executor suites
 
 
 @pytest.fixture(params=["memory", "sqlite"])

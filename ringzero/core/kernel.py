@@ -6,7 +6,7 @@
         print(await p.wait(), await kernel.ps())
 
 Defaults need no setup: SQLite in ``./.ringzero/state.db``, the local asyncio scheduler, and
-the in-process executor until a sandboxing executor is configured.
+the Monty executor (a sandboxed Python subset in worker processes, started on first use).
 """
 
 from __future__ import annotations
@@ -167,9 +167,9 @@ class Kernel:
 
             checkpointer = SqliteCheckpointer(Path(state_dir) / "state.db")
         if executor is None:
-            from ringzero.testing import InProcessExecutor
+            from ringzero.providers.executors.monty import MontyExecutor
 
-            executor = InProcessExecutor()
+            executor = MontyExecutor()
         if scheduler is None:
             from ringzero.providers.schedulers.local import LocalScheduler
 

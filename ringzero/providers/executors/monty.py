@@ -1,0 +1,291 @@
+"""MontyExecutor: agent code in pydantic-monty, a Python-subset interpreter in worker processes.
+
+Monty has no file system, network, subprocess or ctypes for the code to reach (a file
+open is a PermissionError, an ``import socket`` a ModuleNotFoundError), and it enforces a
+feed time limit, a heap limit and a recursion limit itself. Each run checks a fresh
+session out of an ``AsyncMonty`` pool; the pool's request timeout backstops the limits
+and replaces a worker that dies.
+
+Host tools are called as plain functions: the run is driven snapshot by snapshot, and
+each external call is answered by the host (awaiting async tools, which may overlap when
+the code gathers them). A tool call still pending after ``park_after`` seconds parks the
+run: its snapshot is dumped, the worker goes back to the pool, and the run resumes on
+any worker once the tool returns, so a slow tool never holds a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
+from ringzero.core.protocols import ExecutorCapabilities, Tool
+from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord, ensure_json
+
+try:
+    import pydantic_monty as pm
+except ImportError as exc:  # pragma: no cover - a core dependency; only a broken install lands here
+    raise MissingExtra("MontyExecutor", "all") from exc
+
+__all__ = ["MontyExecutor", "MontySession"]
+
+DEFAULT_LIMITS = ExecLimits(wall_seconds=10.0, memory_bytes=256 * 1024 * 1024, output_bytes=1024 * 1024)
+_UNSUPPORTED_HINT = (
+    " (Monty runs a subset of Python; for this, use ringzero.providers.executors.ProcessExecutor, "
+    "which runs full CPython with any installed package)"
+)
+
+
+@dataclass
+class _Output:
+    """Captured print() output, cut at ``limit`` characters with a note."""
+
+    limit: int | None
+    text: str = ""
+    truncated: bool = False
+
+    def __call__(self, stream: str, text: str) -> None:
+        if self.limit is None or len(self.text) + len(text) <= self.limit:
+            self.text += text
+        elif not self.truncated:
+            self.text += text[: max(0, self.limit - len(self.text))]
+            self.truncated = True
+
+    def value(self) -> str:
+        return self.text + ("\n[output truncated]" if self.truncated else "")
+
+
+class MontyExecutor:
+    """The default executor: sub-millisecond runs of untrusted code, isolated at interpreter level."""
+
+    capabilities = ExecutorCapabilities(isolation="interpreter", full_cpython=False, sessions=True, tools=True,
+                                        network=False)
+
+    def __init__(
+        self,
+        *,
+        max_workers: int = 4,
+        limits: ExecLimits | None = None,
+        park_after: float = 0.05,
+        request_grace: float = 5.0,
+    ) -> None:
+        if not isinstance(max_workers, int) or max_workers < 1:
+            raise InvalidArgument(f"max_workers must be a positive integer, got {max_workers!r}")
+        self.limits = _merge(limits, DEFAULT_LIMITS)
+        self.park_after = park_after
+        self._max_workers = max_workers
+        self._grace = request_grace
+        self._pool: pm.AsyncMonty | None = None
+        self._opening = asyncio.Lock()
+
+    async def _get_pool(self) -> pm.AsyncMonty:
+        async with self._opening:
+            if self._pool is None:
+                wall = self.limits.wall_seconds or 0.0
+                pool = pm.AsyncMonty(min_processes=1, max_processes=self._max_workers,
+                                     request_timeout=wall + self._grace)
+                try:
+                    await pool.__aenter__()
+                except Exception as exc:
+                    raise ExecutorError(f"could not start Monty workers: {exc}") from exc
+                self._pool = pool
+        return self._pool
+
+    def _resource_limits(self, limits: ExecLimits) -> dict[str, Any]:
+        return {"max_feed_duration_secs": limits.wall_seconds, "max_total_sleep_secs": limits.wall_seconds,
+                "max_memory": limits.memory_bytes}
+
+    async def run(
+        self,
+        code: str,
+        *,
+        inputs: Mapping[str, JSON] | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        limits: ExecLimits | None = None,
+    ) -> ExecResult:
+        merged = _merge(limits, self.limits)
+        pool = await self._get_pool()
+        run = _Run(self, pool, merged, tools or {})
+        return await run.execute(code, dict(inputs or {}), session=None)
+
+    async def session(self) -> MontySession:
+        """A session whose variables persist between runs (it holds one worker while open)."""
+        return MontySession(self, await self._get_pool())
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.__aexit__(None, None, None)
+
+
+class MontySession:
+    """Runs that share variables: ``async with await executor.session() as s: await s.run(...)``."""
+
+    def __init__(self, executor: MontyExecutor, pool: pm.AsyncMonty) -> None:
+        self._executor = executor
+        self._pool = pool
+        self._session: pm.AsyncMontySession | None = None
+
+    async def __aenter__(self) -> MontySession:
+        await self._open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _open(self) -> None:
+        limits = self._executor._resource_limits(self._executor.limits)
+        self._session = self._pool.checkout(limits=limits)  # type: ignore[arg-type]
+        await self._session.__aenter__()
+
+    async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
+                  tools: Mapping[str, Tool] | None = None) -> ExecResult:
+        if self._session is None:
+            raise InvalidArgument("this Monty session is closed")
+        run = _Run(self._executor, self._pool, self._executor.limits, tools or {})
+        result = await run.execute(code, dict(inputs or {}), session=self._session)
+        if run.session_broken:  # a limit hit leaves the heap in no known state: start afresh
+            await self.aclose()
+            await self._open()
+        return result
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.__aexit__(None, None, None)
+
+
+class _Run:
+    """One run: drives the snapshots, answers tool calls, parks on slow ones."""
+
+    def __init__(self, executor: MontyExecutor, pool: pm.AsyncMonty, limits: ExecLimits,
+                 tools: Mapping[str, Tool]) -> None:
+        self.executor = executor
+        self.pool = pool
+        self.limits = limits
+        self.tools = tools
+        self.calls: list[ToolCallRecord] = []
+        self.output = _Output(limits.output_bytes)
+        self.session_broken = False
+
+    async def execute(self, code: str, inputs: dict[str, JSON], session: pm.AsyncMontySession | None) -> ExecResult:
+        started = time.perf_counter()
+        value: Any = None
+        error: ExecError | None = None
+        # Monty's feed limit stops the code itself (its clock skips time spent in host tools);
+        # this host-side deadline, a little later, bounds the whole run, tool calls included.
+        backstop = None if self.limits.wall_seconds is None else self.limits.wall_seconds + 1.0
+        try:
+            async with asyncio.timeout(backstop) if hasattr(asyncio, "timeout") else _no_timeout():
+                value = await self._drive(code, inputs, session)
+        except pm.MontyCrashedError as exc:
+            error = ExecError("SandboxCrashed", f"the Monty worker died and was replaced: {exc}")
+        except pm.MontyError as exc:
+            error = _exec_error(exc)
+            self.session_broken = error.type in ("TimeoutError", "MemoryError")
+        except TimeoutError:
+            error = ExecError("TimeoutError", f"the run took longer than {self.limits.wall_seconds} s")
+            self.session_broken = True
+        try:
+            value = ensure_json(_plain(value), "the code's final value")
+        except InvalidArgument:
+            value = repr(value)
+        return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.calls))
+
+    async def _drive(self, code: str, inputs: dict[str, JSON], session: pm.AsyncMontySession | None) -> Any:
+        if session is not None:
+            snap = await session.feed_start(code, inputs=inputs, print_callback=self.output)
+            while not isinstance(snap, pm.MontyComplete):
+                snap, _ = await self._answer(snap, session, may_park=False)
+            return snap.output
+        lease = self.pool.checkout(limits=self.executor._resource_limits(self.limits))  # type: ignore[arg-type]
+        await lease.__aenter__()
+        try:
+            if not self.tools:  # nothing to answer: one round trip
+                return await lease.feed_run(code, inputs=inputs, print_callback=self.output)
+            snap = await lease.feed_start(code, inputs=inputs, print_callback=self.output)
+            while not isinstance(snap, pm.MontyComplete):
+                snap, parked = await self._answer(snap, lease, may_park=True)
+                if parked is not None:  # the worker went back to the pool while the tool ran
+                    lease = parked
+            return snap.output
+        finally:
+            await lease.__aexit__(None, None, None)
+
+    async def _answer(self, snap: Any, session: pm.AsyncMontySession,
+                      may_park: bool) -> tuple[Any, pm.AsyncMontySession | None]:
+        """Resolve one snapshot; returns the next one and, if the run moved, its new session."""
+        if isinstance(snap, pm.AsyncNameLookupSnapshot):
+            name = snap.variable_name
+            return (await snap.resume(value=self.tools[name]) if name in self.tools else await snap.resume()), None
+        if not isinstance(snap, pm.AsyncFunctionSnapshot) or snap.function_name not in self.tools:
+            return await snap.resume_not_handled(), None
+        name, args, kwargs = str(snap.function_name), list(snap.args), dict(snap.kwargs)
+        task = asyncio.ensure_future(self._call(name, args, kwargs))
+        parked: pm.AsyncMontySession | None = None
+        if may_park:
+            done, _ = await asyncio.wait({task}, timeout=self.executor.park_after)
+            if not done:
+                state = snap.dump()
+                await session.__aexit__(None, None, None)
+                outcome = await task
+                parked = self.pool.checkout(limits=self.executor._resource_limits(self.limits))  # type: ignore[arg-type]
+                await parked.__aenter__()
+                snap = await parked.load_snapshot(state, print_callback=self.output)
+                return await snap.resume(outcome), parked
+        return await snap.resume(await task), parked
+
+    async def _call(
+        self, name: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> pm.ExternalReturnValue | pm.ExternalException:
+        try:
+            result = self.tools[name](*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as exc:
+            self.calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
+            return {"exception": exc}
+        self.calls.append(ToolCallRecord(name, args, kwargs, result))
+        return {"return_value": result}
+
+
+class _no_timeout:
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def _merge(limits: ExecLimits | None, defaults: ExecLimits) -> ExecLimits:
+    if limits is None:
+        return defaults
+    return ExecLimits(
+        wall_seconds=limits.wall_seconds if limits.wall_seconds is not None else defaults.wall_seconds,
+        memory_bytes=limits.memory_bytes if limits.memory_bytes is not None else defaults.memory_bytes,
+        output_bytes=limits.output_bytes if limits.output_bytes is not None else defaults.output_bytes,
+    )
+
+
+def _exec_error(exc: pm.MontyError) -> ExecError:
+    inner = exc.exception()
+    kind, message = type(inner).__name__, str(inner)
+    if kind == "NotImplementedError" or kind == "ModuleNotFoundError":
+        message += _UNSUPPORTED_HINT
+    display = getattr(exc, "display", None)
+    return ExecError(kind, message, display("traceback") if callable(display) else "")
+
+
+def _plain(value: Any) -> Any:
+    """Monty proxies of sandbox objects become their repr; containers are converted item by item."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)

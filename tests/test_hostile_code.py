@@ -1,0 +1,120 @@
+"""Hostile code in an isolating executor never reaches the host, and the executor serves
+the next run. Network attempts target only a server this test starts on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ringzero.core.protocols import Executor
+from ringzero.core.types import ExecLimits
+
+LIMITS = ExecLimits(wall_seconds=2.0, memory_bytes=64 * 1024 * 1024, output_bytes=64 * 1024)
+
+
+@pytest.fixture
+def local_server() -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP server on 127.0.0.1 that records whatever reaches it."""
+    received: list[bytes] = []
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                received.append(conn.recv(1024))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], received
+    stop.set()
+    thread.join(2)
+    server.close()
+
+
+async def contained(sandbox: Executor, code: str, *expected_errors: str, **inputs: object) -> str:
+    """Run ``code``: it must fail with one of ``expected_errors``; the sandbox must still work."""
+    started = time.perf_counter()
+    result = await sandbox.run(code, inputs=inputs, limits=LIMITS)  # type: ignore[arg-type]
+    assert time.perf_counter() - started < 10, "the run was not stopped within its limits"
+    assert result.error is not None, f"hostile code ran to completion: {result.value!r}"
+    assert result.error.type in expected_errors, result.error
+    assert (await sandbox.run("21 * 2")).value == 42, "the executor did not serve the next run"
+    return result.error.message
+
+
+async def test_reading_etc_shadow_is_refused(sandbox: Executor) -> None:
+    await contained(sandbox, "open('/etc/shadow').read()", "PermissionError", "FileNotFoundError")
+
+
+async def test_reading_a_host_file_outside_the_sandbox_is_refused(sandbox: Executor, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the host's secret")
+    await contained(sandbox, "open(path).read()", "PermissionError", "FileNotFoundError", path=str(secret))
+
+
+async def test_writing_outside_the_sandbox_is_refused(sandbox: Executor, tmp_path: Path) -> None:
+    target = tmp_path / "planted.txt"
+    await contained(sandbox, "open(path, 'w').write('pwned')", "PermissionError", "FileNotFoundError",
+                    path=str(target))
+    assert not target.exists()
+
+
+async def test_a_socket_to_a_local_server_never_connects(sandbox: Executor,
+                                                         local_server: tuple[int, list[bytes]]) -> None:
+    port, received = local_server
+    code = "import socket\ns = socket.create_connection(('127.0.0.1', port))\ns.sendall(b'exfiltrated')"
+    await contained(sandbox, code, "ModuleNotFoundError", "PermissionError", "OSError", port=port)
+    await asyncio.sleep(0.3)  # give a connection that got through time to be recorded
+    assert received == []
+
+
+async def test_a_fork_bomb_is_contained(sandbox: Executor) -> None:
+    await contained(sandbox, "import os\nwhile True:\n    os.fork()", "AttributeError", "PermissionError",
+                    "ModuleNotFoundError", "OSError")
+
+
+async def test_a_memory_bomb_hits_the_memory_limit(sandbox: Executor) -> None:
+    await contained(sandbox, "blocks = []\nwhile True:\n    blocks.append('x' * 10_000_000)", "MemoryError")
+
+
+async def test_an_infinite_loop_hits_the_time_limit(sandbox: Executor) -> None:
+    await contained(sandbox, "while True:\n    pass", "TimeoutError")
+
+
+async def test_deep_recursion_is_stopped(sandbox: Executor) -> None:
+    await contained(sandbox, "def down(n):\n    return down(n + 1)\ndown(0)", "RecursionError")
+
+
+async def test_huge_output_is_cut_at_the_output_limit(sandbox: Executor) -> None:
+    result = await sandbox.run("for _ in range(100_000):\n    print('x' * 100)", limits=LIMITS)
+    assert len(result.stdout) <= (LIMITS.output_bytes or 0) + 100 and result.stdout.endswith("[output truncated]")
+
+
+async def test_os_system_is_refused(sandbox: Executor, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    await contained(sandbox, "import os\nos.system('touch ' + path)", "AttributeError", "PermissionError",
+                    "ModuleNotFoundError", path=str(marker))
+    assert not marker.exists()
+
+
+async def test_ctypes_is_refused(sandbox: Executor) -> None:
+    await contained(sandbox, "import ctypes\nctypes.CDLL(None).abort()", "ModuleNotFoundError", "PermissionError")
+
+
+async def test_killing_the_parent_is_refused(sandbox: Executor) -> None:
+    await contained(sandbox, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)", "AttributeError",
+                    "ModuleNotFoundError", "PermissionError")
