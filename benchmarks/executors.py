@@ -1,0 +1,122 @@
+"""Executors side by side: a warm trivial run, 100 tool calls, throughput at concurrency 1 and 8.
+
+Peers measured in the same run: raw pydantic-monty (what MontyExecutor wraps), smolagents'
+LocalPythonExecutor (an AST interpreter in the host process) and a cold ``python -c``.
+InProcessExecutor isolates nothing and is shown only as the floor.
+
+    .venv/bin/python benchmarks/executors.py [--runs 500]      # needs: uv sync --extra bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import pydantic_monty as pm
+from rich.console import Console
+from rich.table import Table
+
+from ringzero.providers.executors import MontyExecutor
+from ringzero.testing import InProcessExecutor
+
+TOOL_CODE = "total = 0\nfor i in range(100):\n    total += double(i)\ntotal"
+Run = Callable[[str], Awaitable[object]]
+
+
+def double(i: int) -> int:
+    return 2 * i
+
+
+async def latency(run: Run, code: str, n: int) -> tuple[float, float]:
+    for _ in range(min(50, n)):
+        await run(code)
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await run(code)
+        samples.append(time.perf_counter() - start)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+async def throughput(run: Run, concurrency: int, seconds: float = 1.0) -> float:
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            await run("sum(range(100))")
+            done += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / (time.perf_counter() - start)
+
+
+def smolagents_runner() -> Run | None:
+    try:
+        from smolagents.local_python_executor import LocalPythonExecutor
+    except ImportError:
+        return None
+    executor = LocalPythonExecutor(additional_authorized_imports=[])
+    executor.send_tools({})
+    executor.static_tools["double"] = double  # type: ignore[index]
+
+    async def run(code: str) -> object:
+        return executor(code).output
+
+    return run
+
+
+async def python_c(code: str) -> object:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", f"print({code!r})",
+                                                stdout=subprocess.DEVNULL)
+    return await proc.wait()
+
+
+async def main(runs: int) -> None:
+    monty = MontyExecutor(max_workers=8)
+    inproc = InProcessExecutor()
+    rows: list[tuple[str, Run, Run | None]] = [
+        ("ringzero MontyExecutor", lambda c: monty.run(c), lambda c: monty.run(c, tools={"double": double})),
+        ("ringzero InProcessExecutor (no isolation)", lambda c: inproc.run(c),
+         lambda c: inproc.run(c, tools={"double": double})),
+    ]
+    async with pm.AsyncMonty(min_processes=1, max_processes=8) as pool:
+
+        async def raw_monty(code: str) -> object:
+            async with pool.checkout() as session:
+                return await session.feed_run(code, external_lookup={"double": double})
+
+        rows.append(("raw pydantic-monty (checkout + feed_run)", raw_monty, raw_monty))
+        smol = smolagents_runner()
+        if smol is not None:
+            rows.append(("smolagents LocalPythonExecutor", smol, smol))
+        rows.append(("python -c (cold start)", python_c, None))
+        table = Table(title="Executors (trivial run = '1 + 1'; latencies in microseconds, throughput in runs/s)")
+        for column in ("executor", "trivial median", "trivial p99", "100 tool calls median", "runs/s @1", "runs/s @8"):
+            table.add_column(column, justify="left" if column == "executor" else "right")
+        for name, run, with_tools in rows:
+            n = runs if with_tools is not None else max(20, runs // 20)
+            median, p99 = await latency(run, "1 + 1", n)
+            tools = "n/a"
+            if with_tools is not None:
+                tools = f"{(await latency(with_tools, TOOL_CODE, max(20, n // 5)))[0] * 1e6:,.0f}"
+            table.add_row(name, f"{median * 1e6:,.0f}", f"{p99 * 1e6:,.0f}", tools,
+                          f"{await throughput(run, 1):,.0f}", f"{await throughput(run, 8):,.0f}")
+        if smol is None:
+            table.caption = "smolagents not installed: uv sync --extra dev --extra bench"
+    await monty.aclose()
+    Console(width=140).print(table)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=500)
+    asyncio.run(main(parser.parse_args().runs))
