@@ -1,7 +1,7 @@
 """Executors: where agent-written code runs.
 
-``MontyExecutor`` (the kernel's default) is imported lazily, so importing this package does
-not load pydantic-monty until an executor is asked for.
+``MontyExecutor`` (the kernel's default) and ``ProcessExecutor`` (full CPython, Linux) are
+imported lazily, so importing this package loads neither until one is asked for.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ringzero.providers.executors.monty import MontyExecutor
+    from ringzero.providers.executors.process import ProcessExecutor
 
-__all__ = ["MontyExecutor"]
+__all__ = ["MontyExecutor", "ProcessExecutor"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,4 +20,8 @@ def __getattr__(name: str) -> Any:
         from ringzero.providers.executors.monty import MontyExecutor
 
         return MontyExecutor
+    if name == "ProcessExecutor":
+        from ringzero.providers.executors.process import ProcessExecutor
+
+        return ProcessExecutor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,211 @@
+"""The ProcessExecutor's fork server, and the runner that executes code inside the sandbox.
+
+Started once per executor as ``python -m ringzero.providers.executors._forkserver FD PRELOAD``,
+it imports the preloaded modules (so that forks start warm), probes which confinement
+controls this host enforces, then waits on its control socket. Each request carries one
+end of a socket pair; the server forks, and the child confines itself, forks the
+namespace's init, and speaks a length-prefixed JSON protocol with the host over that
+socket: ``pid`` (from the child), ``run`` (from the host), ``call``/``result``/``error``
+for host tools, and ``done``.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import traceback
+from typing import Any
+
+from ringzero.providers.executors import _confine
+
+__all__ = ["recv_msg", "send_msg"]
+
+
+def send_msg(sock: socket.socket, message: Any) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    sock.sendall(struct.pack("!I", len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = b""
+    while len(chunks) < n:
+        chunk = sock.recv(n - len(chunks))
+        if not chunk:
+            raise EOFError("the host closed the connection")
+        chunks += chunk
+    return chunks
+
+
+def recv_msg(sock: socket.socket) -> Any:
+    (length,) = struct.unpack("!I", _recv_exact(sock, 4))
+    return json.loads(_recv_exact(sock, length))
+
+
+def apply_controls(controls: list[str], limits: dict[str, Any], scratch: str) -> None:
+    """Everything but the namespaces, in the order that keeps each step possible."""
+    if "rlimits" in controls:
+        _confine.limit_resources(
+            cpu_seconds=int(limits["cpu_seconds"]), memory_bytes=int(limits["memory_bytes"]),
+            file_bytes=int(limits["file_bytes"]), open_files=64, processes=int(limits["processes"]),
+        )
+    if "landlock" in controls:
+        _confine.landlock(_confine.readable_paths(), [scratch])
+    if "seccomp" in controls:
+        _confine.seccomp_deny()
+    if "unprivileged" in controls:
+        _confine.drop_privileges(keep_read_search=bool(limits.get("keep_read_search")))
+
+
+class _CappedOutput(io.TextIOBase):
+    def __init__(self, limit: int) -> None:
+        self.limit, self.size, self.truncated = limit, 0, False
+        self.parts: list[str] = []
+
+    def write(self, text: str) -> int:
+        if self.size + len(text) <= self.limit:
+            self.parts.append(text)
+            self.size += len(text)
+        elif not self.truncated:
+            self.parts.append(text[: self.limit - self.size])
+            self.size, self.truncated = self.limit, True
+        return len(text)
+
+    def value(self) -> str:
+        return "".join(self.parts) + ("\n[output truncated]" if self.truncated else "")
+
+
+def _tool_proxy(sock: socket.socket, name: str) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        send_msg(sock, {"op": "call", "name": name, "args": list(args), "kwargs": kwargs})
+        reply = recv_msg(sock)
+        if reply["op"] == "error":
+            cls = getattr(builtins, reply["type"], None)
+            if not (isinstance(cls, type) and issubclass(cls, Exception)):
+                cls = type(reply["type"], (Exception,), {})
+            raise cls(*reply["args"])
+        return reply["value"]
+
+    call.__name__ = name
+    return call
+
+
+def _run_code(sock: socket.socket, request: dict[str, Any], output_limit: int) -> dict[str, Any]:
+    out = _CappedOutput(output_limit)
+    sys.stdout = sys.stderr = out
+    namespace: dict[str, Any] = {"__name__": "__main__", **request["inputs"]}
+    for name in request["tools"]:
+        namespace[name] = _tool_proxy(sock, name)
+    value, error = None, None
+    try:
+        tree = ast.parse(request["code"], "<sandbox>", "exec")
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        exec(compile(tree, "<sandbox>", "exec"), namespace)
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), "<sandbox>", "eval"), namespace)
+    except BaseException as exc:  # the user's error, SystemExit and MemoryError included, is data
+        error = {"type": type(exc).__name__, "message": str(exc),
+                 "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        value = repr(value)
+    return {"op": "done", "value": value, "stdout": out.value(), "error": error}
+
+
+def _child(conn: socket.socket, header: dict[str, Any]) -> None:
+    """In the forked child: confine, fork the namespace's init, run the code there."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    controls = header["controls"]
+    if "namespaces" in controls:
+        _confine.enter_namespaces()
+    init = os.fork()
+    if init:
+        send_msg(conn, {"op": "pid", "pid": init, "pgid": os.getpgid(0)})
+        conn.close()
+        os.waitpid(init, 0)
+        os._exit(0)
+    devnull = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    scratch = header["scratch"]
+    os.environ.update(HOME=scratch, TMPDIR=scratch, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    try:
+        apply_controls(controls, header["limits"], scratch)
+        os.chdir(scratch)
+        request = recv_msg(conn)
+        send_msg(conn, _run_code(conn, request, int(header["limits"]["output_bytes"])))
+    except BaseException as exc:  # confinement failed: report it rather than run unconfined
+        with contextlib.suppress(OSError):
+            send_msg(conn, {"op": "failed", "message": f"{type(exc).__name__}: {exc}"})
+    os._exit(0)
+
+
+KEEP_READ_SEARCH = os.geteuid() == 0 and not _confine.interpreter_readable_by_nobody()
+
+
+def probe() -> dict[str, str | None]:
+    """Which controls this host enforces: None for each that works, else why not."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        results: dict[str, str | None] = {}
+        steps = [("namespaces", _confine.enter_namespaces),
+                 ("rlimits", lambda: _confine.limit_resources(cpu_seconds=60, memory_bytes=2**31, file_bytes=2**20,
+                                                              open_files=64, processes=64)),
+                 ("landlock", lambda: _confine.landlock(_confine.readable_paths(), ["/tmp"])),
+                 ("seccomp", _confine.seccomp_deny),
+                 ("unprivileged", lambda: _confine.drop_privileges(keep_read_search=KEEP_READ_SEARCH))]
+        for name, step in steps:
+            try:
+                step()
+                results[name] = None
+            except OSError as exc:
+                results[name] = str(exc)
+        if os.geteuid() == 0 and results.get("unprivileged") is None:
+            results["unprivileged"] = "still root after dropping privileges"
+        os.write(write_end, json.dumps(results).encode())
+        os._exit(0)
+    os.close(write_end)
+    data = b""
+    while chunk := os.read(read_end, 65536):
+        data += chunk
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    return json.loads(data) if data else {c: "the probe process died" for c in _confine.CONTROLS}
+
+
+def main() -> None:
+    control = socket.socket(fileno=int(sys.argv[1]))
+    _confine.readable_paths()  # computed once, before any fork
+    for module in json.loads(sys.argv[2]):  # warm forks: what the parent imported, children share
+        with contextlib.suppress(ImportError):
+            __import__(module)
+    send_msg(control, {"op": "ready", "controls": probe(), "keep_read_search": KEEP_READ_SEARCH})
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 65536, 1)
+        except OSError:
+            break
+        if not data:
+            break  # the host is gone: so are we
+        header = json.loads(data)
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            _child(socket.socket(fileno=fds[0]), header)
+        os.close(fds[0])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""ProcessExecutor: full CPython (any installed package) in a confined, forked process.
+
+A fork server, started once, keeps the interpreter and preloaded packages warm; each run
+is a fresh fork confined by Linux namespaces, rlimits, Landlock, seccomp and an
+unprivileged uid (see ``_confine``). The code sees a read-only file system except its
+own scratch directory, no network, and host tools as plain functions whose calls cross
+back over the run's socket, so secrets stay with the host. Linux only.
+
+Controls are probed when the executor starts. If any cannot be enforced on this host,
+``start()`` refuses with the reasons, unless ``allow_weaker_isolation=True``; then
+``capabilities`` and ``missing_controls`` say what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ringzero.core.errors import ExecutorError, InvalidArgument
+from ringzero.core.protocols import ExecutorCapabilities, Tool
+from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
+from ringzero.providers.executors._confine import CONTROLS, NOBODY
+
+__all__ = ["ProcessExecutor"]
+
+DEFAULT_LIMITS = ExecLimits(wall_seconds=30.0, memory_bytes=1024 * 1024 * 1024, output_bytes=1024 * 1024)
+_timeout = getattr(asyncio, "timeout", None)
+
+
+class ProcessExecutor:
+    """Runs agent code as full CPython, one confined fork per run."""
+
+    def __init__(
+        self,
+        *,
+        limits: ExecLimits | None = None,
+        preload: tuple[str, ...] = ("numpy", "pandas"),
+        allow_weaker_isolation: bool = False,
+        max_processes: int = 32,
+        file_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        if not sys.platform.startswith("linux"):
+            raise ExecutorError("ProcessExecutor confines code with Linux namespaces and Landlock; this is not Linux")
+        self.limits = _merge(limits, DEFAULT_LIMITS)
+        self.preload = preload
+        self.allow_weaker_isolation = allow_weaker_isolation
+        self.max_processes = max_processes
+        self.file_bytes = file_bytes
+        self.missing_controls: dict[str, str] = {}
+        self.keeps_read_search = False
+        """True when the sandboxed uid keeps CAP_DAC_READ_SEARCH to reach an interpreter that
+        lives where ``nobody`` cannot read (Landlock still bounds what it reads)."""
+        self._controls: list[str] = []
+        self._server: asyncio.subprocess.Process | None = None
+        self._control: socket.socket | None = None
+        self._scratch_root = ""
+        self._starting = asyncio.Lock()
+
+    @property
+    def capabilities(self) -> ExecutorCapabilities:
+        return ExecutorCapabilities(isolation="process", full_cpython=True, sessions=False, tools=True,
+                                    network="namespaces" not in self._controls and bool(self._server))
+
+    async def start(self) -> None:
+        """Start the fork server and probe the host. Raises ExecutorError if a control
+        cannot be enforced and weaker isolation was not accepted."""
+        async with self._starting:
+            if self._server is not None:
+                return
+            host_end, server_end = socket.socketpair()
+            self._server = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "ringzero.providers.executors._forkserver", str(server_end.fileno()),
+                json.dumps(list(self.preload)), pass_fds=(server_end.fileno(),))
+            server_end.close()
+            self._control = host_end
+            reader, writer = await asyncio.open_unix_connection(sock=host_end.dup())
+            try:
+                ready = await asyncio.wait_for(_read(reader), 60)
+            except (asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+                await self.aclose()
+                raise ExecutorError("the ProcessExecutor's fork server did not start") from exc
+            finally:
+                writer.close()
+            self.missing_controls = {c: why for c, why in ready["controls"].items() if why is not None}
+            self.keeps_read_search = bool(ready.get("keep_read_search"))
+            self._controls = [c for c in CONTROLS if c not in self.missing_controls]
+            if self.missing_controls and not self.allow_weaker_isolation:
+                await self.aclose()
+                reasons = "; ".join(f"{c}: {why}" for c, why in self.missing_controls.items())
+                raise ExecutorError(f"this host cannot enforce {', '.join(self.missing_controls)} ({reasons}); "
+                                    "pass allow_weaker_isolation=True to run with what it can enforce")
+            self._scratch_root = tempfile.mkdtemp(prefix="ringzero-scratch-")
+            os.chmod(self._scratch_root, 0o711)  # nobody may enter its own run's directory, not list them
+
+    async def run(
+        self,
+        code: str,
+        *,
+        inputs: Mapping[str, JSON] | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        limits: ExecLimits | None = None,
+    ) -> ExecResult:
+        if not isinstance(code, str):
+            raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
+        await self.start()
+        limits = _merge(limits, self.limits)
+        tools = dict(tools or {})
+        started = time.perf_counter()
+        scratch = tempfile.mkdtemp(prefix="run-", dir=self._scratch_root)
+        if os.geteuid() == 0 and "unprivileged" in self._controls:
+            os.chown(scratch, NOBODY, NOBODY)
+        mine, theirs = socket.socketpair()
+        header = {"scratch": scratch, "controls": self._controls, "limits": {
+            "cpu_seconds": int((limits.wall_seconds or 30) + 1), "memory_bytes": limits.memory_bytes,
+            "file_bytes": self.file_bytes, "processes": self.max_processes, "output_bytes": limits.output_bytes,
+            "keep_read_search": self.keeps_read_search}}
+        assert self._control is not None
+        socket.send_fds(self._control, [json.dumps(header).encode()], [theirs.fileno()])
+        theirs.close()
+        reader, writer = await asyncio.open_unix_connection(sock=mine)
+        calls: list[ToolCallRecord] = []
+        pids: list[int] = []
+        try:
+            outcome = await self._converse(reader, writer, code, dict(inputs or {}), tools, limits, calls, pids)
+        finally:
+            for pid in pids:  # the namespace's init: killing it ends every process the code started
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            writer.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+        value, stdout, error = outcome
+        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(calls))
+
+    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, code: str,
+                        inputs: dict[str, JSON], tools: dict[str, Tool], limits: ExecLimits,
+                        calls: list[ToolCallRecord], pids: list[int]) -> tuple[JSON, str, ExecError | None]:
+        wall = limits.wall_seconds
+        try:
+            async with (_timeout(wall) if _timeout is not None else _WaitFor(wall)):
+                hello = await _read(reader)
+                pids.append(int(hello["pid"]))
+                _write(writer, {"op": "run", "code": code, "inputs": inputs, "tools": sorted(tools)})
+                while True:
+                    message = await _read(reader)
+                    if message["op"] == "call":
+                        _write(writer, await _call_tool(tools, message, calls))
+                    elif message["op"] == "done":
+                        error = message["error"]
+                        return message["value"], message["stdout"], None if error is None else ExecError(**error)
+                    else:  # "failed": the child could not confine itself and did not run the code
+                        raise ExecutorError(f"the sandbox could not be set up: {message['message']}")
+        except (TimeoutError, asyncio.TimeoutError):
+            return None, "", ExecError("TimeoutError", f"the run took longer than {wall} s and was killed")
+        except asyncio.IncompleteReadError:
+            return None, "", ExecError("SandboxKilled", "the sandboxed process died before it answered "
+                                       "(a CPU, memory or process limit, or a signal)")
+
+    async def aclose(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._server is not None:
+            server, self._server = self._server, None
+            with contextlib.suppress(ProcessLookupError):
+                server.kill()
+            await server.wait()
+        if self._scratch_root:
+            shutil.rmtree(self._scratch_root, ignore_errors=True)
+            self._scratch_root = ""
+
+
+def _merge(limits: ExecLimits | None, defaults: ExecLimits) -> ExecLimits:
+    """``limits`` with each unset field taken from ``defaults``."""
+    if limits is None:
+        return defaults
+    return dataclasses.replace(limits, **{f.name: getattr(defaults, f.name) for f in dataclasses.fields(limits)
+                                          if getattr(limits, f.name) is None})
+
+
+async def _call_tool(tools: dict[str, Tool], message: dict[str, Any], calls: list[ToolCallRecord]) -> dict[str, Any]:
+    name, args, kwargs = message["name"], message["args"], message["kwargs"]
+    try:
+        result = tools[name](*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        json.dumps(result)
+    except Exception as exc:
+        calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
+        args = [a if isinstance(a, (str, int, float, bool)) or a is None else str(a) for a in exc.args]
+        return {"op": "error", "type": type(exc).__name__, "args": args}
+    calls.append(ToolCallRecord(name, args, kwargs, result))
+    return {"op": "result", "value": result}
+
+
+async def _read(reader: asyncio.StreamReader) -> Any:
+    (length,) = struct.unpack("!I", await reader.readexactly(4))
+    return json.loads(await reader.readexactly(length))
+
+
+def _write(writer: asyncio.StreamWriter, message: Any) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    writer.write(struct.pack("!I", len(data)) + data)
+
+
+class _WaitFor:
+    """asyncio.timeout for Python 3.10: cancels the body after ``delay`` seconds."""
+
+    def __init__(self, delay: float | None) -> None:
+        self._delay = delay
+        self._handle: asyncio.TimerHandle | None = None
+        self._expired = False
+
+    async def __aenter__(self) -> None:
+        if self._delay is not None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._handle = asyncio.get_running_loop().call_later(self._delay, self._expire, task)
+
+    def _expire(self, task: asyncio.Task[Any]) -> None:
+        self._expired = True
+        task.cancel()
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        if self._expired and exc_type is asyncio.CancelledError:
+            raise asyncio.TimeoutError
