@@ -1,4 +1,7 @@
-"""The executors the shared suites run against: every one this host can run."""
+"""The executors the shared suites run against: every one this host can run.
+
+An executor the host cannot run is skipped with the reason its own probe gives.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from ringzero.core.errors import ExecutorError
 from ringzero.core.protocols import Executor
 from ringzero.testing import InProcessExecutor
 
@@ -16,20 +20,37 @@ def _monty() -> Executor:
     return MontyExecutor(max_workers=2)
 
 
-FACTORIES = {"in-process": InProcessExecutor, "monty": _monty}
-ISOLATING = ["monty"]  # the hostile-code suite runs only where isolation is promised
+def _process() -> Executor:
+    from ringzero.providers.executors import ProcessExecutor
+
+    return ProcessExecutor(preload=())
+
+
+FACTORIES = {"in-process": InProcessExecutor, "monty": _monty, "process": _process}
+ISOLATING = ["monty", "process"]  # the hostile-code suite runs only where isolation is promised
+
+
+async def _started(name: str) -> Executor:
+    try:
+        instance = FACTORIES[name]()
+        start = getattr(instance, "start", None)
+        if start is not None:
+            await start()
+    except ExecutorError as exc:
+        pytest.skip(f"the {name} executor cannot run on this host: {exc}")
+    return instance
 
 
 @pytest.fixture(params=list(FACTORIES))
 async def executor(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
-    instance = FACTORIES[request.param]()
+    instance = await _started(request.param)
     yield instance
     await instance.aclose()
 
 
 @pytest.fixture(params=ISOLATING)
 async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
-    instance = FACTORIES[request.param]()
+    instance = await _started(request.param)
     assert instance.capabilities.isolation != "none"
     yield instance
     await instance.aclose()

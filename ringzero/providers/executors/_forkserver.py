@@ -138,6 +138,8 @@ def _child(conn: socket.socket, header: dict[str, Any]) -> None:
         os.dup2(devnull, fd)
     scratch = header["scratch"]
     os.environ.update(HOME=scratch, TMPDIR=scratch, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    # Processes the code forks must not speak for it: they lose the host connection.
+    os.register_at_fork(after_in_child=conn.close)
     try:
         apply_controls(controls, header["limits"], scratch)
         os.chdir(scratch)

@@ -151,17 +151,22 @@ class ProcessExecutor:
         try:
             async with (_timeout(wall) if _timeout is not None else _WaitFor(wall)):
                 hello = await _read(reader)
-                pids.append(int(hello["pid"]))
+                if not isinstance(hello.get("pid"), int):
+                    raise _ProtocolViolation("no pid in the greeting")
+                pids.append(hello["pid"])
                 _write(writer, {"op": "run", "code": code, "inputs": inputs, "tools": sorted(tools)})
                 while True:
                     message = await _read(reader)
                     if message["op"] == "call":
                         _write(writer, await _call_tool(tools, message, calls))
                     elif message["op"] == "done":
-                        error = message["error"]
-                        return message["value"], message["stdout"], None if error is None else ExecError(**error)
-                    else:  # "failed": the child could not confine itself and did not run the code
-                        raise ExecutorError(f"the sandbox could not be set up: {message['message']}")
+                        return _finished(message)
+                    elif message["op"] == "failed":  # the child could not confine itself; nothing ran
+                        raise ExecutorError(f"the sandbox could not be set up: {message.get('message')}")
+                    else:
+                        raise _ProtocolViolation(f"unknown message {message.get('op')!r}")
+        except _ProtocolViolation as exc:
+            return None, "", ExecError("SandboxProtocolError", f"the sandbox broke the protocol and was killed: {exc}")
         except (TimeoutError, asyncio.TimeoutError):
             return None, "", ExecError("TimeoutError", f"the run took longer than {wall} s and was killed")
         except asyncio.IncompleteReadError:
@@ -191,7 +196,11 @@ def _merge(limits: ExecLimits | None, defaults: ExecLimits) -> ExecLimits:
 
 
 async def _call_tool(tools: dict[str, Tool], message: dict[str, Any], calls: list[ToolCallRecord]) -> dict[str, Any]:
-    name, args, kwargs = message["name"], message["args"], message["kwargs"]
+    name, args, kwargs = message.get("name"), message.get("args"), message.get("kwargs")
+    if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise _ProtocolViolation("a malformed tool call")
+    if name not in tools:
+        return {"op": "error", "type": "NameError", "args": [f"no host tool named {name!r}"]}
     try:
         result = tools[name](*args, **kwargs)
         if inspect.isawaitable(result):
@@ -205,9 +214,34 @@ async def _call_tool(tools: dict[str, Tool], message: dict[str, Any], calls: lis
     return {"op": "result", "value": result}
 
 
-async def _read(reader: asyncio.StreamReader) -> Any:
+MAX_MESSAGE = 64 * 1024 * 1024
+
+
+class _ProtocolViolation(Exception):
+    """The sandbox sent something that is not the protocol: it is killed, the host carries on."""
+
+
+async def _read(reader: asyncio.StreamReader) -> dict[str, Any]:
     (length,) = struct.unpack("!I", await reader.readexactly(4))
-    return json.loads(await reader.readexactly(length))
+    if length > MAX_MESSAGE:
+        raise _ProtocolViolation(f"a {length}-byte message (the limit is {MAX_MESSAGE})")
+    try:
+        message = json.loads(await reader.readexactly(length))
+    except ValueError as exc:
+        raise _ProtocolViolation(f"malformed message: {exc}") from exc
+    if not isinstance(message, dict) or "op" not in message:
+        raise _ProtocolViolation("a message without an op")
+    return message
+
+
+def _finished(message: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
+    error = message.get("error")
+    if error is not None and not isinstance(error, dict):
+        raise _ProtocolViolation("a malformed error")
+    stdout = message.get("stdout", "")
+    exec_error = None if error is None else ExecError(
+        str(error.get("type", "Exception")), str(error.get("message", "")), str(error.get("traceback", "")))
+    return message.get("value"), stdout if isinstance(stdout, str) else str(stdout), exec_error
 
 
 def _write(writer: asyncio.StreamWriter, message: Any) -> None:

@@ -1,0 +1,85 @@
+"""ProcessExecutor specifics: full CPython with installed packages, a private scratch dir per
+run, an unprivileged uid, and Monty pointing users here for what it cannot run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ringzero.core.protocols import Executor
+from ringzero.providers.executors import MontyExecutor
+from tests.executors import _started
+
+
+@pytest.fixture
+async def process() -> AsyncIterator[Executor]:
+    instance = await _started("process")
+    yield instance
+    await instance.aclose()
+
+
+PANDAS_CODE = """
+import pandas as pd
+frame = pd.DataFrame({"group": ["a", "b", "a", "b"], "value": [1, 2, 3, 4]})
+frame.groupby("group")["value"].sum().to_dict()
+"""
+
+
+async def test_installed_packages_like_pandas_run(process: Executor) -> None:
+    result = await process.run(PANDAS_CODE)
+    assert result.error is None, result.error
+    assert result.value == {"a": 4, "b": 6}
+
+
+async def test_monty_refuses_pandas_and_points_to_the_process_executor() -> None:
+    monty = MontyExecutor(max_workers=1)
+    result = await monty.run(PANDAS_CODE)
+    await monty.aclose()
+    assert result.error is not None and result.error.type == "ModuleNotFoundError"
+    assert "ProcessExecutor" in result.error.message
+
+
+async def test_each_run_gets_its_own_writable_scratch_directory(process: Executor) -> None:
+    first = await process.run("import os\nopen('note.txt', 'w').write('kept?')\nos.getcwd()")
+    assert first.error is None, first.error
+    second = await process.run("import os\n[os.getcwd(), os.path.exists('note.txt')]")
+    assert second.value[1] is False and second.value[0] != first.value  # type: ignore[index]
+    assert not Path(str(first.value)).exists(), "the scratch directory outlived its run"  # noqa: ASYNC240
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid is only changed when the host runs as root")
+async def test_code_runs_as_nobody_when_the_host_is_root(process: Executor) -> None:
+    assert (await process.run("import os\n[os.getuid(), os.getgid()]")).value == [65534, 65534]
+
+
+async def test_no_network_interface_is_up_inside(process: Executor) -> None:
+    code = ("import socket\nout = 'connected'\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+            "except OSError as e:\n    out = type(e).__name__\nout")
+    assert (await process.run(code)).value in ("PermissionError", "OSError", "ConnectionRefusedError")
+
+
+async def test_a_process_the_code_leaves_behind_is_killed_with_the_run(process: Executor, tmp_path: object) -> None:
+    code = "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\nos.getpid()"
+    result = await process.run(code)
+    assert result.error is None, result.error
+    # The run's PID namespace dies with its init, so nothing the code forked outlives it
+    # (the kernel tears the namespace down asynchronously: allow it a moment).
+    deadline = time.monotonic() + 5
+    while (survivors := [p for p in os.listdir("/proc") if p.isdigit() and _is_sleeper(p)]) and \
+            time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert survivors == []
+
+
+def _is_sleeper(pid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        return False
+    return "Uid:\t65534" in status and "State:\tS" in status
