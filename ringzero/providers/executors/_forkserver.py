@@ -1,18 +1,20 @@
 """The ProcessExecutor's fork server, and the runner that executes code inside the sandbox.
 
-Started once per executor as ``python -m ringzero.providers.executors._forkserver FD PRELOAD``,
-it imports the preloaded modules (so that forks start warm), probes which confinement
-controls this host enforces, then waits on its control socket. Each request carries one
-end of a socket pair; the server forks, and the child confines itself, forks the
-namespace's init, and speaks a length-prefixed JSON protocol with the host over that
-socket: ``pid`` (from the child), ``run`` (from the host), ``call``/``result``/``error``
-for host tools, and ``done``.
+Started once per executor as ``python -m ringzero.providers.executors._forkserver FD PRELOAD
+SCRATCH_ROOT WARM``, it imports the preloaded modules (so that forks start warm), probes which
+confinement controls this host enforces, and keeps WARM confined inits ready: each was forked
+into new namespaces, confined by Landlock (with its own scratch directory), seccomp and an
+unprivileged uid, and waits. A request from the host carries one end of a socket pair; the
+server greets the host on it (``pid``, ``scratch``) and hands it to a ready init, which applies
+the run's rlimits and speaks a length-prefixed JSON protocol with the host: ``run`` (from the
+host), ``call``/``result``/``error`` for host tools, and ``done`` (or ``failed``).
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import contextlib
 import io
 import json
@@ -21,6 +23,7 @@ import signal
 import socket
 import struct
 import sys
+import tempfile
 import traceback
 from typing import Any
 
@@ -49,19 +52,23 @@ def recv_msg(sock: socket.socket) -> Any:
     return json.loads(_recv_exact(sock, length))
 
 
-def apply_controls(controls: list[str], limits: dict[str, Any], scratch: str) -> None:
-    """Everything but the namespaces, in the order that keeps each step possible."""
-    if "rlimits" in controls:
-        _confine.limit_resources(
-            cpu_seconds=int(limits["cpu_seconds"]), memory_bytes=int(limits["memory_bytes"]),
-            file_bytes=int(limits["file_bytes"]), open_files=64, processes=int(limits["processes"]),
-        )
+def confine(controls: list[str], scratch: str, keep_read_search: bool) -> None:
+    """The controls that do not depend on a run's limits, in the order that keeps each possible."""
     if "landlock" in controls:
         _confine.landlock(_confine.readable_paths(), [scratch])
     if "seccomp" in controls:
         _confine.seccomp_deny()
     if "unprivileged" in controls:
-        _confine.drop_privileges(keep_read_search=bool(limits.get("keep_read_search")))
+        _confine.drop_privileges(keep_read_search=keep_read_search)
+
+
+def limit(controls: list[str], limits: dict[str, Any]) -> None:
+    """The run's own limits: lowering rlimits needs no privilege, so they come last."""
+    if "rlimits" in controls:
+        _confine.limit_resources(
+            cpu_seconds=int(limits["cpu_seconds"]), memory_bytes=int(limits["memory_bytes"]),
+            file_bytes=int(limits["file_bytes"]), open_files=64, processes=int(limits["processes"]),
+        )
 
 
 class _CappedOutput(io.TextIOBase):
@@ -120,32 +127,70 @@ def _run_code(sock: socket.socket, request: dict[str, Any], output_limit: int) -
     return {"op": "done", "value": value, "stdout": out.value(), "error": error}
 
 
-def _child(conn: socket.socket, header: dict[str, Any]) -> None:
-    """In the forked child: confine, fork the namespace's init, run the code there."""
+class _Ready:
+    """A confined init waiting for its run: its link to us and its scratch dir. Its host pid
+    arrives on the link once its namespaces exist; it is read only when the run is handed over,
+    so that the fork server never waits for a spawn to finish."""
+
+    def __init__(self, link: socket.socket, scratch: str) -> None:
+        self.link, self.scratch = link, scratch
+
+    def pid(self) -> int:
+        return int(recv_msg(self.link)["pid"])
+
+
+def spawn_ready(controls: list[str], scratch_root: str, control: socket.socket) -> _Ready:
+    """Fork a process, give it new namespaces, fork its init, confine the init; it then waits."""
+    scratch = tempfile.mkdtemp(prefix="run-", dir=scratch_root)
+    if os.geteuid() == 0 and "unprivileged" in controls:
+        os.chown(scratch, _confine.NOBODY, _confine.NOBODY)
+    ours, theirs = socket.socketpair()
+    if os.fork() == 0:
+        ours.close()
+        control.close()
+        try:
+            _prepare(theirs, controls, scratch)
+        finally:
+            os._exit(0)  # the fork server went away mid-spawn: leave quietly
+    theirs.close()
+    return _Ready(ours, scratch)
+
+
+def _prepare(link: socket.socket, controls: list[str], scratch: str) -> None:
+    """In the forked process: namespaces, then the init that confines itself and waits."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
-    controls = header["controls"]
     if "namespaces" in controls:
         _confine.enter_namespaces()
     init = os.fork()
     if init:
-        send_msg(conn, {"op": "pid", "pid": init, "pgid": os.getpgid(0)})
-        conn.close()
+        send_msg(link, {"pid": init})
+        link.close()
         os.waitpid(init, 0)
         os._exit(0)
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    scratch = header["scratch"]
     os.environ.update(HOME=scratch, TMPDIR=scratch, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    # Processes the code forks must not speak for it: they lose the host connection.
-    os.register_at_fork(after_in_child=conn.close)
+    failure = None
     try:
-        apply_controls(controls, header["limits"], scratch)
+        confine(controls, scratch, KEEP_READ_SEARCH)
         os.chdir(scratch)
+    except BaseException as exc:  # reported to the run instead of running unconfined
+        failure = f"{type(exc).__name__}: {exc}"
+    data, fds, _, _ = socket.recv_fds(link, 65536, 1)
+    if not data or not fds:
+        os._exit(0)  # the fork server is gone
+    conn = socket.socket(fileno=fds[0])
+    os.register_at_fork(after_in_child=conn.close)  # processes the code forks must not speak for it
+    try:
+        if failure is not None:
+            raise RuntimeError(failure)
+        header = json.loads(data)
+        limit(controls, header["limits"])
         request = recv_msg(conn)
         send_msg(conn, _run_code(conn, request, int(header["limits"]["output_bytes"])))
-    except BaseException as exc:  # confinement failed: report it rather than run unconfined
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             send_msg(conn, {"op": "failed", "message": f"{type(exc).__name__}: {exc}"})
     os._exit(0)
@@ -188,25 +233,35 @@ def probe() -> dict[str, str | None]:
 
 def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
+    preload, scratch_root, warm = json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     _confine.readable_paths()  # computed once, before any fork
-    for module in json.loads(sys.argv[2]):  # warm forks: what the parent imported, children share
+    for module in preload:  # warm forks: what the parent imported, children share
         with contextlib.suppress(ImportError):
             __import__(module)
-    send_msg(control, {"op": "ready", "controls": probe(), "keep_read_search": KEEP_READ_SEARCH})
+    results = probe()
+    controls = [c for c in _confine.CONTROLS if results.get(c) is None]
+    send_msg(control, {"op": "ready", "controls": results, "keep_read_search": KEEP_READ_SEARCH})
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    ready = collections.deque(spawn_ready(controls, scratch_root, control) for _ in range(warm))
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 65536, 1)
         except OSError:
             break
-        if not data:
-            break  # the host is gone: so are we
-        header = json.loads(data)
-        pid = os.fork()
-        if pid == 0:
-            control.close()
-            _child(socket.socket(fileno=fds[0]), header)
-        os.close(fds[0])
+        if not data or not fds:
+            break  # the host is gone: so are we (and the waiting inits, whose links close)
+        run = ready.popleft() if ready else spawn_ready(controls, scratch_root, control)
+        conn = socket.socket(fileno=fds[0])
+        try:
+            send_msg(conn, {"op": "pid", "pid": run.pid(), "scratch": run.scratch})
+            socket.send_fds(run.link, [data], [conn.fileno()])
+        except (OSError, EOFError) as exc:  # that init died while it waited: the host sees the run fail
+            with contextlib.suppress(OSError):
+                send_msg(conn, {"op": "failed", "message": f"the prepared sandbox died: {exc}"})
+        conn.close()
+        run.link.close()
+        if len(ready) < warm:
+            ready.append(spawn_ready(controls, scratch_root, control))
 
 
 if __name__ == "__main__":

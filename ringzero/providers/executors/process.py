@@ -32,7 +32,7 @@ from typing import Any
 from ringzero.core.errors import ExecutorError, InvalidArgument
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
-from ringzero.providers.executors._confine import CONTROLS, NOBODY
+from ringzero.providers.executors._confine import CONTROLS
 
 __all__ = ["ProcessExecutor"]
 
@@ -51,6 +51,7 @@ class ProcessExecutor:
         allow_weaker_isolation: bool = False,
         max_processes: int = 32,
         file_bytes: int = 64 * 1024 * 1024,
+        warm: int = 2,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise ExecutorError("ProcessExecutor confines code with Linux namespaces and Landlock; this is not Linux")
@@ -59,6 +60,7 @@ class ProcessExecutor:
         self.allow_weaker_isolation = allow_weaker_isolation
         self.max_processes = max_processes
         self.file_bytes = file_bytes
+        self.warm = warm
         self.missing_controls: dict[str, str] = {}
         self.keeps_read_search = False
         """True when the sandboxed uid keeps CAP_DAC_READ_SEARCH to reach an interpreter that
@@ -81,9 +83,11 @@ class ProcessExecutor:
             if self._server is not None:
                 return
             host_end, server_end = socket.socketpair()
+            self._scratch_root = tempfile.mkdtemp(prefix="ringzero-scratch-")
+            os.chmod(self._scratch_root, 0o711)  # nobody may enter its own run's directory, not list them
             self._server = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "ringzero.providers.executors._forkserver", str(server_end.fileno()),
-                json.dumps(list(self.preload)), pass_fds=(server_end.fileno(),))
+                json.dumps(list(self.preload)), self._scratch_root, str(self.warm), pass_fds=(server_end.fileno(),))
             server_end.close()
             self._control = host_end
             reader, writer = await asyncio.open_unix_connection(sock=host_end.dup())
@@ -102,8 +106,6 @@ class ProcessExecutor:
                 reasons = "; ".join(f"{c}: {why}" for c, why in self.missing_controls.items())
                 raise ExecutorError(f"this host cannot enforce {', '.join(self.missing_controls)} ({reasons}); "
                                     "pass allow_weaker_isolation=True to run with what it can enforce")
-            self._scratch_root = tempfile.mkdtemp(prefix="ringzero-scratch-")
-            os.chmod(self._scratch_root, 0o711)  # nobody may enter its own run's directory, not list them
 
     async def run(
         self,
@@ -119,41 +121,40 @@ class ProcessExecutor:
         limits = _merge(limits, self.limits)
         tools = dict(tools or {})
         started = time.perf_counter()
-        scratch = tempfile.mkdtemp(prefix="run-", dir=self._scratch_root)
-        if os.geteuid() == 0 and "unprivileged" in self._controls:
-            os.chown(scratch, NOBODY, NOBODY)
         mine, theirs = socket.socketpair()
-        header = {"scratch": scratch, "controls": self._controls, "limits": {
+        header = {"limits": {
             "cpu_seconds": int((limits.wall_seconds or 30) + 1), "memory_bytes": limits.memory_bytes,
-            "file_bytes": self.file_bytes, "processes": self.max_processes, "output_bytes": limits.output_bytes,
-            "keep_read_search": self.keeps_read_search}}
+            "file_bytes": self.file_bytes, "processes": self.max_processes, "output_bytes": limits.output_bytes}}
         assert self._control is not None
         socket.send_fds(self._control, [json.dumps(header).encode()], [theirs.fileno()])
         theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=mine)
         calls: list[ToolCallRecord] = []
-        pids: list[int] = []
+        greeting: dict[str, Any] = {}
         try:
-            outcome = await self._converse(reader, writer, code, dict(inputs or {}), tools, limits, calls, pids)
+            outcome = await self._converse(reader, writer, code, dict(inputs or {}), tools, limits, calls, greeting)
         finally:
-            for pid in pids:  # the namespace's init: killing it ends every process the code started
+            if "pid" in greeting:  # the namespace's init: killing it ends every process the code started
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(greeting["pid"], signal.SIGKILL)
             writer.close()
-            shutil.rmtree(scratch, ignore_errors=True)
+            scratch = str(greeting.get("scratch", ""))
+            if scratch.startswith(self._scratch_root + os.sep):
+                shutil.rmtree(scratch, ignore_errors=True)
         value, stdout, error = outcome
         return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(calls))
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, code: str,
                         inputs: dict[str, JSON], tools: dict[str, Tool], limits: ExecLimits,
-                        calls: list[ToolCallRecord], pids: list[int]) -> tuple[JSON, str, ExecError | None]:
+                        calls: list[ToolCallRecord], greeting: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
         wall = limits.wall_seconds
         try:
             async with (_timeout(wall) if _timeout is not None else _WaitFor(wall)):
-                hello = await _read(reader)
-                if not isinstance(hello.get("pid"), int):
+                greeting.update(await _read(reader))  # from the fork server itself, before any user code
+                if greeting["op"] == "failed":
+                    raise ExecutorError(f"the sandbox could not be set up: {greeting.get('message')}")
+                if not isinstance(greeting.get("pid"), int):
                     raise _ProtocolViolation("no pid in the greeting")
-                pids.append(hello["pid"])
                 _write(writer, {"op": "run", "code": code, "inputs": inputs, "tools": sorted(tools)})
                 while True:
                     message = await _read(reader)
