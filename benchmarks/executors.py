@@ -21,10 +21,12 @@ import pydantic_monty as pm
 from rich.console import Console
 from rich.table import Table
 
-from ringzero.providers.executors import MontyExecutor
+from ringzero.providers.executors import MontyExecutor, ProcessExecutor
 from ringzero.testing import InProcessExecutor
 
 TOOL_CODE = "total = 0\nfor i in range(100):\n    total += double(i)\ntotal"
+PANDAS_CODE = ("import pandas as pd\nframe = pd.DataFrame({'g': [i % 10 for i in range(10_000)], 'v': range(10_000)})\n"
+               "frame.groupby('g')['v'].sum().to_dict()")
 Run = Callable[[str], Awaitable[object]]
 
 
@@ -82,9 +84,17 @@ async def python_c(code: str) -> object:
 
 async def main(runs: int) -> None:
     monty = MontyExecutor(max_workers=8)
+    process = ProcessExecutor(warm=8)
+    await process.start()
+    data_process = ProcessExecutor(warm=8, preload=("numpy", "pandas"))
+    await data_process.start()
     inproc = InProcessExecutor()
     rows: list[tuple[str, Run, Run | None]] = [
         ("ringzero MontyExecutor", lambda c: monty.run(c), lambda c: monty.run(c, tools={"double": double})),
+        ("ringzero ProcessExecutor (full CPython, confined)", lambda c: process.run(c),
+         lambda c: process.run(c, tools={"double": double})),
+        ("ringzero ProcessExecutor, pandas preloaded", lambda c: data_process.run(c),
+         lambda c: data_process.run(c, tools={"double": double})),
         ("ringzero InProcessExecutor (no isolation)", lambda c: inproc.run(c),
          lambda c: inproc.run(c, tools={"double": double})),
     ]
@@ -112,8 +122,15 @@ async def main(runs: int) -> None:
                           f"{await throughput(run, 1):,.0f}", f"{await throughput(run, 8):,.0f}")
         if smol is None:
             table.caption = "smolagents not installed: uv sync --extra dev --extra bench"
+        pandas_median, _ = await latency(lambda c: data_process.run(c), PANDAS_CODE, 50)
+        inproc_pandas, _ = await latency(lambda c: inproc.run(c), PANDAS_CODE, 50)
     await monty.aclose()
+    await process.aclose()
+    await data_process.aclose()
     Console(width=140).print(table)
+    Console(width=140).print(f"pandas groupby over 10,000 rows (pandas preloaded by the fork server): "
+                             f"ProcessExecutor {pandas_median * 1e3:.1f} ms median, "
+                             f"InProcessExecutor {inproc_pandas * 1e3:.1f} ms; Monty cannot import pandas.")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The ``ringzero`` command: ``demo``, ``ps``, ``resume`` and ``--version``."""
+"""The ``ringzero`` command: ``demo``, ``doctor``, ``ps``, ``resume`` and ``--version``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run agents sharing one rate-limited model, with a live process table")
     demo.add_argument("--state-dir", type=Path, default=Path(".ringzero") / "demo",
                       help="where the demo keeps its SQLite state (default: %(default)s)")
+    commands.add_parser("doctor", help="probe which executors and isolation controls work on this host")
     ps = commands.add_parser("ps", help="list the processes recorded in a state database")
     ps.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite state file (default: %(default)s)")
     resume = commands.add_parser("resume", help="resume unfinished processes after a crash and wait for them")
@@ -93,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("ps", "resume") and not args.db.exists():
             console.print(f"no state database at {args.db}")
             return 1
+        if args.command == "doctor":
+            from ringzero.doctor import diagnose
+
+            return asyncio.run(diagnose(console))
         if args.command == "demo":
             from ringzero.demo import run_demo
 

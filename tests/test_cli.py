@@ -69,3 +69,12 @@ def test_resume_with_a_bad_kernel_factory_names_it(tmp_path: Path) -> None:
     (tmp_path / "state.db").touch()
     out = ringzero_cli("resume", "--db", "state.db", "--kernel", "no_such_module:make", cwd=tmp_path)
     assert out.returncode == 2 and "--kernel 'no_such_module:make': cannot import it" in out.stdout
+
+
+def test_doctor_reports_each_executor_as_probed(tmp_path: Path) -> None:
+    out = ringzero_cli("doctor", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "MontyExecutor" in out.stdout and "ProcessExecutor" in out.stdout and "MicrosandboxExecutor" in out.stdout
+    assert "/dev/kvm" in out.stdout
+    monty_row = next(line for line in out.stdout.splitlines() if "MontyExecutor" in line)
+    assert "works" in monty_row

@@ -1,0 +1,82 @@
+"""``ringzero doctor``: which executors and isolation controls work on this host, by trying them."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ringzero.core.errors import RingzeroError
+
+__all__ = ["diagnose"]
+
+
+async def _try_run(executor: object) -> str:
+    started = time.perf_counter()
+    result = await executor.run("21 * 2")  # type: ignore[attr-defined]
+    elapsed = (time.perf_counter() - started) * 1000
+    if result.error is not None or result.value != 42:
+        return f"[red]runs, but wrongly: {result.error or result.value}[/]"
+    return f"[green]works[/] (first run {elapsed:.0f} ms)"
+
+
+async def _monty() -> tuple[str, str]:
+    from ringzero.providers.executors import MontyExecutor
+
+    executor = MontyExecutor(max_workers=1)
+    try:
+        return await _try_run(executor), "interpreter: no file system, network or subprocess; time/memory limits"
+    except RingzeroError as exc:
+        return f"[red]does not work: {exc}[/]", ""
+    finally:
+        await executor.aclose()
+
+
+async def _process() -> tuple[str, str]:
+    from ringzero.providers.executors import ProcessExecutor
+
+    try:
+        executor = ProcessExecutor(allow_weaker_isolation=True, warm=1)
+        await executor.start()
+    except RingzeroError as exc:
+        return f"[red]does not work: {exc}[/]", ""
+    try:
+        status = await _try_run(executor)
+        enforced = [c for c in ("namespaces", "rlimits", "landlock", "seccomp", "unprivileged")
+                    if c not in executor.missing_controls]
+        detail = "enforced: " + ", ".join(enforced)
+        if executor.missing_controls:
+            missing = "; ".join(f"{c} ({why})" for c, why in executor.missing_controls.items())
+            detail += f"\n[yellow]missing: {missing} — refuses to start unless allow_weaker_isolation=True[/]"
+        if executor.keeps_read_search:
+            detail += "\nkeeps CAP_DAC_READ_SEARCH: the interpreter lives where nobody cannot read"
+        return status, detail
+    finally:
+        await executor.aclose()
+
+
+def _microvm() -> tuple[str, str]:
+    kvm = Path("/dev/kvm")
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    flags = {f for line in cpuinfo.splitlines() if line.startswith("flags") for f in line.split()}
+    virt = "vmx" in flags or "svm" in flags
+    facts = [f"/dev/kvm {'present' if kvm.exists() else 'absent'}"
+             + (", usable" if kvm.exists() and os.access(kvm, os.R_OK | os.W_OK) else ""),
+             f"CPU virtualization flag {'present' if virt else 'absent (no vmx/svm)'}"]
+    return "[yellow]not available in this version[/]", "; ".join(facts)
+
+
+async def diagnose(console: Console) -> int:
+    table = Table(title="ringzero doctor: executors on this host", show_lines=True)
+    table.add_column("executor")
+    table.add_column("status")
+    table.add_column("isolation, as probed")
+    for name, probe in (("MontyExecutor (default)", _monty), ("ProcessExecutor", _process)):
+        status, detail = await probe()
+        table.add_row(name, status, detail)
+    table.add_row("MicrosandboxExecutor", *_microvm())
+    console.print(table)
+    return 0
