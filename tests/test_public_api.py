@@ -20,6 +20,8 @@ MODULES = [
     "ringzero.checkpointers",
     "ringzero.providers.schedulers",
     "ringzero.testing",
+    "ringzero.compat.executor",
+    "ringzero.providers.executors",
 ]
 
 

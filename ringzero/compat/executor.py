@@ -1,0 +1,114 @@
+"""The Executor conformance kit: what every Executor must do, run against yours.
+
+Subclass ``ExecutorConformance`` in your tests and provide an ``executor`` fixture that
+yields a fresh instance of your backend (and closes it afterwards)::
+
+    import pytest
+    from ringzero.compat.executor import ExecutorConformance
+
+    class TestMyExecutor(ExecutorConformance):
+        @pytest.fixture
+        async def executor(self):
+            instance = MyExecutor()
+            yield instance
+            await instance.aclose()
+
+The tests need pytest-asyncio (``asyncio_mode = "auto"``, or the class's own marker). They
+check what ``capabilities`` declares: the tool tests run only where ``tools`` is True.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ringzero.core.protocols import Executor
+from ringzero.core.types import JSON, ExecLimits
+
+__all__ = ["ExecutorConformance"]
+
+
+def needs_tools(executor: Executor) -> None:
+    if not executor.capabilities.tools:
+        pytest.skip("this executor declares no host tools (capabilities.tools is False)")
+
+
+@pytest.mark.asyncio
+class ExecutorConformance:
+    """Values, stdout, user errors as data, limits, and tools called as plain functions with
+    JSON values, exceptions crossing back, and every call seen by the host."""
+
+    async def test_it_is_an_executor(self, executor: Executor) -> None:
+        assert isinstance(executor, Executor)
+        assert executor.capabilities.isolation in ("none", "interpreter", "process", "microvm")
+
+    async def test_the_last_expression_is_the_value_and_print_is_captured(self, executor: Executor) -> None:
+        result = await executor.run("total = a + b\nprint('sum', total)\ntotal * 2", inputs={"a": 2, "b": 3})
+        assert (result.value, result.stdout, result.error) == (10, "sum 5\n", None)
+
+    async def test_inputs_arrive_as_json_values(self, executor: Executor) -> None:
+        data: JSON = {"rows": [{"k": "x", "v": 1.5}, {"k": "y", "v": None}], "ok": True}
+        assert (await executor.run("data", inputs={"data": data})).value == data
+
+    async def test_an_exception_in_the_code_is_data(self, executor: Executor) -> None:
+        result = await executor.run("def f():\n    raise ValueError('bad input')\nf()")
+        assert result.error is not None and (result.error.type, result.error.message) == ("ValueError", "bad input")
+        assert (await executor.run("1 + 1")).value == 2  # and the executor serves the next run
+
+    async def test_a_syntax_error_is_data(self, executor: Executor) -> None:
+        result = await executor.run("def broken(:\n    pass")
+        assert result.error is not None and result.error.type == "SyntaxError"
+
+    async def test_tools_are_plain_functions_with_json_arguments_and_results(self, executor: Executor) -> None:
+        needs_tools(executor)
+        def search_docs(query: str, limit: int = 2) -> list[dict[str, object]]:
+            return [{"title": f"{query} {i}", "score": 1.0 / (i + 1)} for i in range(limit)]
+
+        result = await executor.run("hits = search_docs('kernel', limit=3)\n[h['title'] for h in hits]",
+                                    tools={"search_docs": search_docs})
+        assert result.value == ["kernel 0", "kernel 1", "kernel 2"]
+        [call] = result.tool_calls
+        assert (call.name, call.args, call.kwargs) == ("search_docs", ["kernel"], {"limit": 3})
+
+    async def test_async_tools_are_plain_functions_too(self, executor: Executor) -> None:
+        needs_tools(executor)
+        async def fetch(url: str) -> str:
+            await asyncio.sleep(0.01)
+            return f"<page {url}>"
+
+        result = await executor.run("[fetch(u) for u in urls]", inputs={"urls": ["a", "b"]}, tools={"fetch": fetch})
+        assert result.value == ["<page a>", "<page b>"]
+
+    async def test_a_host_tool_exception_can_be_caught_by_the_code(self, executor: Executor) -> None:
+        needs_tools(executor)
+        def lookup(key: str) -> str:
+            raise KeyError(key)
+
+        code = ("try:\n    lookup('missing')\n    out = 'no error'\n"
+                "except KeyError as e:\n    out = 'caught ' + str(e)\nout")
+        result = await executor.run(code, tools={"lookup": lookup})
+        assert result.value == "caught 'missing'"
+        assert result.tool_calls[0].error == "KeyError: 'missing'"
+
+    async def test_the_host_sees_every_tool_call(self, executor: Executor) -> None:
+        needs_tools(executor)
+        seen: list[int] = []
+
+        def record(i: int) -> int:
+            seen.append(i)
+            return i
+
+        result = await executor.run("[record(i) for i in range(100)]", tools={"record": record})
+        assert seen == list(range(100)) and len(result.tool_calls) == 100
+
+    async def test_the_wall_time_limit_stops_a_run_that_sleeps(self, executor: Executor) -> None:
+        started = time.perf_counter()
+        result = await executor.run("import time\ntime.sleep(2)\n'woke'", limits=ExecLimits(wall_seconds=0.3))
+        assert result.error is not None and result.error.type == "TimeoutError"
+        assert time.perf_counter() - started < 3
+
+    async def test_an_undefined_name_is_a_name_error(self, executor: Executor) -> None:
+        result = await executor.run("not_a_tool(1)")
+        assert result.error is not None and result.error.type == "NameError"
