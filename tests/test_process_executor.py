@@ -87,3 +87,44 @@ def _is_sleeper(pid: str) -> bool:
             return f.read().strip() == "rz-leftover"
     except OSError:
         return False
+
+
+WEAKER_HOST = """
+import asyncio, json, sys
+from ringzero.providers.executors import _confine
+from ringzero.providers.executors.process import ProcessExecutor
+from ringzero.core.errors import ExecutorError
+
+_confine.seccomp_deny()  # from here on, unshare() fails: a host without namespaces
+
+async def main():
+    out = {}
+    try:
+        await ProcessExecutor().start()
+        out["refused"] = None
+    except ExecutorError as exc:
+        out["refused"] = str(exc)
+    weaker = ProcessExecutor(allow_weaker_isolation=True)
+    result = await weaker.run("21 * 2")
+    out.update(value=result.value, missing=sorted(weaker.missing_controls), network=weaker.capabilities.network)
+    await weaker.aclose()
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
+
+async def test_a_host_that_cannot_enforce_a_control_is_refused_unless_weaker_isolation_is_accepted(
+    process: Executor,
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", WEAKER_HOST], capture_output=True,
+                                  text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["refused"] is not None and "namespaces" in report["refused"]
+    assert "allow_weaker_isolation=True" in report["refused"]
+    assert report["value"] == 42 and report["missing"] == ["namespaces"] and report["network"] is True

@@ -1,0 +1,63 @@
+"""MontyExecutor specifics: a slow tool call does not hold a worker, sessions keep their
+variables, a limit hit discards the session's state, and limits are always set."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ringzero.core.types import ExecLimits
+from ringzero.providers.executors import MontyExecutor
+
+
+async def test_a_slow_tool_call_does_not_hold_the_only_worker() -> None:
+    executor = MontyExecutor(max_workers=1, park_after=0.02)
+
+    async def slow_lookup(key: str) -> str:
+        await asyncio.sleep(0.5)
+        return key.upper()
+
+    started = time.perf_counter()
+    slow = asyncio.create_task(executor.run("slow_lookup('a') + '!'", tools={"slow_lookup": slow_lookup}))
+    await asyncio.sleep(0.1)  # the slow run is parked in its tool call by now
+    quick = await executor.run("sum(range(10))")
+    quick_done = time.perf_counter() - started
+    assert quick.value == 45
+    assert quick_done < 0.4, f"the quick run waited {quick_done:.2f} s behind a parked tool call"
+    assert (await slow).value == "A!"
+    await executor.aclose()
+
+
+async def test_tool_calls_from_one_run_resume_on_whatever_worker_is_free() -> None:
+    executor = MontyExecutor(max_workers=1, park_after=0.01)
+
+    async def fetch(n: int) -> int:
+        await asyncio.sleep(0.05)
+        return n * n
+
+    results = await asyncio.gather(*(executor.run("[fetch(i) for i in range(3)]", tools={"fetch": fetch})
+                                     for _ in range(4)))
+    assert [r.value for r in results] == [[0, 1, 4]] * 4
+    await executor.aclose()
+
+
+async def test_a_session_keeps_its_variables_between_runs() -> None:
+    executor = MontyExecutor(max_workers=1)
+    async with await executor.session() as session:
+        await session.run("counter = 40\ndef bump(n):\n    return n + 1")
+        assert (await session.run("bump(counter) + 1")).value == 42
+    other = await executor.run("counter")  # another run never sees a session's state
+    assert other.error is not None and other.error.type == "NameError"
+    await executor.aclose()
+
+
+async def test_a_limit_hit_discards_the_sessions_state() -> None:
+    executor = MontyExecutor(max_workers=1, limits=ExecLimits(wall_seconds=0.3))
+    async with await executor.session() as session:
+        await session.run("kept = 1")
+        hit = await session.run("while True:\n    pass")
+        assert hit.error is not None and hit.error.type == "TimeoutError"
+        after = await session.run("kept")
+        assert after.error is not None and after.error.type == "NameError"  # a fresh session
+        assert (await session.run("1 + 1")).value == 2
+    await executor.aclose()
