@@ -12,44 +12,37 @@ host), ``call``/``result``/``error`` for host tools, and ``done`` (or ``failed``
 
 from __future__ import annotations
 
-import ast
-import builtins
 import collections
 import contextlib
-import io
 import json
 import os
 import signal
 import socket
-import struct
 import sys
 import tempfile
-import traceback
 from typing import Any
 
 from ringzero.providers.executors import _confine
+from ringzero.providers.executors._runner import frame, read_frame, run_code
 
 __all__ = ["recv_msg", "send_msg"]
 
 
 def send_msg(sock: socket.socket, message: Any) -> None:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    sock.sendall(struct.pack("!I", len(data)) + data)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    chunks = b""
-    while len(chunks) < n:
-        chunk = sock.recv(n - len(chunks))
-        if not chunk:
-            raise EOFError("the host closed the connection")
-        chunks += chunk
-    return chunks
+    sock.sendall(frame(message))
 
 
 def recv_msg(sock: socket.socket) -> Any:
-    (length,) = struct.unpack("!I", _recv_exact(sock, 4))
-    return json.loads(_recv_exact(sock, length))
+    def exactly(n: int) -> bytes:
+        chunks = b""
+        while len(chunks) < n:
+            chunk = sock.recv(n - len(chunks))
+            if not chunk:
+                raise EOFError("the host closed the connection")
+            chunks += chunk
+        return chunks
+
+    return read_frame(exactly)
 
 
 def confine(controls: list[str], scratch: str, keep_read_search: bool) -> None:
@@ -69,62 +62,6 @@ def limit(controls: list[str], limits: dict[str, Any]) -> None:
             cpu_seconds=int(limits["cpu_seconds"]), memory_bytes=int(limits["memory_bytes"]),
             file_bytes=int(limits["file_bytes"]), open_files=64, processes=int(limits["processes"]),
         )
-
-
-class _CappedOutput(io.TextIOBase):
-    def __init__(self, limit: int) -> None:
-        self.limit, self.size, self.truncated = limit, 0, False
-        self.parts: list[str] = []
-
-    def write(self, text: str) -> int:
-        if self.size + len(text) <= self.limit:
-            self.parts.append(text)
-            self.size += len(text)
-        elif not self.truncated:
-            self.parts.append(text[: self.limit - self.size])
-            self.size, self.truncated = self.limit, True
-        return len(text)
-
-    def value(self) -> str:
-        return "".join(self.parts) + ("\n[output truncated]" if self.truncated else "")
-
-
-def _tool_proxy(sock: socket.socket, name: str) -> Any:
-    def call(*args: Any, **kwargs: Any) -> Any:
-        send_msg(sock, {"op": "call", "name": name, "args": list(args), "kwargs": kwargs})
-        reply = recv_msg(sock)
-        if reply["op"] == "error":
-            cls = getattr(builtins, reply["type"], None)
-            if not (isinstance(cls, type) and issubclass(cls, Exception)):
-                cls = type(reply["type"], (Exception,), {})
-            raise cls(*reply["args"])
-        return reply["value"]
-
-    call.__name__ = name
-    return call
-
-
-def _run_code(sock: socket.socket, request: dict[str, Any], output_limit: int) -> dict[str, Any]:
-    out = _CappedOutput(output_limit)
-    sys.stdout = sys.stderr = out
-    namespace: dict[str, Any] = {"__name__": "__main__", **request["inputs"]}
-    for name in request["tools"]:
-        namespace[name] = _tool_proxy(sock, name)
-    value, error = None, None
-    try:
-        tree = ast.parse(request["code"], "<sandbox>", "exec")
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        exec(compile(tree, "<sandbox>", "exec"), namespace)
-        if last is not None:
-            value = eval(compile(ast.Expression(last.value), "<sandbox>", "eval"), namespace)
-    except BaseException as exc:  # the user's error, SystemExit and MemoryError included, is data
-        error = {"type": type(exc).__name__, "message": str(exc),
-                 "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        value = repr(value)
-    return {"op": "done", "value": value, "stdout": out.value(), "error": error}
 
 
 class _Ready:
@@ -189,7 +126,9 @@ def _prepare(link: socket.socket, controls: list[str], scratch: str) -> None:
         header = json.loads(data)
         limit(controls, header["limits"])
         request = recv_msg(conn)
-        send_msg(conn, _run_code(conn, request, int(header["limits"]["output_bytes"])))
+        result = run_code(request, lambda m: send_msg(conn, m), lambda: recv_msg(conn),
+                          int(header["limits"]["output_bytes"]))
+        send_msg(conn, result)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             send_msg(conn, {"op": "failed", "message": f"{type(exc).__name__}: {exc}"})

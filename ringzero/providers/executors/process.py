@@ -37,6 +37,7 @@ from ringzero.core.errors import ExecutorError, InvalidArgument
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
 from ringzero.providers.executors._confine import CONTROLS
+from ringzero.providers.executors._runner import frame
 
 __all__ = ["ProcessExecutor"]
 
@@ -250,8 +251,7 @@ def _finished(message: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
 
 
 def _write(writer: asyncio.StreamWriter, message: Any) -> None:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    writer.write(struct.pack("!I", len(data)) + data)
+    writer.write(frame(message))
 
 
 class _WaitFor:
