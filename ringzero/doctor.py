@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -59,14 +57,14 @@ async def _process() -> tuple[str, str]:
 
 
 def _microvm() -> tuple[str, str]:
-    kvm = Path("/dev/kvm")
-    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    flags = {f for line in cpuinfo.splitlines() if line.startswith("flags") for f in line.split()}
-    virt = "vmx" in flags or "svm" in flags
-    facts = [f"/dev/kvm {'present' if kvm.exists() else 'absent'}"
-             + (", usable" if kvm.exists() and os.access(kvm, os.R_OK | os.W_OK) else ""),
-             f"CPU virtualization flag {'present' if virt else 'absent (no vmx/svm)'}"]
-    return "[yellow]not available in this version[/]", "; ".join(facts)
+    try:
+        from ringzero.providers.executors.microsandbox import microvm_unavailable_reason
+    except ImportError as exc:
+        return "[yellow]not installed[/]", str(exc)
+    reason = microvm_unavailable_reason()
+    if reason is not None:
+        return "[red]cannot boot microVMs here[/]", reason
+    return "[green]host ready[/]", "a boot still needs a root file system image (see the executor's docs)"
 
 
 async def diagnose(console: Console) -> int:

@@ -26,8 +26,24 @@ def _process() -> Executor:
     return ProcessExecutor(preload=())
 
 
-FACTORIES = {"in-process": InProcessExecutor, "monty": _monty, "process": _process}
-ISOLATING = ["monty", "process"]  # the hostile-code suite runs only where isolation is promised
+def _microsandbox() -> Executor:
+    import os
+
+    from ringzero.providers.executors import MicrosandboxExecutor
+    from ringzero.providers.executors.microsandbox import microvm_unavailable_reason
+
+    reason = microvm_unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"microVMs cannot boot on this host: {reason}")
+    rootfs = os.environ.get("RINGZERO_MICROVM_ROOTFS")
+    if not rootfs:
+        pytest.skip("set RINGZERO_MICROVM_ROOTFS to a root file system built with "
+                    "`mmdebstrap --variant=minbase --include=python3 bookworm DIR`")
+    return MicrosandboxExecutor(rootfs, pool_size=1)
+
+
+FACTORIES = {"in-process": InProcessExecutor, "monty": _monty, "process": _process, "microsandbox": _microsandbox}
+ISOLATING = ["monty", "process", "microsandbox"]  # the hostile-code suite runs only where isolation is promised
 
 
 async def _started(name: str) -> Executor:

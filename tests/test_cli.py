@@ -75,6 +75,6 @@ def test_doctor_reports_each_executor_as_probed(tmp_path: Path) -> None:
     out = ringzero_cli("doctor", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "MontyExecutor" in out.stdout and "ProcessExecutor" in out.stdout and "MicrosandboxExecutor" in out.stdout
-    assert "/dev/kvm" in out.stdout
+    assert "cannot boot microVMs here" in out.stdout or "host ready" in out.stdout
     monty_row = next(line for line in out.stdout.splitlines() if "MontyExecutor" in line)
     assert "works" in monty_row

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ringzero.providers.executors.microsandbox import MicrosandboxExecutor
     from ringzero.providers.executors.monty import MontyExecutor
     from ringzero.providers.executors.process import ProcessExecutor
 
-__all__ = ["MontyExecutor", "ProcessExecutor"]
+__all__ = ["MicrosandboxExecutor", "MontyExecutor", "ProcessExecutor"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,6 +21,10 @@ def __getattr__(name: str) -> Any:
         from ringzero.providers.executors.monty import MontyExecutor
 
         return MontyExecutor
+    if name == "MicrosandboxExecutor":  # pip install 'ringzero[microsandbox]'
+        from ringzero.providers.executors.microsandbox import MicrosandboxExecutor
+
+        return MicrosandboxExecutor
     if name == "ProcessExecutor":
         from ringzero.providers.executors.process import ProcessExecutor
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import inspect
 import json
 import os
 import shutil
@@ -37,6 +35,7 @@ from ringzero.core.errors import ExecutorError, InvalidArgument
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
 from ringzero.providers.executors._confine import CONTROLS
+from ringzero.providers.executors._host import ProtocolViolation, answer_tool_call, merge_limits
 from ringzero.providers.executors._runner import frame
 
 __all__ = ["ProcessExecutor"]
@@ -60,7 +59,7 @@ class ProcessExecutor:
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise ExecutorError("ProcessExecutor confines code with Linux namespaces and Landlock; this is not Linux")
-        self.limits = _merge(limits, DEFAULT_LIMITS)
+        self.limits = merge_limits(limits, DEFAULT_LIMITS)
         self.preload = preload
         self.allow_weaker_isolation = allow_weaker_isolation
         self.max_processes = max_processes
@@ -123,7 +122,7 @@ class ProcessExecutor:
         if not isinstance(code, str):
             raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
         await self.start()
-        limits = _merge(limits, self.limits)
+        limits = merge_limits(limits, self.limits)
         tools = dict(tools or {})
         started = time.perf_counter()
         mine, theirs = socket.socketpair()
@@ -159,19 +158,19 @@ class ProcessExecutor:
                 if greeting["op"] == "failed":
                     raise ExecutorError(f"the sandbox could not be set up: {greeting.get('message')}")
                 if not isinstance(greeting.get("pid"), int):
-                    raise _ProtocolViolation("no pid in the greeting")
+                    raise ProtocolViolation("no pid in the greeting")
                 _write(writer, {"op": "run", "code": code, "inputs": inputs, "tools": sorted(tools)})
                 while True:
                     message = await _read(reader)
                     if message["op"] == "call":
-                        _write(writer, await _call_tool(tools, message, calls))
+                        _write(writer, await answer_tool_call(message, tools, calls))
                     elif message["op"] == "done":
                         return _finished(message)
                     elif message["op"] == "failed":  # the child could not confine itself; nothing ran
                         raise ExecutorError(f"the sandbox could not be set up: {message.get('message')}")
                     else:
-                        raise _ProtocolViolation(f"unknown message {message.get('op')!r}")
-        except _ProtocolViolation as exc:
+                        raise ProtocolViolation(f"unknown message {message.get('op')!r}")
+        except ProtocolViolation as exc:
             return None, "", ExecError("SandboxProtocolError", f"the sandbox broke the protocol and was killed: {exc}")
         except (TimeoutError, asyncio.TimeoutError):
             return None, "", ExecError("TimeoutError", f"the run took longer than {wall} s and was killed")
@@ -193,57 +192,26 @@ class ProcessExecutor:
             self._scratch_root = ""
 
 
-def _merge(limits: ExecLimits | None, defaults: ExecLimits) -> ExecLimits:
-    """``limits`` with each unset field taken from ``defaults``."""
-    if limits is None:
-        return defaults
-    return dataclasses.replace(limits, **{f.name: getattr(defaults, f.name) for f in dataclasses.fields(limits)
-                                          if getattr(limits, f.name) is None})
-
-
-async def _call_tool(tools: dict[str, Tool], message: dict[str, Any], calls: list[ToolCallRecord]) -> dict[str, Any]:
-    name, args, kwargs = message.get("name"), message.get("args"), message.get("kwargs")
-    if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise _ProtocolViolation("a malformed tool call")
-    if name not in tools:
-        return {"op": "error", "type": "NameError", "args": [f"no host tool named {name!r}"]}
-    try:
-        result = tools[name](*args, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        json.dumps(result)
-    except Exception as exc:
-        calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
-        args = [a if isinstance(a, (str, int, float, bool)) or a is None else str(a) for a in exc.args]
-        return {"op": "error", "type": type(exc).__name__, "args": args}
-    calls.append(ToolCallRecord(name, args, kwargs, result))
-    return {"op": "result", "value": result}
-
-
 MAX_MESSAGE = 64 * 1024 * 1024
-
-
-class _ProtocolViolation(Exception):
-    """The sandbox sent something that is not the protocol: it is killed, the host carries on."""
 
 
 async def _read(reader: asyncio.StreamReader) -> dict[str, Any]:
     (length,) = struct.unpack("!I", await reader.readexactly(4))
     if length > MAX_MESSAGE:
-        raise _ProtocolViolation(f"a {length}-byte message (the limit is {MAX_MESSAGE})")
+        raise ProtocolViolation(f"a {length}-byte message (the limit is {MAX_MESSAGE})")
     try:
         message = json.loads(await reader.readexactly(length))
     except ValueError as exc:
-        raise _ProtocolViolation(f"malformed message: {exc}") from exc
+        raise ProtocolViolation(f"malformed message: {exc}") from exc
     if not isinstance(message, dict) or "op" not in message:
-        raise _ProtocolViolation("a message without an op")
+        raise ProtocolViolation("a message without an op")
     return message
 
 
 def _finished(message: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
     error = message.get("error")
     if error is not None and not isinstance(error, dict):
-        raise _ProtocolViolation("a malformed error")
+        raise ProtocolViolation("a malformed error")
     stdout = message.get("stdout", "")
     exec_error = None if error is None else ExecError(
         str(error.get("type", "Exception")), str(error.get("message", "")), str(error.get("traceback", "")))

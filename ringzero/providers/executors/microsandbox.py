@@ -1,0 +1,303 @@
+"""MicrosandboxExecutor: agent code in a microVM (libkrun, through the microsandbox SDK 0.7).
+
+A pool of pre-started sandboxes, each with no network by default (``Network.none()``) and
+the agent's workspace directory mounted at ``/workspace`` (it persists between runs of that
+agent). A run is ``python3 -c <runner>`` in a pooled VM, speaking the same framed protocol as
+the process executor over the exec's stdin/stdout, so host tools stay on the host. A VM whose
+run timed out or whose exec failed is discarded and replaced.
+
+The image is offline: a root file system directory (``Image.bind``). Build one with Debian's
+mmdebstrap, which needs nothing but Debian's package mirror::
+
+    sudo apt-get install mmdebstrap
+    mmdebstrap --variant=minbase --include=python3 bookworm ./rootfs
+
+    executor = MicrosandboxExecutor("./rootfs", workspace="./agent-workspace")
+
+MicroVMs need hardware virtualization: ``/dev/kvm`` usable and a CPU exposing vmx or svm.
+``start()`` (and ``ringzero doctor``) check that first and refuse with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
+from ringzero.core.protocols import ExecutorCapabilities, Tool
+from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
+from ringzero.providers.executors import _runner
+from ringzero.providers.executors._host import ProtocolViolation, answer_tool_call, merge_limits
+
+try:
+    import microsandbox as ms
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtra("MicrosandboxExecutor", "microsandbox") from exc
+
+__all__ = ["FrameBuffer", "MicrosandboxExecutor", "SandboxPool", "microvm_unavailable_reason"]
+
+DEFAULT_LIMITS = ExecLimits(wall_seconds=60.0, memory_bytes=512 * 1024 * 1024, output_bytes=1024 * 1024)
+RUNNER_SOURCE = Path(_runner.__file__).read_text()
+T = TypeVar("T")
+
+
+def microvm_unavailable_reason(kvm: str = "/dev/kvm", cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """Why microVMs cannot boot on this host, or None when nothing stands in the way yet."""
+    if not os.path.exists(kvm):
+        return f"{kvm} does not exist: this machine exposes no KVM"
+    if not os.access(kvm, os.R_OK | os.W_OK):
+        return f"{kvm} exists but this user cannot open it for reading and writing"
+    try:
+        flags = {f for line in Path(cpuinfo).read_text().splitlines() if line.startswith("flags") for f in line.split()}
+    except OSError:
+        flags = set()
+    if not flags & {"vmx", "svm"}:
+        return "the CPU exposes no hardware virtualization (no vmx or svm flag): microVMs cannot boot here"
+    if not ms.is_runtime_installed():
+        return "the microsandbox runtime (msb, libkrunfw) is not installed: run `msb` setup or reinstall the SDK"
+    return None
+
+
+class SandboxPool(Generic[T]):
+    """Up to ``size`` live sandboxes; idle ones are handed out first, broken ones replaced."""
+
+    def __init__(self, create: Callable[[], Awaitable[T]], destroy: Callable[[T], Awaitable[None]], size: int) -> None:
+        if size < 1:
+            raise InvalidArgument(f"a sandbox pool needs a size of at least 1, got {size}")
+        self._create, self._destroy, self.size = create, destroy, size
+        self._idle: list[T] = []
+        self._live = 0
+        self._freed = asyncio.Condition()
+        self._closed = False
+
+    @property
+    def live(self) -> int:
+        return self._live
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    async def fill(self) -> None:
+        """Start sandboxes until the pool is full (the first failure is raised)."""
+        while self._live < self.size:
+            self._live += 1
+            try:
+                self._idle.append(await self._create())
+            except BaseException:
+                self._live -= 1
+                raise
+
+    async def acquire(self) -> T:
+        async with self._freed:
+            while True:
+                if self._closed:
+                    raise ExecutorError("the sandbox pool is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._live < self.size:
+                    self._live += 1
+                    break
+                await self._freed.wait()
+        try:
+            return await self._create()
+        except BaseException:
+            async with self._freed:
+                self._live -= 1
+                self._freed.notify()
+            raise
+
+    async def release(self, item: T) -> None:
+        async with self._freed:
+            if self._closed:
+                self._live -= 1
+            else:
+                self._idle.append(item)
+                self._freed.notify()
+                return
+        await self._destroy(item)
+
+    async def discard(self, item: T) -> None:
+        """Destroy a sandbox that cannot be trusted to serve another run; a new one replaces it on demand."""
+        try:
+            await self._destroy(item)
+        finally:
+            async with self._freed:
+                self._live -= 1
+                self._freed.notify()
+
+    async def close(self) -> None:
+        async with self._freed:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._live -= len(idle)
+            self._freed.notify_all()
+        await asyncio.gather(*(self._destroy(item) for item in idle), return_exceptions=True)
+
+
+class FrameBuffer:
+    """Reassembles the runner's length-prefixed messages from arbitrary stdout chunks."""
+
+    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
+        self._buffer = b""
+        self._limit = limit
+
+    def feed(self, data: bytes) -> list[Any]:
+        import json
+        import struct
+
+        self._buffer += data
+        messages = []
+        while len(self._buffer) >= 4:
+            (length,) = struct.unpack("!I", self._buffer[:4])
+            if length > self._limit:
+                raise ExecutorError(f"the guest sent a {length}-byte message (the limit is {self._limit})")
+            if len(self._buffer) < 4 + length:
+                break
+            payload, self._buffer = self._buffer[4:4 + length], self._buffer[4 + length:]
+            try:
+                messages.append(json.loads(payload))
+            except ValueError as exc:
+                raise ExecutorError(f"the guest sent a malformed message: {exc}") from exc
+        return messages
+
+
+def map_failure(exc: BaseException) -> ExecError | None:
+    """The run's error for a microsandbox failure during a run, or None when it is the
+    executor's own failure (to be raised as ExecutorError). Either way the VM is discarded."""
+    if isinstance(exc, ms.ExecTimeoutError):
+        return ExecError("TimeoutError", f"the run outlasted its wall time limit: {exc}")
+    if isinstance(exc, (ms.SandboxNotRunningError, ms.SandboxNotFoundError, ms.ExecFailedError, ms.IoError)):
+        return ExecError("SandboxKilled", f"the microVM stopped serving the run: {exc}")
+    return None
+
+
+class MicrosandboxExecutor:
+    """Full CPython in a microVM per pooled sandbox."""
+
+    capabilities = ExecutorCapabilities(isolation="microvm", full_cpython=True, sessions=False, tools=True,
+                                        network=False)
+
+    def __init__(
+        self,
+        image: str | os.PathLike[str],
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        pool_size: int = 2,
+        cpus: int = 1,
+        limits: ExecLimits | None = None,
+        network: Any = None,
+        python: str = "python3",
+        name_prefix: str = "ringzero",
+    ) -> None:
+        rootfs = Path(image)
+        if not rootfs.is_dir():
+            raise InvalidArgument(f"image {str(rootfs)!r} is not a root file system directory "
+                                  "(build one with: mmdebstrap --variant=minbase --include=python3 bookworm DIR)")
+        if not any((rootfs / p).exists() for p in ("usr/bin/python3", "bin/python3")):
+            raise InvalidArgument(f"image {str(rootfs)!r} has no python3 (add --include=python3 to mmdebstrap)")
+        self.image = str(rootfs.resolve())
+        self.workspace = None if workspace is None else Path(workspace).resolve()
+        self.cpus = cpus
+        self.limits = merge_limits(limits, DEFAULT_LIMITS)
+        self.network = network if network is not None else ms.Network.none()
+        self.python = python
+        self._names = (f"{name_prefix}-{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
+        self._pool: SandboxPool[Any] = SandboxPool(self._create_sandbox, self._destroy_sandbox, pool_size)
+        self._started = False
+
+    async def _create_sandbox(self) -> Any:
+        volumes = {} if self.workspace is None else {"/workspace": ms.Volume.bind(str(self.workspace))}
+        try:
+            return await ms.Sandbox.create(
+                next(self._names), image=ms.Image.bind(self.image), memory=(self.limits.memory_bytes or 0) >> 20,
+                cpus=self.cpus, network=self.network, volumes=volumes, workdir="/workspace" if volumes else None,
+                ephemeral=True, replace=True,
+            )
+        except ms.MicrosandboxError as exc:
+            raise ExecutorError(f"the microVM for image {self.image} did not start: {exc}") from exc
+
+    async def _destroy_sandbox(self, sandbox: Any) -> None:
+        with contextlib.suppress(ms.MicrosandboxError):  # already gone
+            await sandbox.kill()
+
+    async def start(self) -> None:
+        """Check the host, then boot the pool. Raises ExecutorError saying why VMs cannot run."""
+        if self._started:
+            return
+        reason = microvm_unavailable_reason()
+        if reason is not None:
+            raise ExecutorError(reason)
+        if self.workspace is not None:
+            self.workspace.mkdir(parents=True, exist_ok=True)
+        await self._pool.fill()
+        self._started = True
+
+    async def run(
+        self,
+        code: str,
+        *,
+        inputs: Mapping[str, JSON] | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        limits: ExecLimits | None = None,
+    ) -> ExecResult:
+        await self.start()
+        wall = (limits.wall_seconds if limits and limits.wall_seconds is not None else self.limits.wall_seconds)
+        output = (limits.output_bytes if limits and limits.output_bytes is not None else self.limits.output_bytes)
+        tools = dict(tools or {})
+        calls: list[ToolCallRecord] = []
+        started = time.perf_counter()
+        sandbox = await self._pool.acquire()
+        request = {"op": "run", "code": code, "inputs": dict(inputs or {}), "tools": sorted(tools),
+                   "output_bytes": output}
+        try:
+            value, stdout, error = await self._converse(sandbox, request, tools, calls, wall)
+        except ms.MicrosandboxError as exc:
+            await self._pool.discard(sandbox)
+            mapped = map_failure(exc)
+            if mapped is None:
+                raise ExecutorError(f"microsandbox failed: {exc}") from exc
+            return ExecResult(None, "", mapped, time.perf_counter() - started, tuple(calls))
+        except BaseException:
+            await self._pool.discard(sandbox)
+            raise
+        if error is not None and error.type in ("TimeoutError", "SandboxKilled"):
+            await self._pool.discard(sandbox)
+        else:
+            await self._pool.release(sandbox)
+        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(calls))
+
+    async def _converse(self, sandbox: Any, request: dict[str, Any], tools: dict[str, Tool],
+                        calls: list[ToolCallRecord], wall: float | None) -> tuple[JSON, str, ExecError | None]:
+        handle = await sandbox.exec_stream(self.python, ["-c", RUNNER_SOURCE], stdin=ms.Stdin.pipe(), timeout=wall)
+        stdin = handle.take_stdin()
+        if stdin is None:
+            raise ExecutorError("microsandbox gave the run no stdin to talk to")
+        await stdin.write(_runner.frame(request))
+        frames = FrameBuffer()
+        async for event in handle:
+            kind = str(event.event_type)
+            if kind == "stdout" and event.data:
+                for message in frames.feed(event.data):
+                    if message.get("op") == "done":
+                        err = message.get("error")
+                        return message.get("value"), str(message.get("stdout", "")), None if err is None else \
+                            ExecError(str(err.get("type")), str(err.get("message")), str(err.get("traceback", "")))
+                    try:
+                        reply = await answer_tool_call(message, tools, calls)
+                    except ProtocolViolation as exc:
+                        raise ExecutorError(f"the guest broke the protocol: {exc}") from exc
+                    await stdin.write(_runner.frame(reply))
+            elif kind in ("exited", "failed"):
+                break
+        return None, "", ExecError("SandboxKilled", "the guest's python exited before it answered")
+
+    async def aclose(self) -> None:
+        await self._pool.close()
