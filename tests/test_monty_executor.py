@@ -61,3 +61,21 @@ async def test_a_limit_hit_discards_the_sessions_state() -> None:
         assert after.error is not None and after.error.type == "NameError"  # a fresh session
         assert (await session.run("1 + 1")).value == 2
     await executor.aclose()
+
+
+async def test_async_tools_gathered_by_async_style_code_overlap() -> None:
+    executor = MontyExecutor(max_workers=1)
+
+    async def fetch(n: int) -> int:
+        await asyncio.sleep(0.3)
+        return n * 10
+
+    code = "import asyncio\nresults = await asyncio.gather(fetch(1), fetch(2), fetch(3))\nresults"
+    started = time.perf_counter()
+    result = await executor.run(code, tools={"fetch": fetch})
+    elapsed = time.perf_counter() - started
+    assert result.value == [10, 20, 30], result.error
+    assert elapsed < 0.8, f"three 0.3 s calls took {elapsed:.2f} s: they did not overlap"
+    single = await executor.run("x = await fetch(4)\nx", tools={"fetch": fetch})
+    assert single.value == 40
+    await executor.aclose()

@@ -7,14 +7,16 @@ session out of an ``AsyncMonty`` pool; the pool's request timeout backstops the 
 and replaces a worker that dies.
 
 Host tools are called as plain functions: the run is driven snapshot by snapshot, and
-each external call is answered by the host (awaiting async tools, which may overlap when
-the code gathers them). A tool call still pending after ``park_after`` seconds parks the
+each external call is answered by the host, async tools awaited there. Code that uses
+``await`` is async-style, as in Python: there an async tool returns an awaitable, and calls
+the code gathers run at the same time on the host. A tool call still pending after ``park_after`` seconds parks the
 run: its snapshot is dumped, the worker goes back to the pool, and the run resumes on
 any worker once the tool returns, so a slow tool never holds a worker.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
 import time
@@ -171,9 +173,12 @@ class _Run:
         self.calls: list[ToolCallRecord] = []
         self.output = _Output(limits.output_bytes)
         self.session_broken = False
+        self.async_style = False
+        self.pending: dict[int, asyncio.Task[Any]] = {}
 
     async def execute(self, code: str, inputs: dict[str, JSON], session: pm.AsyncMontySession | None) -> ExecResult:
         started = time.perf_counter()
+        self.async_style = _awaits(code)
         value: Any = None
         error: ExecError | None = None
         # Monty's feed limit stops the code itself (its clock skips time spent in host tools);
@@ -214,6 +219,8 @@ class _Run:
                     lease = parked
             return snap.output
         finally:
+            for task in self.pending.values():
+                task.cancel()
             await lease.__aexit__(None, None, None)
 
     async def _answer(self, snap: Any, session: pm.AsyncMontySession,
@@ -222,12 +229,22 @@ class _Run:
         if isinstance(snap, pm.AsyncNameLookupSnapshot):
             name = snap.variable_name
             return (await snap.resume(value=self.tools[name]) if name in self.tools else await snap.resume()), None
+        if isinstance(snap, pm.AsyncFutureSnapshot):  # async-style code awaits tool calls in flight
+            waiting = {cid: self.pending[cid] for cid in snap.pending_call_ids if cid in self.pending}
+            await asyncio.wait(waiting.values(), return_when=asyncio.FIRST_COMPLETED)
+            settled = {cid: self.pending.pop(cid).result() for cid, task in waiting.items() if task.done()}
+            return await snap.resume(settled), None
         if not isinstance(snap, pm.AsyncFunctionSnapshot) or snap.function_name not in self.tools:
             return await snap.resume_not_handled(), None
         name, args, kwargs = str(snap.function_name), list(snap.args), dict(snap.kwargs)
         task = asyncio.ensure_future(self._call(name, args, kwargs))
+        if self.async_style and inspect.iscoroutinefunction(self.tools[name]):
+            # As in Python: calling an async function gives an awaitable; the tool runs on
+            # the host meanwhile, so gathered calls overlap.
+            self.pending[snap.call_id] = task
+            return await snap.resume({"future": ...}), None
         parked: pm.AsyncMontySession | None = None
-        if may_park:
+        if may_park and not self.pending:  # never move a run whose other tool calls are in flight
             done, _ = await asyncio.wait({task}, timeout=self.executor.park_after)
             if not done:
                 state = snap.dump()
@@ -259,6 +276,14 @@ class _no_timeout:
 
     async def __aexit__(self, *exc: object) -> None:
         return None
+
+
+def _awaits(code: str) -> bool:
+    """True for async-style code (it awaits something), where async tools return awaitables."""
+    try:
+        return any(isinstance(node, ast.Await) for node in ast.walk(ast.parse(code)))
+    except SyntaxError:
+        return False  # Monty reports the syntax error itself
 
 
 def _merge(limits: ExecLimits | None, defaults: ExecLimits) -> ExecLimits:
