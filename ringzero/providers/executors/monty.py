@@ -21,12 +21,13 @@ import asyncio
 import inspect
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord, ensure_json
+from ringzero.providers.executors._host import merge_limits
+from ringzero.providers.executors._runner import CappedOutput
 
 try:
     import pydantic_monty as pm
@@ -40,25 +41,6 @@ _UNSUPPORTED_HINT = (
     " (Monty runs a subset of Python; for this, use ringzero.providers.executors.ProcessExecutor, "
     "which runs full CPython with any installed package)"
 )
-
-
-@dataclass
-class _Output:
-    """Captured print() output, cut at ``limit`` characters with a note."""
-
-    limit: int | None
-    text: str = ""
-    truncated: bool = False
-
-    def __call__(self, stream: str, text: str) -> None:
-        if self.limit is None or len(self.text) + len(text) <= self.limit:
-            self.text += text
-        elif not self.truncated:
-            self.text += text[: max(0, self.limit - len(self.text))]
-            self.truncated = True
-
-    def value(self) -> str:
-        return self.text + ("\n[output truncated]" if self.truncated else "")
 
 
 class MontyExecutor:
@@ -77,7 +59,7 @@ class MontyExecutor:
     ) -> None:
         if not isinstance(max_workers, int) or max_workers < 1:
             raise InvalidArgument(f"max_workers must be a positive integer, got {max_workers!r}")
-        self.limits = _merge(limits, DEFAULT_LIMITS)
+        self.limits = merge_limits(limits, DEFAULT_LIMITS)
         self.park_after = park_after
         self._max_workers = max_workers
         self._grace = request_grace
@@ -109,7 +91,7 @@ class MontyExecutor:
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
     ) -> ExecResult:
-        merged = _merge(limits, self.limits)
+        merged = merge_limits(limits, self.limits)
         pool = await self._get_pool()
         run = _Run(self, pool, merged, tools or {})
         return await run.execute(code, dict(inputs or {}), session=None)
@@ -171,10 +153,13 @@ class _Run:
         self.limits = limits
         self.tools = tools
         self.calls: list[ToolCallRecord] = []
-        self.output = _Output(limits.output_bytes)
+        self.output = CappedOutput(limits.output_bytes if limits.output_bytes is not None else 1 << 62)
         self.session_broken = False
         self.async_style = False
         self.pending: dict[int, asyncio.Task[Any]] = {}
+
+    def _print(self, stream: str, text: str) -> None:
+        self.output.write(text)
 
     async def execute(self, code: str, inputs: dict[str, JSON], session: pm.AsyncMontySession | None) -> ExecResult:
         started = time.perf_counter()
@@ -203,7 +188,7 @@ class _Run:
 
     async def _drive(self, code: str, inputs: dict[str, JSON], session: pm.AsyncMontySession | None) -> Any:
         if session is not None:
-            snap = await session.feed_start(code, inputs=inputs, print_callback=self.output)
+            snap = await session.feed_start(code, inputs=inputs, print_callback=self._print)
             while not isinstance(snap, pm.MontyComplete):
                 snap, _ = await self._answer(snap, session, may_park=False)
             return snap.output
@@ -211,8 +196,8 @@ class _Run:
         await lease.__aenter__()
         try:
             if not self.tools:  # nothing to answer: one round trip
-                return await lease.feed_run(code, inputs=inputs, print_callback=self.output)
-            snap = await lease.feed_start(code, inputs=inputs, print_callback=self.output)
+                return await lease.feed_run(code, inputs=inputs, print_callback=self._print)
+            snap = await lease.feed_start(code, inputs=inputs, print_callback=self._print)
             while not isinstance(snap, pm.MontyComplete):
                 snap, parked = await self._answer(snap, lease, may_park=True)
                 if parked is not None:  # the worker went back to the pool while the tool ran
@@ -252,7 +237,7 @@ class _Run:
                 outcome = await task
                 parked = self.pool.checkout(limits=self.executor._resource_limits(self.limits))  # type: ignore[arg-type]
                 await parked.__aenter__()
-                snap = await parked.load_snapshot(state, print_callback=self.output)
+                snap = await parked.load_snapshot(state, print_callback=self._print)
                 return await snap.resume(outcome), parked
         return await snap.resume(await task), parked
 
@@ -284,16 +269,6 @@ def _awaits(code: str) -> bool:
         return any(isinstance(node, ast.Await) for node in ast.walk(ast.parse(code)))
     except SyntaxError:
         return False  # Monty reports the syntax error itself
-
-
-def _merge(limits: ExecLimits | None, defaults: ExecLimits) -> ExecLimits:
-    if limits is None:
-        return defaults
-    return ExecLimits(
-        wall_seconds=limits.wall_seconds if limits.wall_seconds is not None else defaults.wall_seconds,
-        memory_bytes=limits.memory_bytes if limits.memory_bytes is not None else defaults.memory_bytes,
-        output_bytes=limits.output_bytes if limits.output_bytes is not None else defaults.output_bytes,
-    )
 
 
 def _exec_error(exc: pm.MontyError) -> ExecError:
