@@ -265,6 +265,8 @@ class _no_timeout:
 
 def _awaits(code: str) -> bool:
     """True for async-style code (it awaits something), where async tools return awaitables."""
+    if "await" not in code:  # the common case, without parsing
+        return False
     try:
         return any(isinstance(node, ast.Await) for node in ast.walk(ast.parse(code)))
     except SyntaxError:
