@@ -105,3 +105,17 @@ async def test_sqlite_refuses_a_newer_schema_version(tmp_path: Path) -> None:
         conn.execute("PRAGMA user_version=99")
     with pytest.raises(CheckpointerError, match="schema version 99"):
         await SqliteCheckpointer(path).get("t")
+
+
+async def test_delete_checkpoints_removes_exactly_those_with_their_writes(checkpointer: Checkpointer) -> None:
+    assert checkpointer.capabilities.delete_checkpoints
+    for cid in ("1", "2", "3"):
+        await checkpointer.put(cp("t", cid))
+        await checkpointer.put_writes("t", "", cid, [PendingWrite("task", "c", cid.encode())])
+    await checkpointer.delete_checkpoints("t", "", ["1", "3"])
+    assert [c.id async for c in checkpointer.list("t")] == ["2"]
+    kept = await checkpointer.get("t", "", "2")
+    assert kept is not None and [w.value for w in kept.writes] == [b"2"]
+    await checkpointer.put(cp("t", "1"))  # a re-used id starts with no stale writes
+    again = await checkpointer.get("t", "", "1")
+    assert again is not None and again.writes == ()

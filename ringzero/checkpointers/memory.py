@@ -15,7 +15,7 @@ __all__ = ["MemoryCheckpointer"]
 class MemoryCheckpointer:
     """Keeps every checkpoint in memory; everything is lost with the process."""
 
-    capabilities = CheckpointerCapabilities(durable=False, multi_process=False)
+    capabilities = CheckpointerCapabilities(durable=False, multi_process=False, delete_checkpoints=True)
 
     def __init__(self) -> None:
         self._checkpoints: dict[tuple[str, str], dict[str, Checkpoint]] = {}
@@ -72,6 +72,12 @@ class MemoryCheckpointer:
             del self._checkpoints[key]
         for wkey in [k for k in self._writes if k[0] == thread_id]:
             del self._writes[wkey]
+
+    async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
+        thread = self._checkpoints.get((thread_id, namespace), {})
+        for cid in ids:
+            thread.pop(cid, None)
+            self._writes.pop((thread_id, namespace, cid), None)
 
     async def aclose(self) -> None:
         return None

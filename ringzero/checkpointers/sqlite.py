@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS writes (
 class SqliteCheckpointer:
     """Durable checkpoints in one SQLite file."""
 
-    capabilities = CheckpointerCapabilities(durable=True, multi_process=True)
+    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True)
 
     def __init__(
         self,
@@ -122,17 +122,31 @@ class SqliteCheckpointer:
         return db
 
     @staticmethod
-    async def _migrate(db: aiosqlite.Connection) -> None:
+    async def _transaction(db: aiosqlite.Connection, statements: list[tuple[str, list[Any]]]) -> None:
+        """Run ``(sql, rows)`` pairs as one transaction, as a single job on aiosqlite's thread.
+
+        One job cannot interleave with another coroutine's statements on the shared
+        connection (separate BEGIN/COMMIT awaits could), whichever event loop they come from.
+        """
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, rows in statements:
+                    if rows:
+                        conn.executemany(sql, rows)
+                    else:  # DDL and PRAGMA: executemany takes only DML on older Pythons
+                        conn.execute(sql)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        await db._execute(work, db._conn)  # type: ignore[no-untyped-call]  # aiosqlite 0.21's job queue (pinned)
+
+    async def _migrate(self, db: aiosqlite.Connection) -> None:
         """Create the schema in one transaction, so a crash leaves version 0 and no tables."""
-        await db.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
-                await db.execute(statement)
-            await db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except BaseException:
-            await db.execute("ROLLBACK")
-            raise
-        await db.execute("COMMIT")
+        statements: list[tuple[str, list[Any]]] = [(s, []) for s in filter(str.strip, _SCHEMA.split(";"))]
+        await self._transaction(db, [*statements, (f"PRAGMA user_version={SCHEMA_VERSION}", [])])
 
     async def put(self, checkpoint: Checkpoint) -> None:
         db = await self._conn()
@@ -151,13 +165,7 @@ class SqliteCheckpointer:
             (thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path) for w in writes
         ]
         with self._errors("put_writes"):
-            await db.execute("BEGIN IMMEDIATE")
-            try:
-                await db.executemany("INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            except BaseException:
-                await db.execute("ROLLBACK")
-                raise
-            await db.execute("COMMIT")
+            await self._transaction(db, [("INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)])
 
     async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
         db = await self._conn()
@@ -223,10 +231,16 @@ class SqliteCheckpointer:
     async def delete_thread(self, thread_id: str) -> None:
         db = await self._conn()
         with self._errors("delete_thread"):
-            await db.execute("BEGIN IMMEDIATE")
-            await db.execute("DELETE FROM checkpoints WHERE thread_id=?", (thread_id,))
-            await db.execute("DELETE FROM writes WHERE thread_id=?", (thread_id,))
-            await db.execute("COMMIT")
+            await self._transaction(db, [("DELETE FROM checkpoints WHERE thread_id=?", [(thread_id,)]),
+                                         ("DELETE FROM writes WHERE thread_id=?", [(thread_id,)])])
+
+    async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
+        db = await self._conn()
+        rows = [(thread_id, namespace, cid) for cid in ids]
+        with self._errors("delete_checkpoints"):
+            await self._transaction(db, [
+                ("DELETE FROM checkpoints WHERE thread_id=? AND namespace=? AND id=?", rows),
+                ("DELETE FROM writes WHERE thread_id=? AND namespace=? AND checkpoint_id=?", rows)])
 
     async def aclose(self) -> None:
         """Close the connection; a later call opens it again."""

@@ -103,6 +103,8 @@ class CheckpointerCapabilities:
     """A record survives the host process dying once ``put`` has returned."""
     multi_process: bool = False
     """Several kernels in separate processes may share one store."""
+    delete_checkpoints: bool = False
+    """``delete_checkpoints()`` removes single checkpoints (LangGraph's prune and delete_for_runs need it)."""
 
 
 @runtime_checkable
@@ -142,6 +144,11 @@ class Checkpointer(Protocol):
 
     async def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread. Raises CheckpointerError."""
+        ...
+
+    async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
+        """Delete these checkpoints of one thread and namespace, with their writes, atomically.
+        Optional: only where ``capabilities.delete_checkpoints``. Raises CheckpointerError."""
         ...
 
     async def aclose(self) -> None:

@@ -1,0 +1,1 @@
+"""Adapters into agent frameworks; each imports its framework lazily (an extra)."""

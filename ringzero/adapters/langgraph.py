@@ -1,0 +1,243 @@
+"""LangGraph on the kernel: ``KernelSaver``, a LangGraph checkpointer over any ringzero Checkpointer.
+
+    graph.compile(checkpointer=KernelSaver(SqliteCheckpointer("state.db")))
+
+Each LangGraph checkpoint becomes one ringzero checkpoint (thread, namespace, id, parent),
+its payload the serializer's typed bytes of the checkpoint and its metadata, and a JSON copy
+of the metadata kept beside it for ``list(filter=...)``. Writes keep LangGraph's rules:
+special channels (errors, interrupts, resumes) are replaced, ordinary writes never are.
+
+Async methods run on the caller's loop. Sync methods (``graph.invoke``) run on a private
+event loop thread, so they never deadlock the caller's loop; called from inside that private
+loop itself they refuse with an error instead of waiting on themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from typing import Any, TypeVar
+
+from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.protocols import Checkpointer
+from ringzero.core.types import Checkpoint as Record
+from ringzero.core.types import PendingWrite
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.base import Checkpoint as LGCheckpoint
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtra("ringzero.adapters.langgraph", "langgraph") from exc
+
+__all__ = ["KernelSaver"]
+
+T = TypeVar("T")
+
+
+class KernelSaver(BaseCheckpointSaver[str]):
+    """A LangGraph ``BaseCheckpointSaver`` (sync and async) over a ringzero Checkpointer."""
+
+    def __init__(self, checkpointer: Checkpointer, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        if not callable(getattr(checkpointer, "put", None)):
+            raise InvalidArgument(f"KernelSaver needs a ringzero Checkpointer, not {checkpointer!r}")
+        self.store = checkpointer
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ encoding
+    def _encode(self, value: Any) -> bytes:
+        kind, data = self.serde.dumps_typed(value)
+        return kind.encode() + b"\x00" + data
+
+    def _decode(self, payload: bytes) -> Any:
+        kind, _, data = payload.partition(b"\x00")
+        return self.serde.loads_typed((kind.decode(), data))
+
+    def _tuple(self, record: Record) -> CheckpointTuple:
+        body = self._decode(record.payload)
+        config = {"configurable": {"thread_id": record.thread_id, "checkpoint_ns": record.namespace,
+                                   "checkpoint_id": record.id}}
+        parent = None if record.parent_id is None else {"configurable": {
+            "thread_id": record.thread_id, "checkpoint_ns": record.namespace, "checkpoint_id": record.parent_id}}
+        writes = sorted(record.writes, key=lambda w: (w.task_id, w.idx))
+        return CheckpointTuple(
+            config=config,  # type: ignore[arg-type]
+            checkpoint=body["checkpoint"],
+            metadata=body["metadata"],
+            parent_config=parent,  # type: ignore[arg-type]
+            pending_writes=[(w.task_id, w.channel, self._decode(w.value)) for w in writes],
+        )
+
+    # ------------------------------------------------------------------ async API
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        record = await self.store.get(conf["thread_id"], conf.get("checkpoint_ns", ""), get_checkpoint_id(config))
+        return None if record is None else self._tuple(record)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        conf = (config or {}).get("configurable", {})
+        wanted_id = conf.get("checkpoint_id")
+        before_id = None if before is None else get_checkpoint_id(before)
+        async for record in self.store.list(conf.get("thread_id"), conf.get("checkpoint_ns"),
+                                            filter=_jsonable(filter) if filter else None, before=before_id,
+                                            limit=None if wanted_id else limit):
+            if wanted_id is None or record.id == wanted_id:
+                yield self._tuple(record)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: LGCheckpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        await self.store.put(Record(
+            thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=conf.get("checkpoint_id"),
+            payload=self._encode({"checkpoint": checkpoint, "metadata": full_metadata}),
+            metadata=_jsonable(dict(full_metadata)),
+        ))
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint["id"]}}
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        conf = config["configurable"]
+        thread_id, namespace, checkpoint_id = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+        existing = await self.store.get(thread_id, namespace, checkpoint_id)
+        taken = {(w.task_id, w.idx) for w in existing.writes} if existing is not None else set()
+        rows = []
+        for idx, (channel, value) in enumerate(writes):
+            key = WRITES_IDX_MAP.get(channel, idx)
+            if key >= 0 and (task_id, key) in taken:
+                continue  # an ordinary write is recorded once; only special channels are replaced
+            rows.append(PendingWrite(task_id, channel, self._encode(value), task_path, key))
+        if rows:
+            await self.store.put_writes(thread_id, namespace, checkpoint_id, rows)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.store.delete_thread(thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = set(run_ids)
+        doomed: dict[tuple[str, str], list[str]] = {}
+        async for record in self.store.list():
+            if record.metadata.get("run_id") in runs:
+                doomed.setdefault((record.thread_id, record.namespace), []).append(record.id)
+        for (thread_id, namespace), ids in doomed.items():
+            await self._delete(thread_id, namespace, ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        records = [r async for r in self.store.list(source_thread_id)]
+        for record in reversed(records):  # oldest first, so that parents exist before children
+            await self.store.put(Record(target_thread_id, record.namespace, record.id, record.payload,
+                                        record.parent_id, dict(record.metadata)))
+            if record.writes:
+                await self.store.put_writes(target_thread_id, record.namespace, record.id, list(record.writes))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidArgument(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                await self.store.delete_thread(thread_id)
+                continue
+            newest: dict[str, str] = {}
+            others: dict[str, list[str]] = {}
+            async for record in self.store.list(thread_id):  # newest first
+                if record.namespace not in newest:
+                    newest[record.namespace] = record.id
+                else:
+                    others.setdefault(record.namespace, []).append(record.id)
+            for namespace, ids in others.items():
+                await self._delete(thread_id, namespace, ids)
+
+    async def _delete(self, thread_id: str, namespace: str, ids: list[str]) -> None:
+        if not self.store.capabilities.delete_checkpoints:
+            raise RingzeroError(f"{type(self.store).__name__} cannot delete single checkpoints "
+                                "(capabilities.delete_checkpoints is False)")
+        await self.store.delete_checkpoints(thread_id, namespace, ids)
+
+    # ------------------------------------------------------------------ sync API
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the private loop thread and wait for it."""
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=loop.run_forever, name="ringzero-kernelsaver", daemon=True)
+                self._thread.start()
+                self._loop = loop
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RingzeroError("a KernelSaver sync method was called from its own event loop thread, where it "
+                                "would wait on itself forever: use the a-prefixed async method there")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        return iter(self._run(collect()))
+
+    def put(self, config: RunnableConfig, checkpoint: LGCheckpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        return self._run(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        self._run(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(self.aprune(thread_ids, strategy=strategy))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Monotonic, sortable versions, as LangGraph's own savers make them."""
+        number = 0 if current is None else int(str(current).split(".")[0])
+        return f"{number + 1:032}.{0:016}"
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON copy (values that are not JSON become their repr) for filtering in the store."""
+    return json.loads(json.dumps(value, default=repr))

@@ -1,0 +1,104 @@
+"""KernelSaver: LangGraph's conformance suite on each checkpointer, and real compiled graphs."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict
+
+from ringzero.adapters.langgraph import KernelSaver
+from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
+from ringzero.core.errors import RingzeroError
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_langgraph_conformance_passes_every_capability(backend: str, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    files = iter(range(100))
+
+    @checkpointer_test(name=f"KernelSaver({backend})")
+    async def factory() -> AsyncIterator[KernelSaver]:
+        store = MemoryCheckpointer() if backend == "memory" else SqliteCheckpointer(tmp_path / f"{next(files)}.db")
+        yield KernelSaver(store)
+        await store.aclose()
+
+    report = await validate(factory)
+    with capsys.disabled():
+        print()
+        report.print_report()
+    results = report.results
+    assert set(results) == {"put", "put_writes", "get_tuple", "list", "delete_thread",
+                            "delete_for_runs", "copy_thread", "prune"}
+    failed = {cap: r.failures for cap, r in results.items() if not (r.detected and r.passed)}
+    assert failed == {}
+
+
+class State(TypedDict):
+    steps: Annotated[list[str], operator.add]
+    answer: str
+
+
+def build(saver: KernelSaver) -> Any:
+    def plan(state: State) -> dict[str, Any]:
+        return {"steps": ["plan"]}
+
+    def ask_human(state: State) -> dict[str, Any]:
+        answer = interrupt("approve the plan?")
+        return {"steps": ["asked"], "answer": answer}
+
+    graph = StateGraph(State)
+    graph.add_node("plan", plan)
+    graph.add_node("ask_human", ask_human)
+    graph.add_edge(START, "plan")
+    graph.add_edge("plan", "ask_human")
+    graph.add_edge("ask_human", END)
+    return graph.compile(checkpointer=saver)
+
+
+def test_a_sync_graph_is_interrupted_resumed_and_keeps_its_history(tmp_path: Path) -> None:
+    saver = KernelSaver(SqliteCheckpointer(tmp_path / "graph.db"))
+    graph = build(saver)
+    config = {"configurable": {"thread_id": "t1"}}
+    first = graph.invoke({"steps": [], "answer": ""}, config)
+    assert first["__interrupt__"][0].value == "approve the plan?"
+    assert graph.get_state(config).next == ("ask_human",)
+    done = graph.invoke(Command(resume="yes"), config)
+    assert done["steps"] == ["plan", "asked"] and done["answer"] == "yes"
+    history = list(graph.get_state_history(config))
+    assert len(history) >= 4 and history[0].values["answer"] == "yes"
+    saver.delete_thread("t1")
+    assert graph.get_state(config).values == {}
+
+
+async def test_an_async_graph_resumes_in_a_second_saver_on_the_same_file(tmp_path: Path) -> None:
+    path = tmp_path / "graph.db"
+    config = {"configurable": {"thread_id": "t2"}}
+    first_store = SqliteCheckpointer(path)
+    await build(KernelSaver(first_store)).ainvoke({"steps": [], "answer": ""}, config)
+    await first_store.aclose()
+    second_store = SqliteCheckpointer(path)  # a new process would do exactly this
+    done = await build(KernelSaver(second_store)).ainvoke(Command(resume="approved"), config)
+    await second_store.aclose()
+    assert done["answer"] == "approved" and done["steps"] == ["plan", "asked"]
+
+
+def test_a_sync_call_from_the_savers_own_loop_is_refused_not_deadlocked() -> None:
+    saver = KernelSaver(MemoryCheckpointer())
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    assert saver.get_tuple(config) is None  # starts the private loop
+
+    async def inside() -> None:
+        saver.get_tuple(config)
+
+    assert saver._loop is not None
+    future = asyncio.run_coroutine_threadsafe(inside(), saver._loop)
+    with pytest.raises(RingzeroError, match="its own event loop thread"):
+        future.result(timeout=5)
