@@ -20,6 +20,7 @@ MODULES = [
     "ringzero.checkpointers",
     "ringzero.providers.schedulers",
     "ringzero.testing",
+    "ringzero.compat.checkpointer",
     "ringzero.compat.executor",
     "ringzero.providers.executors",
 ]

@@ -1,0 +1,92 @@
+"""The Checkpointer conformance kit: what every Checkpointer must do, run against yours.
+
+Subclass ``CheckpointerConformance`` and provide a ``checkpointer`` fixture that yields a
+fresh, empty instance of your backend (and closes it afterwards)::
+
+    class TestMyCheckpointer(CheckpointerConformance):
+        @pytest.fixture
+        async def checkpointer(self):
+            store = MyCheckpointer()
+            yield store
+            await store.aclose()
+
+Needs pytest-asyncio. Optional behaviour is tested only where ``capabilities`` declares it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ringzero.core.protocols import Checkpointer
+from ringzero.core.types import Checkpoint, PendingWrite
+
+__all__ = ["CheckpointerConformance"]
+
+
+def cp(thread: str, cid: str, ns: str = "", **meta: object) -> Checkpoint:
+    return Checkpoint(thread_id=thread, namespace=ns, id=cid, payload=cid.encode(), metadata=meta)  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
+class CheckpointerConformance:
+    """Addressing, latest-by-id, replacement, newest-first listing with filter/before/limit,
+    writes returned with their checkpoint, and deletion."""
+
+    async def test_get_returns_the_latest_or_the_named_checkpoint(self, checkpointer: Checkpointer) -> None:
+        assert await checkpointer.get("t") is None
+        for cid in ("001", "003", "002"):
+            await checkpointer.put(cp("t", cid))
+        latest = await checkpointer.get("t")
+        assert latest is not None and latest.id == "003" and latest.payload == b"003"
+        named = await checkpointer.get("t", "", "002")
+        assert named is not None and named.payload == b"002"
+        assert await checkpointer.get("t", "other-namespace") is None
+
+    async def test_put_replaces_a_checkpoint_with_the_same_address(self, checkpointer: Checkpointer) -> None:
+        await checkpointer.put(cp("t", "1", step=1))
+        await checkpointer.put(Checkpoint("t", "", "1", b"new", metadata={"step": 2}))
+        got = await checkpointer.get("t", "", "1")
+        assert got is not None and got.payload == b"new" and got.metadata == {"step": 2}
+
+    async def test_list_is_newest_first_with_filter_before_and_limit(self, checkpointer: Checkpointer) -> None:
+        for i in range(1, 6):
+            await checkpointer.put(cp("t", f"{i:03d}", source="loop" if i % 2 else "input"))
+        await checkpointer.put(cp("u", "009"))
+        ids = [c.id async for c in checkpointer.list("t")]
+        assert ids == ["005", "004", "003", "002", "001"]
+        assert [c.id async for c in checkpointer.list("t", filter={"source": "loop"})] == ["005", "003", "001"]
+        assert [c.id async for c in checkpointer.list("t", before="004", limit=2)] == ["003", "002"]
+        assert [c.id async for c in checkpointer.list(filter={"source": "loop"}, limit=1)] == ["005"]
+        assert len([c async for c in checkpointer.list()]) == 6
+
+    async def test_writes_come_back_with_their_checkpoint(self, checkpointer: Checkpointer) -> None:
+        await checkpointer.put(cp("t", "1"))
+        writes = [PendingWrite("task-a", "messages", b"hello", "", 0), PendingWrite("task-a", "count", b"1", "", 1)]
+        await checkpointer.put_writes("t", "", "1", writes)
+        await checkpointer.put_writes("t", "", "1", [PendingWrite("task-a", "count", b"2", "", 1)])
+        got = await checkpointer.get("t")
+        assert got is not None
+        assert sorted((w.channel, w.value) for w in got.writes) == [("count", b"2"), ("messages", b"hello")]
+
+    async def test_delete_thread_removes_only_that_thread(self, checkpointer: Checkpointer) -> None:
+        await checkpointer.put(cp("t", "1"))
+        await checkpointer.put(cp("t", "1", ns="sub"))
+        await checkpointer.put_writes("t", "", "1", [PendingWrite("x", "c", b"v")])
+        await checkpointer.put(cp("keep", "1"))
+        await checkpointer.delete_thread("t")
+        assert await checkpointer.get("t") is None and await checkpointer.get("t", "sub") is None
+        assert await checkpointer.get("keep") is not None
+
+    async def test_delete_checkpoints_removes_exactly_those_with_their_writes(self, checkpointer: Checkpointer) -> None:
+        if not checkpointer.capabilities.delete_checkpoints:
+            pytest.skip("this checkpointer declares no single-checkpoint deletion")
+        for cid in ("1", "2", "3"):
+            await checkpointer.put(cp("t", cid))
+            await checkpointer.put_writes("t", "", cid, [PendingWrite("task", "c", cid.encode())])
+        await checkpointer.delete_checkpoints("t", "", ["1", "3"])
+        assert [c.id async for c in checkpointer.list("t")] == ["2"]
+        kept = await checkpointer.get("t", "", "2")
+        assert kept is not None and [w.value for w in kept.writes] == [b"2"]
+        await checkpointer.put(cp("t", "1"))  # a re-used id starts with no stale writes
+        again = await checkpointer.get("t", "", "1")
+        assert again is not None and again.writes == ()
