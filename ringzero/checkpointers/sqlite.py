@@ -98,24 +98,10 @@ class SqliteCheckpointer:
         try:
             with self._errors("opening"):
                 await db.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-                version = await _scalar(db, "PRAGMA user_version")
-                listed = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type='table'")
-                tables = {row[0] for row in listed}
-            if version == 0 and tables:
-                raise CheckpointerError(
-                    f"{self.path} is an SQLite file of another program (tables: {', '.join(sorted(tables))}); "
-                    "ringzero will not write to it"
-                )
-            if version > SCHEMA_VERSION:
-                raise CheckpointerError(
-                    f"{self.path} has ringzero schema version {version}, newer than this ringzero "
-                    f"({SCHEMA_VERSION}); upgrade ringzero to open it"
-                )
-            with self._errors("preparing"):
+                await db._execute(self._check_and_migrate, db._conn)  # type: ignore[no-untyped-call]
+            with self._errors("preparing"):  # only now that the file is known to be ours
                 await db.execute("PRAGMA journal_mode=WAL")
                 await db.execute(f"PRAGMA synchronous={self._synchronous}")
-                if version < SCHEMA_VERSION:
-                    await self._migrate(db)
         except BaseException:
             await db.close()
             raise
@@ -143,10 +129,30 @@ class SqliteCheckpointer:
 
         await db._execute(work, db._conn)  # type: ignore[no-untyped-call]  # aiosqlite 0.21's job queue (pinned)
 
-    async def _migrate(self, db: aiosqlite.Connection) -> None:
-        """Create the schema in one transaction, so a crash leaves version 0 and no tables."""
-        statements: list[tuple[str, list[Any]]] = [(s, []) for s in filter(str.strip, _SCHEMA.split(";"))]
-        await self._transaction(db, [*statements, (f"PRAGMA user_version={SCHEMA_VERSION}", [])])
+    def _check_and_migrate(self, conn: sqlite3.Connection) -> None:
+        """On aiosqlite's thread, in one write transaction: refuse a file that is not ours or is
+        newer, create the schema in a new one. Another process opening the same new file waits
+        for this transaction, then finds the schema complete (a crash leaves version 0, no tables)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if version == 0 and tables:
+                raise CheckpointerError(
+                    f"{self.path} is an SQLite file of another program (tables: {', '.join(sorted(tables))}); "
+                    "ringzero will not write to it")
+            if version > SCHEMA_VERSION:
+                raise CheckpointerError(
+                    f"{self.path} has ringzero schema version {version}, newer than this ringzero "
+                    f"({SCHEMA_VERSION}); upgrade ringzero to open it")
+            if version < SCHEMA_VERSION:  # migrations from older versions go here, in order
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     async def put(self, checkpoint: Checkpoint) -> None:
         db = await self._conn()
@@ -247,8 +253,3 @@ class SqliteCheckpointer:
         if self._db is not None:
             db, self._db = self._db, None
             await db.close()
-
-
-async def _scalar(db: aiosqlite.Connection, sql: str) -> int:
-    rows = list(await db.execute_fetchall(sql))
-    return int(rows[0][0])
