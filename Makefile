@@ -12,8 +12,8 @@ $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
-$(VENV)/.synced: $(UV) pyproject.toml uv.lock
-	$(UV) sync --locked --extra dev --extra microsandbox --extra langgraph --python $(PYTHON)
+$(VENV)/.synced: $(UV) pyproject.toml uv.lock Makefile
+	$(UV) sync --locked --extra dev --extra microsandbox --extra langgraph --extra postgres --python $(PYTHON)
 	touch $@
 
 sync: $(VENV)/.synced

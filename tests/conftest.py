@@ -15,11 +15,20 @@ from ringzero.core.protocols import Checkpointer
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.executors import executor, sandbox  # noqa: F401 - fixtures for the executor suites
+from tests.postgres import fresh_database, postgres_dsn  # noqa: F401 - the PostgreSQL server fixture
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Checkpointer]:
-    store: Checkpointer = MemoryCheckpointer() if request.param == "memory" else SqliteCheckpointer(tmp_path / "k.db")
+    store: Checkpointer
+    if request.param == "memory":
+        store = MemoryCheckpointer()
+    elif request.param == "sqlite":
+        store = SqliteCheckpointer(tmp_path / "k.db")
+    else:
+        from ringzero.checkpointers import PostgresCheckpointer
+
+        store = PostgresCheckpointer(fresh_database(request.getfixturevalue("postgres_dsn")))
     yield store
     await store.aclose()
 

@@ -15,18 +15,29 @@ from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from ringzero.adapters.langgraph import KernelSaver
-from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
+from ringzero.checkpointers import MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer
 from ringzero.core.errors import RingzeroError
+from ringzero.core.protocols import Checkpointer
+from tests.postgres import fresh_database
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
 async def test_langgraph_conformance_passes_every_capability(backend: str, tmp_path: Path,
+                                                             request: pytest.FixtureRequest,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     files = iter(range(100))
+    admin_dsn = request.getfixturevalue("postgres_dsn") if backend == "postgres" else ""
+
+    def new_store() -> Checkpointer:
+        if backend == "memory":
+            return MemoryCheckpointer()
+        if backend == "sqlite":
+            return SqliteCheckpointer(tmp_path / f"{next(files)}.db")
+        return PostgresCheckpointer(fresh_database(admin_dsn))
 
     @checkpointer_test(name=f"KernelSaver({backend})")
     async def factory() -> AsyncIterator[KernelSaver]:
-        store = MemoryCheckpointer() if backend == "memory" else SqliteCheckpointer(tmp_path / f"{next(files)}.db")
+        store = new_store()
         yield KernelSaver(store)
         await store.aclose()
 

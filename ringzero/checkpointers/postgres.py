@@ -1,0 +1,224 @@
+"""PostgresCheckpointer: checkpoints in PostgreSQL (psycopg 3, async, pooled), for kernels on
+several machines sharing one store.
+
+    store = PostgresCheckpointer("postgresql://user:secret@db.internal:5432/agents")
+
+The schema carries its version in ``ringzero_schema``; a database with a newer version is
+refused. A record is durable when ``put`` returns (each write commits). Errors name the
+server and database, never the password.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ringzero.checkpointers._filters import matches
+from ringzero.core.errors import CheckpointerError, MissingExtra
+from ringzero.core.protocols import CheckpointerCapabilities
+from ringzero.core.types import JSON, Checkpoint, PendingWrite
+
+try:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtra("PostgresCheckpointer", "postgres") from exc
+
+__all__ = ["PostgresCheckpointer"]
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ringzero_schema (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ringzero_checkpoints (
+    thread_id TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    id TEXT NOT NULL,
+    parent_id TEXT,
+    payload BYTEA NOT NULL,
+    metadata JSONB NOT NULL,
+    PRIMARY KEY (thread_id, namespace, id)
+);
+CREATE TABLE IF NOT EXISTS ringzero_writes (
+    thread_id TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    channel TEXT NOT NULL,
+    value BYTEA NOT NULL,
+    task_path TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (thread_id, namespace, checkpoint_id, task_id, idx)
+)
+"""
+
+
+class PostgresCheckpointer:
+    """Durable checkpoints shared by kernels on any number of machines."""
+
+    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True)
+
+    def __init__(self, dsn: str, *, min_connections: int = 1, max_connections: int = 8,
+                 connect_timeout: float = 10.0) -> None:
+        self.dsn = dsn
+        self._min, self._max, self._timeout = min_connections, max_connections, connect_timeout
+        self._pool: AsyncConnectionPool[Any] | None = None
+
+    @property
+    def where(self) -> str:
+        """The server and database, for messages: never the password."""
+        try:
+            info = conninfo_to_dict(self.dsn)
+        except psycopg.ProgrammingError:
+            return "an unparsable PostgreSQL DSN"
+        return f"postgresql://{info.get('user', '')}@{info.get('host', 'localhost')}:{info.get('port', 5432)}/" \
+               f"{info.get('dbname', '')}"
+
+    def __repr__(self) -> str:
+        return f"PostgresCheckpointer({self.where!r})"
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise CheckpointerError(f"PostgreSQL at {self.where}: {doing} failed: {exc}") from exc
+
+    async def _get_pool(self) -> AsyncConnectionPool[Any]:
+        if self._pool is None:
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self.dsn, min_size=self._min, max_size=self._max, open=False, timeout=self._timeout,
+                kwargs={"autocommit": True, "connect_timeout": int(self._timeout)})
+            with self._errors("connecting"):
+                try:
+                    await pool.open(wait=True, timeout=self._timeout)
+                    async with pool.connection() as conn:
+                        await self._check_and_migrate(conn)
+                except BaseException:
+                    await pool.close()
+                    raise
+            self._pool = pool
+        return self._pool
+
+    async def _check_and_migrate(self, conn: Any) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(7403120)")  # one migrator at a time
+            await conn.execute(_SCHEMA.split(";")[0])
+            row = await (await conn.execute("SELECT max(version) FROM ringzero_schema")).fetchone()
+            version = row[0] or 0
+            if version > SCHEMA_VERSION:
+                raise CheckpointerError(f"PostgreSQL at {self.where} has ringzero schema version {version}, newer "
+                                        f"than this ringzero ({SCHEMA_VERSION}); upgrade ringzero to use it")
+            if version < SCHEMA_VERSION:  # migrations from older versions go here, in order
+                for statement in _SCHEMA.split(";")[1:]:
+                    await conn.execute(statement)
+                await conn.execute("DELETE FROM ringzero_schema")
+                await conn.execute("INSERT INTO ringzero_schema VALUES (%s)", (SCHEMA_VERSION,))
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        pool = await self._get_pool()
+        with self._errors("put"):
+            async with pool.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO ringzero_checkpoints VALUES (%s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (thread_id, namespace, id) DO UPDATE SET parent_id = EXCLUDED.parent_id, "
+                    "payload = EXCLUDED.payload, metadata = EXCLUDED.metadata",
+                    (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
+                     checkpoint.payload, json.dumps(dict(checkpoint.metadata))))
+
+    async def put_writes(
+        self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
+    ) -> None:
+        pool = await self._get_pool()
+        rows = [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path)
+                for w in writes]
+        with self._errors("put_writes"):
+            async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                await cur.executemany(
+                    "INSERT INTO ringzero_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (thread_id, namespace, checkpoint_id, task_id, idx) DO UPDATE SET "
+                    "channel = EXCLUDED.channel, value = EXCLUDED.value, task_path = EXCLUDED.task_path", rows)
+
+    async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
+        pool = await self._get_pool()
+        with self._errors("get"):
+            async with pool.connection() as conn:
+                if checkpoint_id is None:
+                    cur = await conn.execute(
+                        "SELECT * FROM ringzero_checkpoints WHERE thread_id=%s AND namespace=%s "
+                        "ORDER BY id DESC LIMIT 1", (thread_id, namespace))
+                else:
+                    cur = await conn.execute(
+                        "SELECT * FROM ringzero_checkpoints WHERE thread_id=%s AND namespace=%s AND id=%s",
+                        (thread_id, namespace, checkpoint_id))
+                row = await cur.fetchone()
+                return None if row is None else await self._with_writes(conn, row)
+
+    async def _with_writes(self, conn: Any, row: Any) -> Checkpoint:
+        thread_id, namespace, cid, parent_id, payload, metadata = row
+        cur = await conn.execute(
+            "SELECT task_id, channel, value, task_path, idx FROM ringzero_writes "
+            "WHERE thread_id=%s AND namespace=%s AND checkpoint_id=%s ORDER BY task_id, idx",
+            (thread_id, namespace, cid))
+        writes = tuple(PendingWrite(t, c, bytes(v), p, i) for t, c, v, p, i in await cur.fetchall())
+        return Checkpoint(thread_id=thread_id, namespace=namespace, id=cid, parent_id=parent_id,
+                          payload=bytes(payload), metadata=metadata, writes=writes)
+
+    async def list(
+        self,
+        thread_id: str | None = None,
+        namespace: str | None = None,
+        *,
+        filter: Mapping[str, JSON] | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[Checkpoint]:
+        pool = await self._get_pool()
+        where, params = [], []
+        for column, value in (("thread_id", thread_id), ("namespace", namespace)):
+            if value is not None:
+                where.append(f"{column}=%s")
+                params.append(value)
+        if before is not None:
+            where.append("id < %s")
+            params.append(before)
+        if filter:
+            where.append("metadata @> %s::jsonb")  # an index-friendly prefilter; equality is checked below
+            params.append(json.dumps(dict(filter)))
+        sql = "SELECT * FROM ringzero_checkpoints" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY id DESC, thread_id DESC, namespace DESC"
+        with self._errors("list"):
+            async with pool.connection() as conn:
+                rows = await (await conn.execute(sql, params)).fetchall()
+                found = 0
+                for row in rows:
+                    if filter and not matches(row[5], filter):
+                        continue
+                    yield await self._with_writes(conn, row)
+                    found += 1
+                    if limit is not None and found >= limit:
+                        return
+
+    async def delete_thread(self, thread_id: str) -> None:
+        pool = await self._get_pool()
+        with self._errors("delete_thread"):
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("DELETE FROM ringzero_checkpoints WHERE thread_id=%s", (thread_id,))
+                await conn.execute("DELETE FROM ringzero_writes WHERE thread_id=%s", (thread_id,))
+
+    async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
+        pool = await self._get_pool()
+        with self._errors("delete_checkpoints"):
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("DELETE FROM ringzero_checkpoints WHERE thread_id=%s AND namespace=%s "
+                                   "AND id = ANY(%s)", (thread_id, namespace, list(ids)))
+                await conn.execute("DELETE FROM ringzero_writes WHERE thread_id=%s AND namespace=%s "
+                                   "AND checkpoint_id = ANY(%s)", (thread_id, namespace, list(ids)))
+
+    async def aclose(self) -> None:
+        """Close the pool; a later call opens it again."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()

@@ -1,0 +1,83 @@
+"""A real PostgreSQL server for the tests, on 127.0.0.1, started (and if need be installed) here.
+
+Set RINGZERO_TEST_POSTGRES_DSN to use a server that is already running instead.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _bindir() -> str | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return os.path.dirname(found[-1]) if found else None
+
+
+def _install() -> str | None:
+    """Install Debian's postgresql package when it is missing and we may (root, apt)."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return None
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, capture_output=True, timeout=300)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "postgresql"], check=False, env=env, capture_output=True,
+                   timeout=600)
+    return _bindir()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """The DSN of a server to create test databases in."""
+    existing = os.environ.get("RINGZERO_TEST_POSTGRES_DSN")
+    if existing:
+        yield existing
+        return
+    bindir = _bindir() or _install()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed and cannot be installed here (apt-get needs root); "
+                    "set RINGZERO_TEST_POSTGRES_DSN to a running server")
+    # Not under pytest's 0700 temp root: the server runs as the postgres user, who must reach it.
+    data = Path(tempfile.mkdtemp(prefix="ringzero-pg-"))
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres", "postgres")
+    port = _free_port()
+    subprocess.run(_as_postgres([f"{bindir}/initdb", "-D", str(data), "-A", "trust", "-U", "postgres"]),
+                   check=True, capture_output=True, timeout=120)
+    options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=on"
+    subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", str(data), "-o", options, "-w", "-l",
+                                 str(Path(data) / "log"), "start"]), check=True, capture_output=True, timeout=120)
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", str(data), "-m", "immediate", "stop"]),
+                       capture_output=True, timeout=60)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def fresh_database(admin_dsn: str) -> str:
+    """Create an empty database and return its DSN."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return admin_dsn.rsplit("/", 1)[0] + "/" + name
