@@ -1,0 +1,136 @@
+"""Checkpointers under LangGraph: a 3-node graph invoked on distinct threads, and raw ops/s.
+
+Peers measured in the same run: LangGraph's AsyncSqliteSaver and InMemorySaver. Durable rows
+(SQLite, PostgreSQL) have their record on disk when each call returns. PostgreSQL is used
+when RINGZERO_BENCH_POSTGRES_DSN names a server (the tests' fixture starts one).
+
+    .venv/bin/python benchmarks/checkpointers.py [--graphs 200]     # needs: uv sync --extra bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import operator
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from rich.console import Console
+from rich.table import Table
+from typing_extensions import TypedDict
+
+from ringzero.adapters.langgraph import KernelSaver
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.types import Checkpoint, PendingWrite
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    g = StateGraph(State)
+    for name in ("fetch", "think", "answer"):
+        g.add_node(name, lambda state, n=name: {"log": [n]})
+    g.add_edge(START, "fetch")
+    g.add_edge("fetch", "think")
+    g.add_edge("think", "answer")
+    g.add_edge("answer", END)
+    return g.compile(checkpointer=saver)
+
+
+@asynccontextmanager
+async def kernel_sqlite(tmp: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    store = SqliteCheckpointer(tmp / "kernel.db")
+    yield KernelSaver(store)
+    await store.aclose()
+
+
+@asynccontextmanager
+async def async_sqlite(tmp: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(tmp / "langgraph.db")) as saver:
+        yield saver
+
+
+@asynccontextmanager
+async def in_memory(tmp: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    yield InMemorySaver()
+
+
+@asynccontextmanager
+async def kernel_postgres(tmp: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    from ringzero.checkpointers import PostgresCheckpointer
+
+    store = PostgresCheckpointer(os.environ["RINGZERO_BENCH_POSTGRES_DSN"])
+    yield KernelSaver(store)
+    await store.aclose()
+
+
+async def graph_throughput(make: Callable[[Path], Any], tmp: Path, graphs: int) -> float:
+    async with make(tmp) as saver:
+        app = graph(saver)
+        await app.ainvoke({"log": []}, {"configurable": {"thread_id": "warm-up"}})
+        start = time.perf_counter()
+        await asyncio.gather(*(app.ainvoke({"log": []}, {"configurable": {"thread_id": f"t{i}"}})
+                               for i in range(graphs)))
+        return graphs / (time.perf_counter() - start)
+
+
+async def raw_ops(tmp: Path, n: int) -> dict[str, float]:
+    store = SqliteCheckpointer(tmp / "raw.db")
+    rates = {}
+    start = time.perf_counter()
+    for i in range(n):
+        await store.put(Checkpoint("raw", "", f"{i:08d}", b"x" * 1024, metadata={"step": i}))
+    rates["put"] = n / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for i in range(n):
+        await store.put_writes("raw", "", f"{i:08d}", [PendingWrite("task", "out", b"y" * 256)])
+    rates["put_writes"] = n / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for i in range(n):
+        await store.get("raw", "", f"{i:08d}")
+    rates["get"] = n / (time.perf_counter() - start)
+    await store.aclose()
+    return rates
+
+
+async def main(graphs: int) -> None:
+    cases: list[tuple[str, Callable[[Path], Any]]] = [
+        ("KernelSaver(SqliteCheckpointer), durable", kernel_sqlite),
+        ("LangGraph AsyncSqliteSaver (the peer)", async_sqlite),
+        ("LangGraph InMemorySaver (the peer, not durable)", in_memory),
+    ]
+    if os.environ.get("RINGZERO_BENCH_POSTGRES_DSN"):
+        cases.insert(1, ("KernelSaver(PostgresCheckpointer), durable", kernel_postgres))
+    table = Table(title=f"3-node LangGraph graph, {graphs} invocations on distinct threads, concurrently")
+    table.add_column("checkpointer")
+    table.add_column("graphs/s", justify="right")
+    with tempfile.TemporaryDirectory() as tmp:
+        rates = {}
+        for name, make in cases:
+            rates[name] = await graph_throughput(make, Path(tmp), graphs)
+        peer = rates["LangGraph AsyncSqliteSaver (the peer)"]
+        for name, rate in rates.items():
+            table.add_row(name, f"{rate:,.0f} ({rate / peer:.2f}x AsyncSqliteSaver)")
+        raw = await raw_ops(Path(tmp), 2000)
+    console = Console(width=120)
+    console.print(table)
+    console.print("SqliteCheckpointer raw ops/s (sequential, durable): "
+                  + ", ".join(f"{op} {rate:,.0f}" for op, rate in raw.items()))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graphs", type=int, default=200)
+    asyncio.run(main(parser.parse_args().graphs))
