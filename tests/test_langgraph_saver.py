@@ -113,3 +113,74 @@ def test_a_sync_call_from_the_savers_own_loop_is_refused_not_deadlocked() -> Non
     future = asyncio.run_coroutine_threadsafe(inside(), saver._loop)
     with pytest.raises(RingzeroError, match="its own event loop thread"):
         future.result(timeout=5)
+
+
+class Count(TypedDict):
+    n: int
+    trail: Annotated[list[str], operator.add]
+
+
+def counter_graph(saver: KernelSaver, with_subgraph: bool = False) -> Any:
+    def add(state: Count) -> dict[str, Any]:
+        return {"n": state["n"] + 1, "trail": ["add"]}
+
+    def double(state: Count) -> dict[str, Any]:
+        return {"n": state["n"] * 2, "trail": ["double"]}
+
+    graph = StateGraph(Count)
+    graph.add_node("add", add)
+    if with_subgraph:
+        inner = StateGraph(Count)
+        inner.add_node("double", double)
+        inner.add_edge(START, "double")
+        inner.add_edge("double", END)
+        graph.add_node("double", inner.compile())  # shares the parent's checkpointer
+    else:
+        graph.add_node("double", double)
+    graph.add_edge(START, "add")
+    graph.add_edge("add", "double")
+    graph.add_edge("double", END)
+    return graph.compile(checkpointer=saver)
+
+
+def test_stream_update_state_and_time_travel(tmp_path: Path) -> None:
+    app = counter_graph(KernelSaver(SqliteCheckpointer(tmp_path / "g.db")))
+    config = {"configurable": {"thread_id": "c"}}
+    updates = list(app.stream({"n": 1, "trail": []}, config, stream_mode="updates"))
+    assert [list(u) for u in updates] == [["add"], ["double"]]
+    assert app.get_state(config).values["n"] == 4
+    app.update_state(config, {"n": 100})  # a human edits the state
+    assert app.get_state(config).values["n"] == 100
+    # Time travel: replay from the checkpoint taken after "add", before "double".
+    after_add = next(s for s in app.get_state_history(config) if s.next == ("double",))
+    replayed = app.invoke(None, after_add.config)
+    assert replayed["n"] == 4 and app.get_state(config).values["n"] == 4
+
+
+async def test_a_subgraph_checkpoints_under_its_own_namespace(tmp_path: Path) -> None:
+    store = SqliteCheckpointer(tmp_path / "sub.db")
+    app = counter_graph(KernelSaver(store), with_subgraph=True)
+    config = {"configurable": {"thread_id": "s"}}
+    assert (await app.ainvoke({"n": 2, "trail": []}, config))["n"] == 6
+    namespaces = {c.namespace async for c in store.list("s")}
+    assert "" in namespaces and any(ns.startswith("double") for ns in namespaces)
+    await store.aclose()
+
+
+async def test_an_encrypting_serializer_keeps_state_unreadable_at_rest(tmp_path: Path) -> None:
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    path = tmp_path / "secret.db"
+    key = b"k" * 32
+    store = SqliteCheckpointer(path)
+    app = counter_graph(KernelSaver(store, serde=EncryptedSerializer.from_pycryptodome_aes(key=key)))
+    config = {"configurable": {"thread_id": "secret-thread"}}
+    await app.ainvoke({"n": 1, "trail": ["patient-id-4471"]}, config)
+    await store.aclose()
+    raw = path.read_bytes() + (path.with_name(path.name + "-wal").read_bytes()
+                               if path.with_name(path.name + "-wal").exists() else b"")
+    assert b"patient-id-4471" not in raw
+    reopened = SqliteCheckpointer(path)
+    again = counter_graph(KernelSaver(reopened, serde=EncryptedSerializer.from_pycryptodome_aes(key=key)))
+    assert (await again.aget_state(config)).values["trail"][0] == "patient-id-4471"
+    await reopened.aclose()
