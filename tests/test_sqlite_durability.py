@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def writer(db: Path, thread: str, count: int) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tests.checkpoint_writer", str(db), thread, str(count)],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def crash_once(db: Path, thread: str, rng: random.Random) -> list[str]:
@@ -38,6 +39,8 @@ def crash_once(db: Path, thread: str, rng: random.Random) -> list[str]:
     os.set_blocking(proc.stdout.fileno(), True)
     acked += [line.strip() for line in proc.stdout.read().splitlines() if line.strip()]
     proc.stdout.close()
+    assert proc.stderr is not None
+    proc.stderr.close()
     return [a for a in acked if a]
 
 
@@ -71,4 +74,27 @@ async def test_two_processes_writing_one_file_at_once_lose_nothing(tmp_path: Pat
     for name in ("alpha", "beta"):
         ids = [c.id async for c in store.list(name)]
         assert len(ids) == 300 and ids[0] == f"{299:08d}"
+    await store.aclose()
+
+
+async def test_concurrent_writes_share_commits_and_a_bad_one_fails_alone(tmp_path: Path) -> None:
+    from ringzero.core.errors import CheckpointerError
+    from ringzero.core.types import Checkpoint
+
+    store = SqliteCheckpointer(tmp_path / "group.db")
+    await store.put(Checkpoint("warm", "", "0", b"x"))
+    before = store.commits
+    good = [store.put(Checkpoint("g", "", f"{i:04d}", b"v")) for i in range(200)]
+    bad = store.put(Checkpoint("g", "", "bad", b"v", metadata={"x": 1}))
+    bad_writes = store.put_writes("g", "", "bad", [])  # an empty batch is fine, and is not an error
+    results = await asyncio.gather(*good, bad, bad_writes, return_exceptions=True)
+    assert not [r for r in results if isinstance(r, BaseException)]
+    assert store.commits - before < 200, "200 concurrent puts were not grouped"
+    assert len([c async for c in store.list("g")]) == 201
+    # A write the store rejects (NOT NULL payload) fails alone; writes grouped with it land.
+    rejected = store.put(Checkpoint("g", "", "rejected", None))  # type: ignore[arg-type]
+    fine = store.put(Checkpoint("g", "", "after", b"v"))
+    outcome = await asyncio.gather(rejected, fine, return_exceptions=True)
+    assert isinstance(outcome[0], CheckpointerError) and "NOT NULL" in str(outcome[0]) and outcome[1] is None
+    assert await store.get("g", "", "after") is not None and await store.get("g", "", "rejected") is None
     await store.aclose()

@@ -2,7 +2,9 @@
 
 WAL mode, so readers never block the writer and a record whose ``put`` returned survives
 the host process being killed (``synchronous=NORMAL`` is durable against a process crash;
-pass ``synchronous="FULL"`` to survive power loss as well). Several kernels in separate
+pass ``synchronous="FULL"`` to survive power loss as well). Concurrent writes are grouped
+into one transaction (group commit) without giving that up: each ``put`` still returns only
+once its own record is committed. Several kernels in separate
 processes may share one file: SQLite serialises their writes and ``busy_timeout`` makes
 them wait for each other instead of failing. The schema carries its version in
 ``PRAGMA user_version``; a file of another schema, or not SQLite at all, is refused with
@@ -14,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +57,16 @@ CREATE TABLE IF NOT EXISTS writes (
 """
 
 
+class _Pending:
+    """One writer's statements waiting for the next group commit, and how it ended."""
+
+    __slots__ = ("error", "statements")
+
+    def __init__(self, statements: list[tuple[str, list[Any]]]) -> None:
+        self.statements = statements
+        self.error: BaseException | None = None
+
+
 class SqliteCheckpointer:
     """Durable checkpoints in one SQLite file."""
 
@@ -70,6 +84,10 @@ class SqliteCheckpointer:
         self._busy_ms = int(busy_timeout * 1000)
         self._db: aiosqlite.Connection | None = None
         self._opening = asyncio.Lock()
+        self._pending: list[_Pending] = []
+        self._pending_lock = threading.Lock()
+        self.commits = 0
+        """Transactions committed: fewer than writes when concurrent writes were grouped."""
 
     def __repr__(self) -> str:
         return f"SqliteCheckpointer({str(self.path)!r})"
@@ -100,34 +118,65 @@ class SqliteCheckpointer:
                 await db.execute(f"PRAGMA busy_timeout={self._busy_ms}")
                 await db._execute(self._check_and_migrate, db._conn)  # type: ignore[no-untyped-call]
             with self._errors("preparing"):  # only now that the file is known to be ours
-                await db.execute("PRAGMA journal_mode=WAL")
+                await self._enable_wal(db)
                 await db.execute(f"PRAGMA synchronous={self._synchronous}")
         except BaseException:
             await db.close()
             raise
         return db
 
-    @staticmethod
-    async def _transaction(db: aiosqlite.Connection, statements: list[tuple[str, list[Any]]]) -> None:
-        """Run ``(sql, rows)`` pairs as one transaction, as a single job on aiosqlite's thread.
+    async def _transaction(self, db: aiosqlite.Connection, statements: list[tuple[str, list[Any]]]) -> None:
+        """Commit ``(sql, rows)`` pairs atomically, grouped with whatever else is waiting.
 
-        One job cannot interleave with another coroutine's statements on the shared
-        connection (separate BEGIN/COMMIT awaits could), whichever event loop they come from.
+        The statements join a shared list, and a job goes onto aiosqlite's thread, which runs
+        jobs one at a time in order. The first job to run commits everything waiting in one
+        transaction (a savepoint per writer, so that one bad write fails alone); later jobs
+        find their writes already done. When this returns, the write is committed, whichever
+        event loop it came from.
         """
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for sql, rows in statements:
-                    if rows:
-                        conn.executemany(sql, rows)
-                    else:  # DDL and PRAGMA: executemany takes only DML on older Pythons
-                        conn.execute(sql)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        item = _Pending(statements)
+        with self._pending_lock:
+            self._pending.append(item)
+        await db._execute(self._commit_pending, db._conn)  # type: ignore[no-untyped-call]  # aiosqlite 0.21
+        if item.error is not None:
+            raise item.error
 
-        await db._execute(work, db._conn)  # type: ignore[no-untyped-call]  # aiosqlite 0.21's job queue (pinned)
+    def _commit_pending(self, conn: sqlite3.Connection) -> None:
+        with self._pending_lock:
+            batch, self._pending = self._pending, []
+        if not batch:
+            return  # an earlier job committed ours
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for item in batch:
+                conn.execute("SAVEPOINT item")
+                try:
+                    for sql, rows in item.statements:
+                        conn.executemany(sql, rows)
+                except sqlite3.Error as exc:
+                    conn.execute("ROLLBACK TO item")
+                    item.error = exc
+                conn.execute("RELEASE item")
+            conn.execute("COMMIT")
+            self.commits += 1
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for item in batch:
+                item.error = item.error or exc
+
+    async def _enable_wal(self, db: aiosqlite.Connection) -> None:
+        """Switch to WAL. Two processes opening a new file at once can make SQLite answer
+        "locked" at once, without waiting, so this retries for up to the busy timeout."""
+        deadline = time.monotonic() + self._busy_ms / 1000
+        while True:
+            try:
+                await db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)
 
     def _check_and_migrate(self, conn: sqlite3.Connection) -> None:
         """On aiosqlite's thread, in one write transaction: refuse a file that is not ours or is
@@ -156,12 +205,10 @@ class SqliteCheckpointer:
 
     async def put(self, checkpoint: Checkpoint) -> None:
         db = await self._conn()
+        row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
+               checkpoint.payload, json.dumps(dict(checkpoint.metadata)))
         with self._errors("put"):
-            await db.execute(
-                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)",
-                (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
-                 checkpoint.payload, json.dumps(dict(checkpoint.metadata))),
-            )
+            await self._transaction(db, [("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", [row])])
 
     async def put_writes(
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
