@@ -38,3 +38,18 @@ async def test_a_kernel_runs_and_records_its_processes_in_postgres(postgres_dsn:
     async with Kernel(checkpointer=PostgresCheckpointer(dsn)) as other:  # another host, same store
         [row] = await other.ps(all=True)
         assert row.name == "double" and row.status.value == "exited"
+
+
+async def test_a_database_with_a_newer_schema_is_refused_and_left_alone(postgres_dsn: str) -> None:
+    import psycopg
+
+    dsn = fresh_database(postgres_dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ringzero_schema (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO ringzero_schema VALUES (99)")
+    store = PostgresCheckpointer(dsn)
+    with pytest.raises(CheckpointerError, match="schema version 99"):
+        await store.get("t")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname='public'")}
+    assert tables == {"ringzero_schema"}  # nothing was created in a database from the future
