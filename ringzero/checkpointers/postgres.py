@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ringzero.checkpointers._filters import matches
+from ringzero.checkpointers._filters import list_query, selected
 from ringzero.core.errors import CheckpointerError, MissingExtra
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
@@ -176,30 +176,14 @@ class PostgresCheckpointer:
         limit: int | None = None,
     ) -> AsyncIterator[Checkpoint]:
         pool = await self._get_pool()
-        where, params = [], []
-        for column, value in (("thread_id", thread_id), ("namespace", namespace)):
-            if value is not None:
-                where.append(f"{column}=%s")
-                params.append(value)
-        if before is not None:
-            where.append("id < %s")
-            params.append(before)
-        if filter:
-            where.append("metadata @> %s::jsonb")  # an index-friendly prefilter; equality is checked below
-            params.append(json.dumps(dict(filter)))
-        sql = "SELECT * FROM ringzero_checkpoints" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY id DESC, thread_id DESC, namespace DESC"
+        # JSONB containment is an index-friendly prefilter; exact equality is checked after it.
+        prefilter = [("metadata @> %s::jsonb", json.dumps(dict(filter)))] if filter else []
+        sql, params = list_query("ringzero_checkpoints", "%s", thread_id, namespace, before, prefilter)
         with self._errors("list"):
             async with pool.connection() as conn:
                 rows = await (await conn.execute(sql, params)).fetchall()
-                found = 0
-                for row in rows:
-                    if filter and not matches(row[5], filter):
-                        continue
+                for row in selected(rows, lambda r: r[5], filter, limit):
                     yield await self._with_writes(conn, row)
-                    found += 1
-                    if limit is not None and found >= limit:
-                        return
 
     async def delete_thread(self, thread_id: str) -> None:
         pool = await self._get_pool()

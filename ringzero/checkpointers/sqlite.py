@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from ringzero.checkpointers._filters import matches
+from ringzero.checkpointers._filters import list_query, selected
 from ringzero.core.errors import CheckpointerError
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
@@ -258,28 +258,13 @@ class SqliteCheckpointer:
         limit: int | None = None,
     ) -> AsyncIterator[Checkpoint]:
         db = await self._conn()
-        where, params = [], []
-        for column, value in (("thread_id", thread_id), ("namespace", namespace)):
-            if value is not None:
-                where.append(f"{column}=?")
-                params.append(value)
-        if before is not None:
-            where.append("id<?")
-            params.append(before)
-        sql = "SELECT * FROM checkpoints" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY id DESC, thread_id DESC, namespace DESC"
+        sql, params = list_query("checkpoints", "?", thread_id, namespace, before)
         if limit is not None and not filter:
             sql += f" LIMIT {int(limit)}"
         with self._errors("list"):
-            rows = await db.execute_fetchall(sql, params)
-            found = 0
-            for row in rows:
-                if filter and not matches(json.loads(row[5]), filter):
-                    continue
+            rows = list(await db.execute_fetchall(sql, params))
+            for row in selected(rows, lambda r: json.loads(r[5]), filter, limit):
                 yield await self._with_writes(db, row)
-                found += 1
-                if limit is not None and found >= limit:
-                    return
 
     async def delete_thread(self, thread_id: str) -> None:
         db = await self._conn()
