@@ -109,8 +109,8 @@ def test_a_sync_call_from_the_savers_own_loop_is_refused_not_deadlocked() -> Non
     async def inside() -> None:
         saver.get_tuple(config)
 
-    assert saver._loop is not None
-    future = asyncio.run_coroutine_threadsafe(inside(), saver._loop)
+    assert saver._bridge.loop is not None
+    future = asyncio.run_coroutine_threadsafe(inside(), saver._bridge.loop)
     with pytest.raises(RingzeroError, match="its own event loop thread"):
         future.result(timeout=5)
 

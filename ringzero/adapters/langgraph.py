@@ -14,12 +14,11 @@ loop itself they refuse with an error instead of waiting on themselves.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
+from ringzero.adapters._bridge import LoopThread
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.types import Checkpoint as Record
@@ -54,9 +53,7 @@ class KernelSaver(BaseCheckpointSaver[str]):
         if not callable(getattr(checkpointer, "put", None)):
             raise InvalidArgument(f"KernelSaver needs a ringzero Checkpointer, not {checkpointer!r}")
         self.store = checkpointer
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._bridge = LoopThread("ringzero-kernelsaver")
 
     # ------------------------------------------------------------------ encoding
     def _encode(self, value: Any) -> bytes:
@@ -184,17 +181,7 @@ class KernelSaver(BaseCheckpointSaver[str]):
     # ------------------------------------------------------------------ sync API
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the private loop thread and wait for it."""
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=loop.run_forever, name="ringzero-kernelsaver", daemon=True)
-                self._thread.start()
-                self._loop = loop
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RingzeroError("a KernelSaver sync method was called from its own event loop thread, where it "
-                                "would wait on itself forever: use the a-prefixed async method there")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._bridge.run(coro, "a KernelSaver sync method")
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._run(self.aget_tuple(config))
