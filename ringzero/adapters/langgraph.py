@@ -1,4 +1,5 @@
-"""LangGraph on the kernel: ``KernelSaver``, a LangGraph checkpointer over any ringzero Checkpointer.
+"""LangGraph on the kernel: ``KernelSaver`` (a LangGraph checkpointer over any ringzero
+Checkpointer), and ``sandboxed``/``code_tool`` (LangChain tools that run in an executor).
 
     graph.compile(checkpointer=KernelSaver(SqliteCheckpointer("state.db")))
 
@@ -40,7 +41,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.langgraph", "langgraph") from exc
 
-__all__ = ["KernelSaver"]
+from ringzero.adapters.langchain_tools import code_tool, sandboxed
+
+__all__ = ["KernelSaver", "code_tool", "sandboxed"]
 
 T = TypeVar("T")
 

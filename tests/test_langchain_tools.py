@@ -1,0 +1,80 @@
+"""sandboxed() and code_tool(): LangChain tools whose code runs in each executor this host has."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from langchain_core.tools import ToolException
+
+from ringzero.adapters.langgraph import code_tool, sandboxed
+from ringzero.core.errors import InvalidArgument
+from ringzero.core.protocols import Executor
+from tests.tool_bodies import read_file, shout, uses_module_constant, uses_module_json, word_stats
+
+
+@pytest.fixture(params=["monty", "process"])
+async def tool_executor(request: pytest.FixtureRequest) -> Executor:
+    from tests.executors import _started
+
+    instance = await _started(request.param)
+    yield instance  # type: ignore[misc]
+    await instance.aclose()
+
+
+async def test_a_sandboxed_function_keeps_its_name_description_and_schema(tool_executor: Executor) -> None:
+    tool = sandboxed(word_stats, executor=tool_executor)
+    assert tool.name == "word_stats" and tool.description.startswith("Count the words")
+    assert set(tool.args_schema.model_json_schema()["properties"]) == {"text", "top"}  # type: ignore[union-attr]
+    assert await tool.ainvoke({"text": "b a b c b a"}) == {"words": 6, "top": ["b", "a"]}
+
+
+async def test_the_tool_body_provably_runs_in_the_sandbox(tool_executor: Executor, tmp_path: Path) -> None:
+    secret = tmp_path / "host-only.txt"
+    secret.write_text("the host's secret")
+    assert read_file(str(secret)) == "the host's secret"  # on the host it works
+    tool = sandboxed(read_file, executor=tool_executor)
+    with pytest.raises(ToolException, match=r"PermissionError|FileNotFoundError"):
+        await tool.ainvoke({"path": str(secret)})
+
+
+def test_a_decorated_tool_keeps_its_identity_and_runs_sync() -> None:
+    tool = sandboxed(shout)
+    assert (tool.name, tool.description) == (shout.name, shout.description)
+    assert tool.invoke({"text": "hi"}) == "HI!"
+
+
+def test_what_cannot_be_shipped_is_refused_when_wrapping() -> None:
+    factor = 3
+
+    def uses_closure(x: int) -> int:
+        return x * factor
+
+    async def is_async(x: int) -> int:
+        return x
+
+    with pytest.raises(InvalidArgument, match="uses factor from an enclosing function"):
+        sandboxed(uses_closure)
+    with pytest.raises(InvalidArgument, match="is async"):
+        sandboxed(is_async)
+    with pytest.raises(InvalidArgument, match="module-level SECRET_SETTING"):
+        sandboxed(uses_module_constant)
+    with pytest.raises(InvalidArgument, match="module-level json"):
+        sandboxed(uses_module_json)
+    with pytest.raises(InvalidArgument, match="lambda"):
+        sandboxed(lambda x: x)
+
+
+async def test_code_tool_calls_tools_inside_and_returns_only_output_and_value(tool_executor: Executor) -> None:
+    run_python = code_tool([shout, word_stats], executor=tool_executor)
+    assert run_python.name == "run_python" and "shout(text)" in run_python.description
+    code = "stats = word_stats('x y x z x', top=1)\nprint(shout('done'))\nstats['top']"
+    assert await run_python.ainvoke({"code": code}) == "DONE!\nResult: ['x']"
+    failing = await run_python.ainvoke({"code": "1 / 0"})
+    assert failing.startswith("Error: ZeroDivisionError")
+
+
+async def test_code_tool_caps_what_goes_back_to_the_model(tool_executor: Executor) -> None:
+    run_python = code_tool([], executor=tool_executor, max_output=100)
+    text = await run_python.ainvoke({"code": "for i in range(1000):\n    print('line', i)"})
+    assert len(text) < 160 and text.endswith("more characters truncated]")

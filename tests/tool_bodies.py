@@ -1,0 +1,40 @@
+"""Tool functions for the sandboxed-tool tests (module level, as real tools are)."""
+
+from __future__ import annotations
+
+import json
+
+from langchain_core.tools import tool
+
+SECRET_SETTING = "host only"
+
+
+def word_stats(text: str, top: int = 2) -> dict[str, object]:
+    """Count the words of a text and list the most common ones."""
+    counts: dict[str, int] = {}
+    for word in text.lower().split():
+        counts[word] = counts.get(word, 0) + 1
+    ranked = sorted(counts, key=lambda w: (-counts[w], w))
+    return {"words": len(text.split()), "top": ranked[:top]}
+
+
+def read_file(path: str) -> str:
+    """Read a file (a host would let it; a sandbox must not)."""
+    with open(path) as f:
+        return f.read()
+
+
+def uses_module_json(data: str) -> str:
+    """Pretty-print JSON using the module's import."""
+    return json.dumps(json.loads(data), indent=2)
+
+
+def uses_module_constant() -> str:
+    """Return a module-level setting."""
+    return SECRET_SETTING
+
+
+@tool
+def shout(text: str) -> str:
+    """Shout the text back."""
+    return text.upper() + "!"
