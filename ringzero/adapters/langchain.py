@@ -1,0 +1,158 @@
+"""LangChain chat models and ringzero providers, both ways.
+
+- ``KernelChatModel(provider)``: a LangChain ``BaseChatModel`` (``bind_tools``, sync and async)
+  backed by a ringzero LLMProvider through an LLM gate, so LangGraph agents share the kernel's
+  rate limits, retries and usage accounting.
+- ``ChatModelProvider(chat_model)``: any LangChain chat model as a ringzero LLMProvider, with
+  its failures translated into the kernel's typed errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ringzero.adapters._bridge import LoopThread
+from ringzero.core import errors
+from ringzero.core.errors import MissingExtra
+from ringzero.core.gate import LLMGate
+from ringzero.core.protocols import LLMProvider, ProviderCapabilities
+from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
+
+try:
+    from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from pydantic import ConfigDict, Field
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtra("ringzero.adapters.langchain", "langgraph") from exc
+
+__all__ = ["ChatModelProvider", "KernelChatModel", "from_langchain", "to_langchain"]
+
+_BRIDGE = LoopThread("ringzero-chat-model")
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content or [])
+
+
+def from_langchain(message: BaseMessage) -> Message:
+    """A LangChain message as a ringzero Message."""
+    if isinstance(message, SystemMessage):
+        return Message("system", _text(message.content))
+    if isinstance(message, ToolMessage):
+        return Message("tool", _text(message.content), tool_call_id=message.tool_call_id, name=message.name)
+    if isinstance(message, AIMessage):
+        calls = tuple(ToolCall(str(c.get("id") or ""), c["name"], dict(c.get("args") or {}))
+                      for c in message.tool_calls)
+        return Message("assistant", _text(message.content), tool_calls=calls)
+    return Message("user", _text(message.content))
+
+
+def to_langchain(message: Message) -> BaseMessage:
+    """A ringzero Message as a LangChain message."""
+    if message.role == "system":
+        return SystemMessage(message.content)
+    if message.role == "tool":
+        return ToolMessage(message.content, tool_call_id=message.tool_call_id or "", name=message.name)
+    if message.role == "assistant":
+        return AIMessage(message.content, tool_calls=[
+            {"id": c.id, "name": c.name, "args": dict(c.arguments), "type": "tool_call"} for c in message.tool_calls])
+    return HumanMessage(message.content)
+
+
+def _schema(tool: dict[str, Any]) -> ToolSchema:
+    function = tool.get("function", tool)
+    return ToolSchema(function["name"], function.get("description", ""),
+                      function.get("parameters") or {"type": "object", "properties": {}})
+
+
+class KernelChatModel(BaseChatModel):
+    """A LangChain chat model whose calls pass a ringzero LLM gate."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    gate: LLMGate = Field(description="the ringzero LLM gate every call passes")
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    priority: int = 10
+
+    def __init__(self, provider: LLMProvider | LLMGate, **kwargs: Any) -> None:
+        gate = provider if isinstance(provider, LLMGate) else LLMGate(provider)
+        super().__init__(gate=gate, **kwargs)  # type: ignore[call-arg]  # pydantic fields as keywords
+
+    @property
+    def _llm_type(self) -> str:
+        return "ringzero"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        """Offer these tools (LangChain tools, functions or schemas) to the model."""
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _request(self, messages: list[BaseMessage], stop: list[str] | None, **kwargs: Any) -> LLMRequest:
+        return LLMRequest(
+            messages=tuple(from_langchain(m) for m in messages),
+            tools=tuple(_schema(t) for t in kwargs.get("tools") or ()),
+            model=kwargs.get("model", self.model), max_tokens=kwargs.get("max_tokens", self.max_tokens),
+            temperature=kwargs.get("temperature", self.temperature), stop=tuple(stop or ()),
+        )
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        response = await self.gate.complete(self._request(messages, stop, **kwargs), priority=self.priority)
+        reply = to_langchain(response.message)
+        assert isinstance(reply, AIMessage)
+        usage = response.usage
+        reply.usage_metadata = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                                "total_tokens": usage.total_tokens}
+        reply.response_metadata = {"stop_reason": response.stop_reason, "model_name": response.model}
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        return _BRIDGE.run(self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
+
+
+class ChatModelProvider:
+    """Any LangChain chat model as a ringzero LLMProvider."""
+
+    capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=True)
+
+    def __init__(self, chat_model: BaseChatModel) -> None:
+        self.chat_model = chat_model
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        model: Any = self.chat_model
+        if request.tools:
+            model = model.bind_tools([{"type": "function", "function": t.to_dict()} for t in request.tools])
+        kwargs: dict[str, Any] = {"stop": list(request.stop)} if request.stop else {}
+        try:
+            reply = await model.ainvoke([to_langchain(m) for m in request.messages], **kwargs)
+        except Exception as exc:
+            raise _provider_error(exc) from exc
+        usage = getattr(reply, "usage_metadata", None) or {}
+        message = from_langchain(reply)
+        return LLMResponse(message=message, usage=Usage(int(usage.get("input_tokens", 0)),
+                                                        int(usage.get("output_tokens", 0))),
+                           stop_reason="tool_use" if message.tool_calls else "end_turn",
+                           model=(getattr(reply, "response_metadata", None) or {}).get("model_name"))
+
+
+def _provider_error(exc: Exception) -> errors.ProviderError:
+    """A chat model's failure as the kernel's typed error, by the HTTP status it carries."""
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    message = f"{type(exc).__name__}: {exc}"
+    if status == 429:
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        retry_after = headers.get("retry-after")
+        return errors.RateLimited(message, float(retry_after) if retry_after else None)
+    if status in (401, 403):
+        return errors.AuthenticationFailed(message)
+    if status == 400 or status == 422:
+        return errors.BadRequest(message)
+    return errors.ProviderUnavailable(message)
