@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -75,3 +76,61 @@ async def parent_waits_for_child(ctx: Context, n: int, child_seconds: float, aft
     value = int(await ctx.wait(child))  # type: ignore[arg-type]
     await ctx.sleep(after_seconds)
     return value + 1
+
+
+GRAPH_TOOL_RUNS: list[str] = []
+
+
+async def graph_agent(ctx: Context, question: str) -> str:
+    """A LangGraph ReAct loop run as a kernel process: model and tool calls are syscalls.
+
+    Its durability is the kernel's journal (a resumed run replays the recorded calls), so the
+    graph gets no persistent LangGraph checkpointer: one resuming from the middle of the graph
+    while the program re-runs from the top would diverge from the journal (and the kernel
+    would stop it with NonDeterminismError).
+    """
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from ringzero.adapters.langchain import KernelChatModel
+    from ringzero.adapters.langgraph import KernelToolNode
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look up the weather of a city (a host tool: it records every real run)."""
+        GRAPH_TOOL_RUNS.append(city)
+        if city == "Atlantis":
+            raise KeyError("no such city")
+        return f"sunny in {city}"
+
+    model = KernelChatModel().bind_tools([lookup])
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", KernelToolNode([lookup]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    graph.add_edge("agent", END)
+    result = await graph.compile().ainvoke({"messages": [HumanMessage(question)]})
+    return str(result["messages"][-1].content)
+
+
+CONCURRENT_RUNS: list[int] = []
+
+
+async def slow_then_fast(n: int) -> int:
+    CONCURRENT_RUNS.append(n)
+    await asyncio.sleep(0.05 if n == 1 else 0.0)  # the first call finishes last
+    return n * 10
+
+
+async def concurrent_syscalls(ctx: Context) -> list[Any]:
+    results = await asyncio.gather(ctx.tool("slow_then_fast", 1), ctx.tool("slow_then_fast", 2))
+    await ctx.sleep(0.2)  # a window for the test to stop the host in
+    return list(results)

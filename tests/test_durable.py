@@ -219,3 +219,23 @@ async def test_spawn_with_parent_gives_the_child_a_slice_of_that_parents_budget(
         await child.kill()
         assert kernel._process(parent.pid).meter.remaining("tokens") == 1000
         await parent.kill()
+
+
+async def test_concurrent_syscalls_keep_their_program_order_slots_across_a_resume(tmp_path: Path) -> None:
+    from tests import programs
+
+    programs.CONCURRENT_RUNS.clear()
+    db = tmp_path / "state.db"
+    tools = {"slow_then_fast": programs.slow_then_fast}
+    kernel = Kernel(checkpointer=SqliteCheckpointer(db), tools=tools)
+    p = await kernel.spawn(programs.concurrent_syscalls)
+    while len(await kernel.store.journal(p.pid)) < 2:
+        await asyncio.sleep(0.005)
+    entries = await kernel.store.journal(p.pid)
+    assert [(e.seq, e.outcome["value"]) for e in entries] == [(1, 10), (2, 20)]  # slots, not finishing order
+    await kernel.aclose()  # the host stops during the sleep
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db), tools=tools) as again:
+        [handle] = await again.recover()
+        assert await handle.wait() == [10, 20]
+    assert sorted(programs.CONCURRENT_RUNS) == [1, 2], "a recorded tool call ran again"

@@ -14,6 +14,7 @@ from typing import Any
 
 from ringzero.adapters._bridge import LoopThread
 from ringzero.core import errors
+from ringzero.core.context import Context
 from ringzero.core.errors import MissingExtra
 from ringzero.core.gate import LLMGate
 from ringzero.core.protocols import LLMProvider, ProviderCapabilities
@@ -76,14 +77,17 @@ class KernelChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    gate: LLMGate = Field(description="the ringzero LLM gate every call passes")
+    gate: LLMGate | None = Field(default=None, description="the gate calls pass outside a kernel process")
+    kernel_provider: str = "default"
     model: str | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     priority: int = 10
 
-    def __init__(self, provider: LLMProvider | LLMGate, **kwargs: Any) -> None:
-        gate = provider if isinstance(provider, LLMGate) else LLMGate(provider)
+    def __init__(self, provider: LLMProvider | LLMGate | None = None, **kwargs: Any) -> None:
+        """Inside a kernel process every call is ``ctx.llm`` (journaled, budgeted, through the
+        kernel's gate named ``kernel_provider``); outside one, it passes ``provider``'s gate."""
+        gate = provider if isinstance(provider, LLMGate) or provider is None else LLMGate(provider)
         super().__init__(gate=gate, **kwargs)  # type: ignore[call-arg]  # pydantic fields as keywords
 
     @property
@@ -104,7 +108,16 @@ class KernelChatModel(BaseChatModel):
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        response = await self.gate.complete(self._request(messages, stop, **kwargs), priority=self.priority)
+        request = self._request(messages, stop, **kwargs)
+        ctx = Context.current()
+        if ctx is not None:
+            response = await ctx.llm(list(request.messages), tools=request.tools, model=request.model,
+                                     max_tokens=request.max_tokens, temperature=request.temperature,
+                                     stop=request.stop, provider=self.kernel_provider)
+        elif self.gate is not None:
+            response = await self.gate.complete(request, priority=self.priority)
+        else:
+            raise errors.NoProvider("KernelChatModel has no provider and is not running inside a kernel process")
         reply = to_langchain(response.message)
         assert isinstance(reply, AIMessage)
         usage = response.usage

@@ -8,6 +8,7 @@ gets the same answers without calling the LLM, executor or tool a second time.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import inspect
 from collections.abc import Mapping, Sequence
@@ -48,11 +49,23 @@ __all__ = ["Context"]
 _LLM_NEEDS = (("llm_calls", 1.0), ("tokens", 1.0), ("cost", 1e-12))
 
 
+_CURRENT: contextvars.ContextVar[Context | None] = contextvars.ContextVar("ringzero_context", default=None)
+
+
 class Context:
     """What a running program may ask of the kernel."""
 
     def __init__(self, process: Process) -> None:
         self._process = process
+
+    @staticmethod
+    def current() -> Context | None:
+        """The Context of the process whose code is running (also inside tasks it started,
+        such as a LangGraph graph's nodes), or None outside any process."""
+        return _CURRENT.get()
+
+    def _enter(self) -> None:
+        _CURRENT.set(self)
 
     @property
     def pid(self) -> int:

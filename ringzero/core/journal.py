@@ -27,43 +27,50 @@ def fingerprint(args: Any) -> str:
 
 
 class Journal:
-    """Replays recorded syscalls in order, then records new ones."""
+    """Serves recorded syscalls by their position in program order, then records new ones.
+
+    A syscall takes its position (its slot) synchronously when it starts, before it awaits
+    anything, so concurrent syscalls (a graph's parallel tool calls) get the same slots on
+    every run, in the order the program started them, whatever order they finish in. A slot
+    whose outcome was never recorded (in flight at a crash) simply runs live again.
+    """
 
     def __init__(self, store: KernelStore, pid: int, entries: list[JournalEntry] | None = None) -> None:
         self._store = store
         self._pid = pid
-        self._entries = entries or []
+        self._by_seq = {e.seq: e for e in entries or []}
         self._cursor = 0
 
     @property
     def replaying(self) -> bool:
-        return self._cursor < len(self._entries)
+        """True while syscalls before the last recorded one are being served."""
+        return self._cursor < max(self._by_seq, default=0)
 
     @property
     def length(self) -> int:
-        return len(self._entries)
+        return len(self._by_seq)
 
     @property
     def entries(self) -> tuple[JournalEntry, ...]:
-        return tuple(self._entries)
+        return tuple(self._by_seq[seq] for seq in sorted(self._by_seq))
 
-    def replay(self, kind: str, fp: str, summary: str) -> dict[str, JSON] | None:
-        """The recorded outcome of the next syscall, or None once past the journal."""
-        if self._cursor >= len(self._entries):
-            return None
-        entry = self._entries[self._cursor]
+    def take_slot(self, kind: str, fp: str, summary: str) -> tuple[int, dict[str, JSON] | None]:
+        """The next slot in program order, and its recorded outcome (None: run it live)."""
+        self._cursor += 1
+        seq = self._cursor
+        entry = self._by_seq.get(seq)
+        if entry is None:
+            return seq, None
         if entry.kind != kind or entry.fingerprint != fp:
             raise NonDeterminismError(
-                f"pid {self._pid}: syscall #{entry.seq} was recorded as {entry.kind}({entry.summary}) "
+                f"pid {self._pid}: syscall #{seq} was recorded as {entry.kind}({entry.summary}) "
                 f"but the resumed program now asks for {kind}({summary}); a program must make the "
                 "same syscalls in the same order when it is resumed"
             )
-        self._cursor += 1
-        return entry.outcome
+        return seq, entry.outcome
 
-    async def record(self, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> None:
-        """Append an outcome; durable when this returns."""
-        entry = JournalEntry(len(self._entries) + 1, kind, fp, summary, outcome)
+    async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> None:
+        """Fill slot ``seq``; durable when this returns."""
+        entry = JournalEntry(seq, kind, fp, summary, outcome)
         await self._store.append_journal(self._pid, entry)
-        self._entries.append(entry)
-        self._cursor = len(self._entries)
+        self._by_seq[seq] = entry

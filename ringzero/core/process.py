@@ -123,6 +123,7 @@ class Process:
             await self._acquire()
             await self._set(ProcessStatus.RUNNING, "recovered" if self.journal.length else "")
             self._arm_watchdog()
+            self.ctx._enter()  # this task's context: programs and the tasks they start see it
             self.value = await self.program(self.ctx, *self.record.args)
         except asyncio.CancelledError:
             if self.record.stop_reason is None:
@@ -233,19 +234,18 @@ class Process:
         """
         if self.record.stop_reason is not None:
             self._stop(self.record.stop_reason)
-        replaying = self.journal.replaying
         self._charge_step()
         for resource, amount in needs:
             reason = self.meter.crossed(resource, about_to_add=amount)
             if reason is not None:
                 self._stop(reason)
-        if not replaying:
-            await self._boundary()
+        # The journal slot is taken before the first await: program order, not finishing order.
         fp = fingerprint(args)
-        outcome = self.journal.replay(kind, fp, summary)
+        seq, outcome = self.journal.take_slot(kind, fp, summary)
         if outcome is None:
+            await self._boundary()
             outcome = await (self._blocking(live) if waits else live())
-            await self.journal.record(kind, fp, summary, outcome)
+            await self.journal.record(seq, kind, fp, summary, outcome)
         return outcome
 
     def _charge_step(self) -> None:

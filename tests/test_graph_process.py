@@ -1,0 +1,56 @@
+"""A LangGraph graph run as a kernel process: its model and tool calls are syscalls."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from ringzero import Kernel
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.types import LLMRequest
+from ringzero.testing import ScriptedProvider
+from tests import programs
+from tests.programs import graph_agent
+
+
+def weather_script(request: LLMRequest) -> Any:
+    last = request.messages[-1]
+    if last.role == "user":  # ask for two cities at once, one of which fails
+        return {"content": "", "tool_calls": [
+            {"id": "a", "name": "lookup", "arguments": {"city": "Paris"}},
+            {"id": "b", "name": "lookup", "arguments": {"city": "Atlantis"}}]}
+    results = sorted(m.content for m in request.messages if m.role == "tool")
+    return "; ".join(results)
+
+
+async def test_model_and_tool_calls_are_journaled_syscalls_with_parallel_calls_and_errors(tmp_path: Path) -> None:
+    programs.GRAPH_TOOL_RUNS.clear()
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db"), llm=ScriptedProvider(weather_script)) as k:
+        p = await k.spawn(graph_agent, "weather?")
+        answer = await p.wait()
+        kinds = [e.kind for e in await k.store.journal(p.pid)]
+    assert answer == "Error: tool 'langchain_tool:lookup' raised KeyError: 'no such city'; sunny in Paris"
+    assert sorted(programs.GRAPH_TOOL_RUNS) == ["Atlantis", "Paris"]
+    assert kinds.count("llm") == 2 and kinds.count("tool") == 2
+
+
+async def test_a_graph_interrupted_by_shutdown_resumes_without_repeating_recorded_calls(tmp_path: Path) -> None:
+    programs.GRAPH_TOOL_RUNS.clear()
+    kernel_db = tmp_path / "k.db"
+    slow_second = ScriptedProvider(weather_script, latency=0.0)
+    first = Kernel(checkpointer=SqliteCheckpointer(kernel_db), llm=slow_second)
+    p = await first.spawn(graph_agent, "weather?")
+    while len(programs.GRAPH_TOOL_RUNS) < 2:  # both tool calls have run...
+        await asyncio.sleep(0.005)
+    slow_second.latency = 30  # ...and the next model call hangs: the host "dies" here
+    while slow_second.calls < 2:
+        await asyncio.sleep(0.005)
+    await first.aclose()
+
+    async with Kernel(checkpointer=SqliteCheckpointer(kernel_db), llm=ScriptedProvider(weather_script)) as again:
+        [handle] = await again.recover()
+        assert handle.pid == p.pid
+        answer = await asyncio.wait_for(handle.wait(), 10)
+    assert answer.endswith("sunny in Paris")
+    assert sorted(programs.GRAPH_TOOL_RUNS) == ["Atlantis", "Paris"], "a recorded tool call ran again"
