@@ -22,12 +22,12 @@ demo: sync
 	$(VENV)/bin/ringzero demo
 
 test: sync
-	$(VENV)/bin/ruff check ringzero tests benchmarks
+	$(VENV)/bin/ruff check ringzero tests benchmarks examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
 lint: sync
-	$(VENV)/bin/ruff check ringzero tests benchmarks
+	$(VENV)/bin/ruff check ringzero tests benchmarks examples
 
 typecheck: sync
 	$(VENV)/bin/mypy

@@ -78,3 +78,10 @@ async def test_code_tool_caps_what_goes_back_to_the_model(tool_executor: Executo
     run_python = code_tool([], executor=tool_executor, max_output=100)
     text = await run_python.ainvoke({"code": "for i in range(1000):\n    print('line', i)"})
     assert len(text) < 160 and text.endswith("more characters truncated]")
+
+
+async def test_type_annotations_are_not_shipped(tool_executor: Executor) -> None:
+    from tests.tool_bodies import annotated
+
+    tool = sandboxed(annotated, executor=tool_executor)
+    assert await tool.ainvoke({"values": [1, 2, 3]}) == {"total": 6}

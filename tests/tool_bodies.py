@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Dict  # noqa: UP035 - a module-level name used only in an annotation, on purpose
 
 from langchain_core.tools import tool
 
@@ -38,3 +39,11 @@ def uses_module_constant() -> str:
 def shout(text: str) -> str:
     """Shout the text back."""
     return text.upper() + "!"
+
+
+def annotated(values: list[int]) -> Dict[str, int]:  # noqa: UP006
+    """Sum values (its annotations name typing constructs the sandbox does not need)."""
+    total: int = 0
+    for value in values:
+        total += value
+    return {"total": total}

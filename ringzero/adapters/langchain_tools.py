@@ -93,11 +93,23 @@ def shippable_source(fn: Callable[..., Any]) -> str:
     if func is None:
         raise InvalidArgument(f"could not find the definition of {name} in its source")
     func.decorator_list = []
+    _strip_annotations(func)  # types are for the schema (already taken); the sandbox needs none of them
     outside = _module_level_names(func, getattr(fn, "__globals__", {}))
     if outside:
         raise InvalidArgument(f"{name} uses module-level {', '.join(sorted(outside))}, which does not exist in "
                               "the sandbox; import or define it inside the function")
     return ast.unparse(func)
+
+
+def _strip_annotations(func: ast.FunctionDef) -> None:
+    func.returns = None
+    every = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs, func.args.vararg, func.args.kwarg]
+    for arg in every:
+        if arg is not None:
+            arg.annotation = None
+    for node in ast.walk(func):
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            node.annotation = ast.Constant(None)  # `x: T = v` keeps its value; the type is inert
 
 
 def _module_level_names(func: ast.FunctionDef, module_globals: dict[str, Any]) -> set[str]:

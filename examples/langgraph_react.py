@@ -1,0 +1,77 @@
+"""A LangGraph ReAct agent on ringzero: model calls through the kernel's LLM gate, tool code in
+the Monty sandbox, every call journaled, state in SQLite.
+
+    .venv/bin/python examples/langgraph_react.py          # offline: a scripted model
+
+A real model needs a ringzero LLM provider; the OpenAI and Anthropic providers come with their
+own issue. Any LangChain chat model works meanwhile: pass ChatModelProvider(your_chat_model)
+as llm= below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import tools_condition
+
+from ringzero import Context, Kernel, LLMGate, RateLimit
+from ringzero.adapters.langchain import KernelChatModel
+from ringzero.adapters.langgraph import KernelToolNode, sandboxed
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.types import LLMRequest
+from ringzero.testing import ScriptedProvider
+
+
+def word_stats(text: str, top: int = 3) -> dict[str, Any]:
+    """Count the words of a text and list the most common ones."""
+    counts: dict[str, int] = {}
+    for word in text.lower().split():
+        counts[word] = counts.get(word, 0) + 1
+    return {"words": len(text.split()), "top": sorted(counts, key=lambda w: (-counts[w], w))[:top]}
+
+
+def scripted_model(request: LLMRequest) -> Any:
+    """Stands in for a model: asks for the tool once, then answers from its result."""
+    if request.messages[-1].role == "tool":
+        return f"Here is what the tool found: {request.messages[-1].content}"
+    return {"content": "", "tool_calls": [{"id": "call-1", "name": "word_stats",
+                                           "arguments": {"text": "the cat and the hat and the bat"}}]}
+
+
+async def react_agent(ctx: Context, question: str) -> str:
+    """The agent as a kernel process: pause, kill, budgets and `ringzero ps` apply to it."""
+    tools = [sandboxed(word_stats)]
+    model = KernelChatModel().bind_tools(tools)
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", KernelToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    graph.add_edge("agent", END)
+    result = await graph.compile().ainvoke({"messages": [HumanMessage(question)]})
+    return str(result["messages"][-1].content)
+
+
+async def main() -> None:
+    gate = LLMGate(ScriptedProvider(scripted_model), RateLimit(requests_per_minute=600))
+    with tempfile.TemporaryDirectory() as tmp:
+        async with Kernel(llm=gate, checkpointer=SqliteCheckpointer(Path(tmp) / "state.db")) as kernel:
+            process = await kernel.spawn(react_agent, "Which words repeat most?", name="react-agent")
+            print(await process.wait())
+            journal = await kernel.store.journal(process.pid)
+            print("syscalls journaled:", ", ".join(entry.kind for entry in journal))
+            print("tokens through the gate:", gate.total_usage.total_tokens)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
