@@ -38,14 +38,17 @@ async def test_model_and_tool_calls_are_journaled_syscalls_with_parallel_calls_a
 async def test_a_graph_interrupted_by_shutdown_resumes_without_repeating_recorded_calls(tmp_path: Path) -> None:
     programs.GRAPH_TOOL_RUNS.clear()
     kernel_db = tmp_path / "k.db"
-    slow_second = ScriptedProvider(weather_script, latency=0.0)
-    first = Kernel(checkpointer=SqliteCheckpointer(kernel_db), llm=slow_second)
+    async def hangs_once_tools_ran(request: LLMRequest) -> Any:
+        if any(m.role == "tool" for m in request.messages):
+            await asyncio.sleep(30)  # the model call after the tools hangs: the host "dies" here
+        return weather_script(request)
+
+    hanging = ScriptedProvider(hangs_once_tools_ran)
+    first = Kernel(checkpointer=SqliteCheckpointer(kernel_db), llm=hanging)
     p = await first.spawn(graph_agent, "weather?")
-    while len(programs.GRAPH_TOOL_RUNS) < 2:  # both tool calls have run...
+    while hanging.calls < 2:  # both tool calls have run and the second model call has begun
         await asyncio.sleep(0.005)
-    slow_second.latency = 30  # ...and the next model call hangs: the host "dies" here
-    while slow_second.calls < 2:
-        await asyncio.sleep(0.005)
+    assert sorted(programs.GRAPH_TOOL_RUNS) == ["Atlantis", "Paris"]
     await first.aclose()
 
     async with Kernel(checkpointer=SqliteCheckpointer(kernel_db), llm=ScriptedProvider(weather_script)) as again:

@@ -217,7 +217,9 @@ class Kernel:
         for process in self._procs.values():
             if not process.finished.done():
                 process.finished.set_exception(ProcessStateError(f"pid {process.pid}: the kernel shut down"))
-                process.finished.exception()  # retrieved: recover() resumes it later
+            # Retrieved here, so that nobody is warned of it: a process stopped by the shutdown
+            # (even one cut off while recording its end) is resumed by recover() later.
+            process.finished.exception()
         await self.executor.aclose()
         await self.checkpointer.aclose()
 
