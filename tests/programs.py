@@ -81,6 +81,29 @@ async def parent_waits_for_child(ctx: Context, n: int, child_seconds: float, aft
 GRAPH_TOOL_RUNS: list[str] = []
 
 
+def react_graph(tools: list[Any]) -> Any:
+    """A ReAct loop: the model (KernelChatModel, through the gate) and a KernelToolNode."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
+    from ringzero.adapters.langchain import KernelChatModel
+    from ringzero.adapters.langgraph import KernelToolNode
+
+    model = KernelChatModel().bind_tools(tools)
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", KernelToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    graph.add_edge("agent", END)
+    return graph.compile()
+
+
 async def graph_agent(ctx: Context, question: str) -> str:
     """A LangGraph ReAct loop run as a kernel process: model and tool calls are syscalls.
 
@@ -91,11 +114,6 @@ async def graph_agent(ctx: Context, question: str) -> str:
     """
     from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import tools_condition
-
-    from ringzero.adapters.langchain import KernelChatModel
-    from ringzero.adapters.langgraph import KernelToolNode
 
     @tool
     def lookup(city: str) -> str:
@@ -105,19 +123,19 @@ async def graph_agent(ctx: Context, question: str) -> str:
             raise KeyError("no such city")
         return f"sunny in {city}"
 
-    model = KernelChatModel().bind_tools([lookup])
+    result = await react_graph([lookup]).ainvoke({"messages": [HumanMessage(question)]})
+    return str(result["messages"][-1].content)
 
-    async def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [await model.ainvoke(state["messages"])]}
 
-    graph = StateGraph(MessagesState)
-    graph.add_node("agent", agent)
-    graph.add_node("tools", KernelToolNode([lookup]))
-    graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition)
-    graph.add_edge("tools", "agent")
-    graph.add_edge("agent", END)
-    result = await graph.compile().ainvoke({"messages": [HumanMessage(question)]})
+async def sandboxed_graph_agent(ctx: Context, question: str) -> str:
+    """The ReAct loop with sandboxed tools: their bodies run in the kernel's executor."""
+    from langchain_core.messages import HumanMessage
+
+    from ringzero.adapters.langgraph import sandboxed
+    from tests.tool_bodies import divide, read_file, word_stats
+
+    tools = [sandboxed(read_file), sandboxed(word_stats), sandboxed(divide)]
+    result = await react_graph(tools).ainvoke({"messages": [HumanMessage(question)]})
     return str(result["messages"][-1].content)
 
 

@@ -10,13 +10,12 @@ from langchain_core.tools import ToolException
 from ringzero.adapters.langgraph import code_tool, sandboxed
 from ringzero.core.errors import InvalidArgument
 from ringzero.core.protocols import Executor
+from tests.executors import ISOLATING, _started
 from tests.tool_bodies import read_file, shout, uses_module_constant, uses_module_json, word_stats
 
 
-@pytest.fixture(params=["monty", "process"])
+@pytest.fixture(params=ISOLATING)
 async def tool_executor(request: pytest.FixtureRequest) -> Executor:
-    from tests.executors import _started
-
     instance = await _started(request.param)
     yield instance  # type: ignore[misc]
     await instance.aclose()

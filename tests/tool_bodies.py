@@ -25,6 +25,11 @@ def read_file(path: str) -> str:
         return f.read()
 
 
+def divide(a: float, b: float) -> float:
+    """Divide a by b (b = 0 raises inside the sandbox)."""
+    return a / b
+
+
 def uses_module_json(data: str) -> str:
     """Pretty-print JSON using the module's import."""
     return json.dumps(json.loads(data), indent=2)

@@ -33,14 +33,33 @@ _BRIDGE = LoopThread("ringzero-langchain-tools")
 _ARGS = "ringzero_tool_arguments"
 
 
-def _default_executor() -> Executor:
-    from ringzero.providers.executors.monty import MontyExecutor
+class _ExecutorChoice:
+    """The executor a tool runs in: the one it was given; else, inside a kernel process, the
+    kernel's (so ``Kernel(executor=...)`` decides for a whole graph); else a Monty executor of
+    its own, started when first needed."""
 
-    return MontyExecutor()
+    def __init__(self, given: Executor | None) -> None:
+        self._given = given
+        self._own: Executor | None = None
+
+    def get(self) -> Executor:
+        if self._given is not None:
+            return self._given
+        from ringzero.core.context import Context
+
+        ctx = Context.current()
+        if ctx is not None:
+            return ctx.executor
+        if self._own is None:
+            from ringzero.providers.executors.monty import MontyExecutor
+
+            self._own = MontyExecutor()
+        return self._own
 
 
 def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executor | None = None) -> StructuredTool:
-    """A LangChain tool like ``tool_or_function`` whose body runs in ``executor`` (Monty by default).
+    """A LangChain tool like ``tool_or_function`` whose body runs in ``executor`` (by default the
+    kernel's executor inside a kernel process, Monty elsewhere).
 
     Raises InvalidArgument now if the function cannot run on its own in a sandbox.
     """
@@ -57,10 +76,10 @@ def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executo
     template = tool_or_function if isinstance(tool_or_function, BaseTool) else StructuredTool.from_function(
         fn, description=fn.__doc__ or fn.__name__)
     code = f"{source}\n{fn.__name__}(**{_ARGS})"
-    runner = executor or _default_executor()
+    runner = _ExecutorChoice(executor)
 
     async def arun(**kwargs: Any) -> Any:
-        result = await runner.run(code, inputs={_ARGS: kwargs})
+        result = await runner.get().run(code, inputs={_ARGS: kwargs})
         if result.error is not None:
             raise ToolException(f"{result.error.type}: {result.error.message}")
         return result.value
@@ -142,13 +161,13 @@ def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor
         host[tool.name] = _host_call(tool)
         fields = _argument_names(tool)
         lines.append(f"- {tool.name}({', '.join(fields)}): {tool.description.strip().splitlines()[0]}")
-    runner = executor or _default_executor()
+    runner = _ExecutorChoice(executor)
     description = ("Run Python code. These functions are available inside it and return their results "
                    "directly:\n" + "\n".join(lines) + "\nOnly what the code prints and the value of its last "
                    "expression come back; keep large data inside the code and print summaries.")
 
     async def arun(code: str) -> str:
-        result = await runner.run(code, tools=host)
+        result = await runner.get().run(code, tools=host)
         parts = [result.stdout.rstrip()] if result.stdout.strip() else []
         if result.error is not None:
             parts.append(f"Error: {result.error.type}: {result.error.message}")

@@ -23,7 +23,7 @@ from ringzero.core.errors import (
     ToolFailed,
     ToolNotFound,
 )
-from ringzero.core.protocols import Tool
+from ringzero.core.protocols import Executor, Tool
 from ringzero.core.types import (
     JSON,
     ExecLimits,
@@ -78,6 +78,11 @@ class Context:
     @property
     def parent(self) -> int | None:
         return self._process.record.parent
+
+    @property
+    def executor(self) -> Executor:
+        """The kernel's executor, for adapters whose sandboxed code runs inside this process."""
+        return self._process.kernel.executor
 
     @property
     def state(self) -> dict[str, JSON]:
