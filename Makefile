@@ -37,6 +37,7 @@ bench: sync
 	$(VENV)/bin/python benchmarks/executors.py
 	$(VENV)/bin/python benchmarks/checkpointers.py
 	$(VENV)/bin/python benchmarks/llm_syscall_overhead.py
+	$(VENV)/bin/python benchmarks/tool_node.py
 	$(VENV)/bin/python benchmarks/rate_limited_agents.py
 	$(VENV)/bin/python benchmarks/idle_processes.py
 
