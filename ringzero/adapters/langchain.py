@@ -19,6 +19,7 @@ from ringzero.core.errors import MissingExtra
 from ringzero.core.gate import LLMGate
 from ringzero.core.protocols import LLMProvider, ProviderCapabilities
 from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
+from ringzero.providers.llm._http import provider_error
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -160,12 +161,7 @@ def _provider_error(exc: Exception) -> errors.ProviderError:
     """A chat model's failure as the kernel's typed error, by the HTTP status it carries."""
     status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
     message = f"{type(exc).__name__}: {exc}"
-    if status == 429:
-        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-        retry_after = headers.get("retry-after")
-        return errors.RateLimited(message, float(retry_after) if retry_after else None)
-    if status in (401, 403):
-        return errors.AuthenticationFailed(message)
-    if status == 400 or status == 422:
-        return errors.BadRequest(message)
-    return errors.ProviderUnavailable(message)
+    if not isinstance(status, int):
+        return errors.ProviderUnavailable(message)
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    return provider_error(status, headers, message, "the chat model")

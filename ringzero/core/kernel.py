@@ -222,6 +222,10 @@ class Kernel:
             process.finished.exception()
         await self.executor.aclose()
         await self.checkpointer.aclose()
+        for gate in self._gates.values():  # HTTP providers close their connections (and reopen if reused)
+            close = getattr(gate.provider, "aclose", None)
+            if close is not None:
+                await close()
 
     def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``listener`` for every event; returns a function that unsubscribes it."""

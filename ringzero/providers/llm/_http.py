@@ -1,0 +1,92 @@
+"""What the HTTP LLM providers share: one JSON POST, and the vendors' failures as typed errors.
+
+Both vendors answer an error with a status code and a JSON body; the status decides the
+kernel's error (429 is RateLimited with its Retry-After, 5xx and 529 are ProviderUnavailable,
+401/403 AuthenticationFailed), and the body's code or message picks out a context overflow,
+which both vendors send as a plain 400.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from ringzero.core import errors
+
+__all__ = ["post_json", "provider_error", "retry_after_seconds"]
+
+_CONTEXT_OVERFLOW = ("context_length_exceeded", "maximum context length", "context window",
+                     "prompt is too long", "too many tokens", "reduce the length")
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """Seconds to wait from ``retry-after-ms``, ``retry-after`` (seconds or an HTTP date), or None."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lowered:
+        try:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        when = email.utils.parsedate_to_datetime(value) if value else None
+        return None if when is None else max(0.0, when.timestamp() - time.time())
+
+
+def provider_error(status: int, headers: Mapping[str, str], body: str, vendor: str) -> errors.ProviderError:
+    """The kernel's typed error for a vendor's HTTP failure."""
+    detail = _error_detail(body)
+    message = f"{vendor} answered HTTP {status}: {detail}"
+    lowered = detail.lower()
+    if status == 429:
+        return errors.RateLimited(message, retry_after_seconds(headers))
+    if status in (401, 403):
+        return errors.AuthenticationFailed(message)
+    if status == 413 or (status in (400, 422) and any(marker in lowered for marker in _CONTEXT_OVERFLOW)):
+        return errors.ContextTooLong(message)
+    if status in (408, 409) or status >= 500:  # 529 is Anthropic's "overloaded"
+        return errors.ProviderUnavailable(message)
+    return errors.BadRequest(message)
+
+
+def _error_detail(body: str) -> str:
+    """The vendor's own words: ``{"error": {"type"/"code", "message"}}`` in both formats."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.strip()[:500] or "(empty body)"
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        kind = error.get("code") or error.get("type") or ""
+        return f"{kind}: {error.get('message', '')}".strip(": ")
+    return json.dumps(data)[:500]
+
+
+async def post_json(client: httpx.AsyncClient, url: str, headers: Mapping[str, str], payload: dict[str, Any],
+                    vendor: str) -> dict[str, Any]:
+    """POST ``payload``; the parsed JSON answer, or the typed error for whatever went wrong."""
+    try:
+        response = await client.post(url, json=payload, headers=dict(headers))
+    except httpx.TimeoutException as exc:
+        raise errors.ProviderUnavailable(f"{vendor} did not answer in time ({url}): {exc!r}") from exc
+    except httpx.TransportError as exc:
+        raise errors.ProviderUnavailable(f"cannot reach {vendor} at {url}: {exc!r}") from exc
+    if response.status_code >= 400:
+        raise provider_error(response.status_code, response.headers, response.text, vendor)
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise errors.ProviderUnavailable(f"{vendor} answered HTTP {response.status_code} with a body that is "
+                                         f"not JSON: {response.text[:200]!r}") from exc
+    if not isinstance(data, dict):
+        raise errors.ProviderUnavailable(f"{vendor} answered with JSON that is not an object: {data!r:.200}")
+    return data

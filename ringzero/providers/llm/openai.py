@@ -1,0 +1,134 @@
+"""``OpenAIProvider``: any server that speaks OpenAI's chat completions API.
+
+OpenAI itself, Azure OpenAI's v1 endpoint, vLLM, Ollama, llama.cpp, LiteLLM: anything with
+``POST {base_url}/chat/completions``. Plain httpx, no SDK: the request and answer are mapped
+field by field, tool calls both ways, usage from the server's own count, and failures become
+the kernel's typed errors (429 with ``Retry-After`` is ``RateLimited``, a context overflow
+``ContextTooLong``, 5xx or no answer ``ProviderUnavailable``).
+
+    OpenAIProvider("gpt-4o-mini")                                  # OPENAI_API_KEY from the environment
+    OpenAIProvider("qwen2.5", base_url="http://127.0.0.1:11434/v1")  # Ollama: no key needed
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ringzero.core.errors import InvalidArgument, ProviderUnavailable
+from ringzero.core.protocols import ProviderCapabilities
+from ringzero.core.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from ringzero.providers.llm._client import ClientPerLoop
+from ringzero.providers.llm._http import post_json
+
+__all__ = ["OpenAIProvider"]
+
+OFFICIAL_URL = "https://api.openai.com/v1"
+_STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
+
+
+class OpenAIProvider:
+    """An LLMProvider for OpenAI-compatible chat completion servers.
+
+    ``base_url`` defaults to ``OPENAI_BASE_URL`` or OpenAI's own; ``api_key`` to
+    ``OPENAI_API_KEY`` (servers on your own machine usually need none). OpenAI's own server
+    takes the output limit as ``max_completion_tokens``, others as ``max_tokens``;
+    ``max_tokens_field`` overrides that choice. ``headers`` are sent with every request
+    (e.g. ``{"api-key": ...}`` for Azure).
+    """
+
+    capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=True)
+
+    def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
+                 timeout: float = 120.0, headers: Mapping[str, str] | None = None,
+                 max_tokens_field: str | None = None) -> None:
+        if not isinstance(model, str) or not model:
+            raise InvalidArgument(f"OpenAIProvider needs a model name, not {model!r}")
+        self.model = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or OFFICIAL_URL).rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if self.base_url == OFFICIAL_URL and not self.api_key and not headers:
+            raise InvalidArgument("OpenAIProvider for api.openai.com needs an API key: pass api_key= or set "
+                                  "OPENAI_API_KEY (servers on your own machine take base_url= and no key)")
+        official = self.base_url == OFFICIAL_URL
+        self.max_tokens_field = max_tokens_field or ("max_completion_tokens" if official else "max_tokens")
+        self.headers = {**({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}), **(headers or {})}
+        self._clients = ClientPerLoop(timeout)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        url = f"{self.base_url}/chat/completions"
+        data = await post_json(self._clients.get(), url, self.headers, self.payload(request), "the OpenAI server")
+        return self.parse(data, request)
+
+    async def aclose(self) -> None:
+        await self._clients.aclose()
+
+    # ------------------------------------------------------------------ wire format
+    def payload(self, request: LLMRequest) -> dict[str, Any]:
+        """The chat completions request body for ``request``."""
+        body: dict[str, Any] = {"model": request.model or self.model,
+                                "messages": [_wire_message(m) for m in request.messages]}
+        if request.tools:
+            body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                               "parameters": t.parameters}} for t in request.tools]
+        if request.max_tokens is not None:
+            body[self.max_tokens_field] = request.max_tokens
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.stop:
+            body["stop"] = list(request.stop)
+        return body
+
+    def parse(self, data: dict[str, Any], request: LLMRequest) -> LLMResponse:
+        """The kernel's LLMResponse for a chat completions answer."""
+        choices = data.get("choices")
+        if not choices or not isinstance(choices[0], dict) or "message" not in choices[0]:
+            raise ProviderUnavailable(f"the OpenAI server answered without a choice: {json.dumps(data)[:300]}")
+        choice = choices[0]
+        wire = choice["message"] or {}
+        calls = tuple(_tool_call(c) for c in wire.get("tool_calls") or ())
+        usage = data.get("usage") or {}
+        finish = str(choice.get("finish_reason") or "stop")
+        return LLMResponse(
+            message=Message("assistant", _text(wire.get("content")), tool_calls=calls),
+            usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+            stop_reason=_STOP_REASONS.get(finish, finish),
+            model=data.get("model") or request.model or self.model,
+        )
+
+
+def _wire_message(message: Message) -> dict[str, Any]:
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["content"] = message.content or None
+        out["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                             for c in message.tool_calls]
+    return out
+
+
+def _tool_call(wire: dict[str, Any]) -> ToolCall:
+    function = wire.get("function") or {}
+    raw = function.get("arguments") or "{}"
+    arguments: dict[str, JSON]
+    try:
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
+        arguments = parsed if isinstance(parsed, dict) else {"value": parsed}
+    except ValueError:
+        # The model wrote arguments that are not JSON; the tool gets them as they are and its
+        # error goes back to the model, which can try again (the call is not lost).
+        arguments = {"_unparsed_arguments": raw}
+    return ToolCall(str(wire.get("id") or ""), str(function.get("name") or ""), arguments)
+
+
+def _text(content: Any) -> str:
+    """Message content as text (some servers send a list of parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))

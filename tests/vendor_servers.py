@@ -1,0 +1,215 @@
+"""HTTP servers on 127.0.0.1 that speak OpenAI's and Anthropic's wire formats, for the provider tests.
+
+Each checks an incoming request the way the vendor's API does (headers, required fields,
+every tool result answering a tool call of the turn before) and refuses a malformed one with
+the vendor's own 400 error body. A valid request gets the next reply of the test's script:
+a vendor-shaped answer made by the helpers below, an error, or a function of the request.
+Every request is kept in ``requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+Vendor = Literal["openai", "anthropic"]
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+Script = list[Reply | Callable[[dict[str, Any]], Reply]]
+
+
+# ---------------------------------------------------------------- answers in each vendor's shape
+def openai_answer(content: str | None = "", tool_calls: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
+                  usage: tuple[int, int] = (12, 5), finish: str | None = None, model: str = "gpt-test") -> Reply:
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+    if tool_calls:
+        message["tool_calls"] = [{"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+                                 for i, n, a in tool_calls]
+    return Reply(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": model,
+                       "choices": [{"index": 0, "message": message, "logprobs": None,
+                                    "finish_reason": finish or ("tool_calls" if tool_calls else "stop")}],
+                       "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                                 "total_tokens": sum(usage)}})
+
+
+def openai_error(status: int, message: str, kind: str, code: str | None = None, headers: dict[str, str] | None = None,
+                 ) -> Reply:
+    return Reply(status, {"error": {"message": message, "type": kind, "param": None, "code": code}}, headers or {})
+
+
+def anthropic_answer(text: str = "", tool_uses: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
+                     usage: tuple[int, int] = (12, 5), stop: str | None = None, model: str = "claude-test",
+                     cache_read: int = 0) -> Reply:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    content += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in tool_uses]
+    return Reply(200, {"id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": content,
+                       "stop_reason": stop or ("tool_use" if tool_uses else "end_turn"), "stop_sequence": None,
+                       "usage": {"input_tokens": usage[0], "output_tokens": usage[1],
+                                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": cache_read}})
+
+
+def anthropic_error(status: int, kind: str, message: str, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(status, {"type": "error", "error": {"type": kind, "message": message}}, headers or {})
+
+
+# ---------------------------------------------------------------- what each API refuses
+def openai_problem(headers: dict[str, str], body: dict[str, Any]) -> Reply | None:
+    if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list) or not body["messages"]:
+        return openai_error(400, "'model' and a non-empty 'messages' are required", "invalid_request_error")
+    open_calls: set[str] = set()
+    for i, message in enumerate(body["messages"]):
+        role = message.get("role")
+        if role not in ("system", "developer", "user", "assistant", "tool"):
+            return openai_error(400, f"Invalid value for 'messages[{i}].role': {role!r}", "invalid_request_error")
+        if role == "assistant":
+            open_calls = {c["id"] for c in message.get("tool_calls") or ()}
+            for call in message.get("tool_calls") or ():
+                if call.get("type") != "function" or not isinstance(call["function"].get("arguments"), str):
+                    return openai_error(400, f"messages[{i}].tool_calls: arguments must be a JSON string",
+                                        "invalid_request_error")
+        elif role == "tool":
+            if message.get("tool_call_id") not in open_calls:
+                return openai_error(400, "messages with role 'tool' must be a response to a preceeding message "
+                                    "with 'tool_calls'.", "invalid_request_error")
+        elif not isinstance(message.get("content"), str):
+            return openai_error(400, f"messages[{i}].content must be a string", "invalid_request_error")
+    for tool in body.get("tools") or ():
+        if tool.get("type") != "function" or "name" not in tool.get("function", {}):
+            return openai_error(400, "tools[].function.name is required", "invalid_request_error")
+    return None
+
+
+def anthropic_problem(headers: dict[str, str], body: dict[str, Any]) -> Reply | None:
+    if not headers.get("x-api-key"):
+        return anthropic_error(401, "authentication_error", "x-api-key header is required")
+    if not headers.get("anthropic-version"):
+        return anthropic_error(400, "invalid_request_error", "anthropic-version: header is required")
+    if not isinstance(body.get("max_tokens"), int):
+        return anthropic_error(400, "invalid_request_error", "max_tokens: Field required")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or messages[0].get("role") != "user":
+        return anthropic_error(400, "invalid_request_error", "messages: the first message must use the user role")
+    previous_tool_uses: set[str] = set()
+    for i, message in enumerate(messages):
+        role, content = message.get("role"), message.get("content")
+        if role not in ("user", "assistant"):
+            return anthropic_error(400, "invalid_request_error", f"messages.{i}.role: Input should be 'user' or "
+                                   "'assistant' (system prompts go in the top-level system field)")
+        if i and messages[i - 1]["role"] == role:
+            return anthropic_error(400, "invalid_request_error", "messages: roles must alternate between user "
+                                   "and assistant")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not blocks:
+            return anthropic_error(400, "invalid_request_error", f"messages.{i}: all messages must have non-empty "
+                                   "content")
+        for block in blocks:
+            if block.get("type") == "text" and not block.get("text"):
+                return anthropic_error(400, "invalid_request_error", "text content blocks must be non-empty")
+            if block.get("type") == "tool_result" and block.get("tool_use_id") not in previous_tool_uses:
+                return anthropic_error(400, "invalid_request_error", f"messages.{i}: unexpected tool_use_id found "
+                                       "in tool_result blocks; each tool_result must answer a tool_use of the "
+                                       "previous message")
+        previous_tool_uses = {b["id"] for b in blocks if b.get("type") == "tool_use"}
+    return None
+
+
+# ---------------------------------------------------------------- the server
+class VendorServer:
+    def __init__(self, vendor: Vendor, script: Script) -> None:
+        self.vendor = vendor
+        self.script = list(script)
+        self.requests: list[Seen] = []
+        self._lock = threading.Lock()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._http.daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        """The base URL a provider takes (``.../v1`` for OpenAI, the host for Anthropic)."""
+        host, port = self._http.server_address[:2]
+        return f"http://{host}:{port}" + ("/v1" if self.vendor == "openai" else "")
+
+    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
+        expected = "/v1/chat/completions" if self.vendor == "openai" else "/v1/messages"
+        if path != expected:
+            return Reply(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
+        problem = (openai_problem if self.vendor == "openai" else anthropic_problem)(headers, body)
+        if problem is not None:
+            return problem
+        with self._lock:
+            self.requests.append(Seen(path, headers, body))
+            if not self.script:
+                return Reply(500, {"error": {"message": "the test's script is exhausted", "type": "api_error"}})
+            step = self.script.pop(0)
+        return step(body) if callable(step) else step
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # the stdlib names the handler so
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    reply = Reply(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+                else:
+                    reply = server.answer(self.path, headers, body)
+                time.sleep(reply.delay)
+                data = json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: the tests read ``requests`` instead."""
+
+        return Handler
+
+    @contextmanager
+    def running(self) -> Iterator[VendorServer]:
+        thread = threading.Thread(target=self._http.serve_forever, args=(0.02,), daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._http.shutdown()
+            self._http.server_close()
+            thread.join(5)
+
+
+@contextmanager
+def vendor_server(vendor: Vendor, script: Script) -> Iterator[VendorServer]:
+    with VendorServer(vendor, script).running() as server:
+        yield server
