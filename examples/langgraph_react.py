@@ -2,15 +2,17 @@
 the Monty sandbox, every call journaled, state in SQLite.
 
     .venv/bin/python examples/langgraph_react.py          # offline: a scripted model
+    OPENAI_API_KEY=... .venv/bin/python examples/langgraph_react.py             # OpenAI (OPENAI_MODEL)
+    OPENAI_BASE_URL=http://127.0.0.1:11434/v1 OPENAI_MODEL=qwen2.5 ...          # any OpenAI-compatible server
+    ANTHROPIC_API_KEY=... .venv/bin/python examples/langgraph_react.py          # Anthropic (ANTHROPIC_MODEL)
 
-A real model needs a ringzero LLM provider; the OpenAI and Anthropic providers come with their
-own issue. Any LangChain chat model works meanwhile: pass ChatModelProvider(your_chat_model)
-as llm= below.
+Any LangChain chat model works too: pass ChatModelProvider(your_chat_model) as the provider.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,8 +25,12 @@ from ringzero import Context, Kernel, LLMGate, RateLimit
 from ringzero.adapters.langchain import KernelChatModel
 from ringzero.adapters.langgraph import KernelToolNode, sandboxed
 from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.protocols import LLMProvider
 from ringzero.core.types import LLMRequest
+from ringzero.providers.llm import AnthropicProvider, OpenAIProvider
 from ringzero.testing import ScriptedProvider
+
+QUESTION = "Which words repeat most in 'the cat and the hat and the bat'? Use the word_stats tool."
 
 
 def word_stats(text: str, top: int = 3) -> dict[str, Any]:
@@ -62,11 +68,22 @@ async def react_agent(ctx: Context, question: str) -> str:
     return str(result["messages"][-1].content)
 
 
+def provider_from_environment() -> LLMProvider:
+    """A real model when the environment names one, else the scripted stand-in."""
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        return OpenAIProvider(os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return AnthropicProvider(os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5"))
+    return ScriptedProvider(scripted_model)
+
+
 async def main() -> None:
-    gate = LLMGate(ScriptedProvider(scripted_model), RateLimit(requests_per_minute=600))
+    provider = provider_from_environment()
+    print("model:", type(provider).__name__, getattr(provider, "model", ""))
+    gate = LLMGate(provider, RateLimit(requests_per_minute=600))
     with tempfile.TemporaryDirectory() as tmp:
         async with Kernel(llm=gate, checkpointer=SqliteCheckpointer(Path(tmp) / "state.db")) as kernel:
-            process = await kernel.spawn(react_agent, "Which words repeat most?", name="react-agent")
+            process = await kernel.spawn(react_agent, QUESTION, name="react-agent")
             print(await process.wait())
             journal = await kernel.store.journal(process.pid)
             print("syscalls journaled:", ", ".join(entry.kind for entry in journal))

@@ -6,12 +6,40 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from tests.vendor_servers import Reply, openai_answer, vendor_server
 
 ROOT = Path(__file__).resolve().parent.parent
+MODEL_KEYS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
+
+
+def run_example(script: str, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in MODEL_KEYS}
+    out = subprocess.run([sys.executable, script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**clean, "PYTHONPATH": str(ROOT), **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 def test_the_langgraph_react_example_runs_offline() -> None:
-    out = subprocess.run([sys.executable, "examples/langgraph_react.py"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.returncode == 0, out.stderr
-    assert '"words": 8' in out.stdout and "syscalls journaled: llm, tool, llm" in out.stdout
+    stdout = run_example("examples/langgraph_react.py")
+    assert "model: ScriptedProvider" in stdout
+    assert '"words": 8' in stdout and "syscalls journaled: llm, tool, llm" in stdout
+
+
+def test_the_langgraph_react_example_talks_to_an_openai_compatible_server() -> None:
+    def final_answer(body: dict[str, Any]) -> Reply:
+        tool_result = body["messages"][-1]
+        assert tool_result["role"] == "tool" and tool_result["tool_call_id"] == "call_ws"
+        return openai_answer(f"The tool counted: {tool_result['content']}")
+
+    first = openai_answer(None, [("call_ws", "word_stats", {"text": "the cat and the hat and the bat"})])
+    with vendor_server("openai", [first, final_answer]) as server:
+        stdout = run_example("examples/langgraph_react.py", OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-test",
+                             OPENAI_MODEL="gpt-test")
+    assert "model: OpenAIProvider gpt-test" in stdout
+    assert 'The tool counted: {"words": 8' in stdout  # computed in the sandbox, sent back through the server
+    assert "syscalls journaled: llm, tool, llm" in stdout
+    tools = server.requests[0].body["tools"]
+    assert [t["function"]["name"] for t in tools] == ["word_stats"]

@@ -23,6 +23,7 @@ MODULES = [
     "ringzero.compat.checkpointer",
     "ringzero.compat.executor",
     "ringzero.providers.executors",
+    "ringzero.providers.llm",
 ]
 
 
