@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ringzero.core.errors import RingzeroError
 
-__all__ = ["LoopThread"]
+if TYPE_CHECKING:
+    from ringzero.core.context import Context
+
+__all__ = ["LoopThread", "run_in_process"]
 
 T = TypeVar("T")
 
@@ -40,3 +43,22 @@ class LoopThread:
             raise RingzeroError(f"{what} was called from its own event loop thread, where it would wait on "
                                 "itself forever: use the async variant there")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+
+def run_in_process(ctx: Context, coro: Coroutine[Any, Any, T], what: str) -> T:
+    """Run a syscall of ``ctx``'s process from a framework's worker thread and wait for it.
+
+    Frameworks that call tools and models synchronously (CrewAI) do so in worker threads that
+    inherit the process's Context; the syscall itself must run on the kernel's loop. Called
+    on that loop's own thread it would wait on itself, so it refuses with what to do instead.
+    """
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is ctx.loop:
+        coro.close()
+        raise RingzeroError(f"{what} was called synchronously on the kernel's event loop, which it would block "
+                            "forever; run the framework in a worker thread (await asyncio.to_thread(...)) or "
+                            "use its async API")
+    return asyncio.run_coroutine_threadsafe(coro, ctx.loop).result()

@@ -57,6 +57,7 @@ class Context:
 
     def __init__(self, process: Process) -> None:
         self._process = process
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @staticmethod
     def current() -> Context | None:
@@ -65,6 +66,7 @@ class Context:
         return _CURRENT.get()
 
     def _enter(self) -> None:
+        self._loop = asyncio.get_running_loop()
         _CURRENT.set(self)
 
     @property
@@ -78,6 +80,14 @@ class Context:
     @property
     def parent(self) -> int | None:
         return self._process.record.parent
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this process runs on: where a framework's worker thread must send
+        a syscall (``asyncio.run_coroutine_threadsafe(ctx.llm(...), ctx.loop)``)."""
+        if self._loop is None:
+            raise RuntimeError("this process has not started running yet")
+        return self._loop
 
     @property
     def executor(self) -> Executor:

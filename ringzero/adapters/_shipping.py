@@ -1,0 +1,149 @@
+"""Shipping a tool's code into a sandbox, shared by the LangChain and CrewAI adapters.
+
+A sandboxed tool's body runs in an executor, not in the host: its source is taken from the
+function (or from a tool class's ``_run`` method, ``self`` removed), its decorators and type
+annotations stripped, and it is refused *when wrapping* if it could not run on its own there
+(closures, module-level names, async bodies, code without source, methods that use ``self``).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import textwrap
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ringzero.core.errors import InvalidArgument, ToolFailed
+from ringzero.core.protocols import Executor, Tool
+
+__all__ = ["ExecutorChoice", "call_code", "describe_run", "run_shipped", "shippable_source"]
+
+ARGUMENTS = "ringzero_tool_arguments"
+"""The input that carries a sandboxed call's keyword arguments into the sandbox."""
+
+
+class ExecutorChoice:
+    """The executor a tool runs in: the one it was given; else, inside a kernel process, the
+    kernel's (so ``Kernel(executor=...)`` decides for a whole graph or crew); else a Monty
+    executor of its own, started when first needed."""
+
+    def __init__(self, given: Executor | None) -> None:
+        self._given = given
+        self._own: Executor | None = None
+
+    def get(self) -> Executor:
+        if self._given is not None:
+            return self._given
+        from ringzero.core.context import Context
+
+        ctx = Context.current()
+        if ctx is not None:
+            return ctx.executor
+        if self._own is None:
+            from ringzero.providers.executors.monty import MontyExecutor
+
+            self._own = MontyExecutor()
+        return self._own
+
+
+def call_code(source: str, function_name: str) -> str:
+    """The code a sandbox runs for one call: the function, then the call with the shipped arguments."""
+    return f"{source}\n{function_name}(**{ARGUMENTS})"
+
+
+async def run_shipped(executor: Executor, code: str, arguments: Mapping[str, Any], tool: str) -> Any:
+    """Run a shipped call; an exception inside the sandbox comes back as ToolFailed naming its type."""
+    result = await executor.run(code, inputs={ARGUMENTS: dict(arguments)})
+    if result.error is not None:
+        raise ToolFailed(tool, result.error.type, result.error.message)
+    return result.value
+
+
+async def describe_run(executor: Executor, code: str, tools: Mapping[str, Tool], max_output: int) -> str:
+    """Run model-written code and say what the model should see: stdout, then the final value
+    or the error, capped at ``max_output`` characters with a note when cut."""
+    result = await executor.run(code, tools=tools)
+    parts = [result.stdout.rstrip()] if result.stdout.strip() else []
+    if result.error is not None:
+        parts.append(f"Error: {result.error.type}: {result.error.message}")
+    elif result.value is not None:
+        parts.append(f"Result: {result.value!r}")
+    text = "\n".join(parts) or "(no output)"
+    if len(text) > max_output:
+        text = text[:max_output] + f"\n[... {len(text) - max_output} more characters truncated]"
+    return text
+
+
+def shippable_source(fn: Callable[..., Any], *, method: bool = False) -> str:
+    """The function's own source, decorators removed, if it can run with nothing but itself.
+
+    ``method=True`` takes a method (a tool class's ``_run``): its first parameter is removed,
+    and a body that uses it is refused, since the tool object does not exist in the sandbox.
+    """
+    name = getattr(fn, "__name__", repr(fn))
+    if inspect.iscoroutinefunction(fn):
+        raise InvalidArgument(f"{name} is async; a sandboxed tool's body must be a plain function")
+    if name == "<lambda>":
+        raise InvalidArgument("a lambda has no source to ship; define the tool with def")
+    closure = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+    if closure:
+        raise InvalidArgument(f"{name} uses {', '.join(closure)} from an enclosing function; a sandboxed "
+                              "tool must be self-contained (pass them as arguments instead)")
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as exc:
+        raise InvalidArgument(f"the source of {name} is not available to ship into the sandbox") from exc
+    tree = ast.parse(source)
+    func = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if func is None:
+        raise InvalidArgument(f"could not find the definition of {name} in its source")
+    func.decorator_list = []
+    if method:
+        _drop_self(func, getattr(fn, "__qualname__", name))
+    _strip_annotations(func)  # types are for the schema (already taken); the sandbox needs none of them
+    outside = _module_level_names(func, getattr(fn, "__globals__", {}))
+    if outside:
+        raise InvalidArgument(f"{name} uses module-level {', '.join(sorted(outside))}, which does not exist in "
+                              "the sandbox; import or define it inside the function")
+    return ast.unparse(func)
+
+
+def _drop_self(func: ast.FunctionDef, qualname: str) -> None:
+    if not func.args.args:
+        raise InvalidArgument(f"{qualname} takes no self parameter; it cannot be shipped as a tool method")
+    me = func.args.args.pop(0).arg
+    if any(isinstance(node, ast.Name) and node.id == me for node in ast.walk(func)):
+        raise InvalidArgument(f"{qualname} uses {me}; the tool object does not exist in the sandbox, so its "
+                              "body may use only its arguments")
+
+
+def _strip_annotations(func: ast.FunctionDef) -> None:
+    func.returns = None
+    every = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs, func.args.vararg, func.args.kwarg]
+    for arg in every:
+        if arg is not None:
+            arg.annotation = None
+    for node in ast.walk(func):
+        if isinstance(node, ast.AnnAssign) and node.value is not None:
+            node.annotation = ast.Constant(None)  # `x: T = v` keeps its value; the type is inert
+
+
+def _module_level_names(func: ast.FunctionDef, module_globals: dict[str, Any]) -> set[str]:
+    """Names the function reads that only its module defines."""
+    bound = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)} | {func.name}
+    loaded: set[str] = set()
+    for node in ast.walk(func):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif _defines_a_name(node) and node is not func:
+            bound.add(node.name)  # type: ignore[attr-defined]  # inner definitions, `except ... as name`
+    return {n for n in loaded - bound if n in module_globals and not hasattr(builtins, n)}
+
+
+def _defines_a_name(node: ast.AST) -> bool:
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler)
+    return isinstance(node, definitions) and bool(getattr(node, "name", None))
