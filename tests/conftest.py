@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
+# CrewAI's own switches, read when it is imported: no telemetry, no network attempt (its issue
+# notes that without them exit stalls about 10 s trying to reach its telemetry host).
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path

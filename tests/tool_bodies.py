@@ -52,3 +52,14 @@ def annotated(values: list[int]) -> Dict[str, int]:  # noqa: UP006
     for value in values:
         total += value
     return {"total": total}
+
+
+def crew_word_count(text: str) -> int:
+    """Count the words of a text."""
+    return len(text.split())
+
+
+def crew_read_file(path: str) -> str:
+    """Read a file."""
+    with open(path) as f:
+        return f.read()

@@ -31,18 +31,30 @@ class LoopThread:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def run(self, coro: Coroutine[Any, Any, T], what: str = "this sync method") -> T:
+    def _started(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self.loop is None:
                 loop = asyncio.new_event_loop()
                 self._thread = threading.Thread(target=loop.run_forever, name=self._name, daemon=True)
                 self._thread.start()
                 self.loop = loop
+            return self.loop
+
+    def run(self, coro: Coroutine[Any, Any, T], what: str = "this sync method") -> T:
+        loop = self._started()
         if threading.current_thread() is self._thread:
             coro.close()
             raise RingzeroError(f"{what} was called from its own event loop thread, where it would wait on "
                                 "itself forever: use the async variant there")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the private loop and await it from another loop (objects bound to the
+        private loop, such as a gate first used by sync calls, stay on it)."""
+        loop = self._started()
+        if threading.current_thread() is self._thread:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
 def run_in_process(ctx: Context, coro: Coroutine[Any, Any, T], what: str) -> T:

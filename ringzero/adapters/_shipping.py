@@ -17,8 +17,9 @@ from typing import Any
 
 from ringzero.core.errors import InvalidArgument, ToolFailed
 from ringzero.core.protocols import Executor, Tool
+from ringzero.core.types import ExecResult
 
-__all__ = ["ExecutorChoice", "call_code", "describe_run", "run_shipped", "shippable_source"]
+__all__ = ["ExecutorChoice", "call_code", "describe_result", "describe_run", "run_shipped", "shippable_source"]
 
 ARGUMENTS = "ringzero_tool_arguments"
 """The input that carries a sandboxed call's keyword arguments into the sandbox."""
@@ -30,12 +31,12 @@ class ExecutorChoice:
     executor of its own, started when first needed."""
 
     def __init__(self, given: Executor | None) -> None:
-        self._given = given
+        self.given = given
         self._own: Executor | None = None
 
     def get(self) -> Executor:
-        if self._given is not None:
-            return self._given
+        if self.given is not None:
+            return self.given
         from ringzero.core.context import Context
 
         ctx = Context.current()
@@ -62,9 +63,13 @@ async def run_shipped(executor: Executor, code: str, arguments: Mapping[str, Any
 
 
 async def describe_run(executor: Executor, code: str, tools: Mapping[str, Tool], max_output: int) -> str:
-    """Run model-written code and say what the model should see: stdout, then the final value
-    or the error, capped at ``max_output`` characters with a note when cut."""
-    result = await executor.run(code, tools=tools)
+    """Run model-written code and say what the model should see (see ``describe_result``)."""
+    return describe_result(await executor.run(code, tools=tools), max_output)
+
+
+def describe_result(result: ExecResult, max_output: int) -> str:
+    """What a model sees of a run: stdout, then the final value or the error, capped at
+    ``max_output`` characters with a note when cut."""
     parts = [result.stdout.rstrip()] if result.stdout.strip() else []
     if result.error is not None:
         parts.append(f"Error: {result.error.type}: {result.error.message}")

@@ -1,0 +1,352 @@
+"""CrewAI on the kernel: sandboxed tools, a code tool, Flow persistence and an LLM through the gate.
+
+- ``sandboxed(tool)``: a CrewAI tool (``@tool`` function, ``BaseTool`` subclass, or a plain
+  function) whose body runs in a ringzero executor; what cannot be shipped is refused now.
+- ``CodeExecutionTool(tools=...)``: programmatic tool calling, a safer replacement for CrewAI's
+  code interpreter: the model's Python runs in the sandbox, the listed tools callable inside.
+- ``KernelFlowPersistence(checkpointer)``: what ``@persist`` stores Flow state in.
+- ``KernelLLM(provider)``: a CrewAI LLM backed by a ringzero provider through an LLM gate.
+- ``kickoff(crew_or_flow, inputs)``: run a crew or a flow inside a kernel process.
+
+CrewAI calls tools and models synchronously from worker threads. Inside a kernel process
+those threads carry the process's Context, so each call becomes a syscall sent to the
+kernel's loop: model calls pass the process's gate and budget, tool runs are journaled (the
+kernel's executor by default), and pause and kill take effect at the next call. Outside a
+process the calls run on a private event loop. CrewAI's telemetry is CrewAI's to switch off:
+set ``CREWAI_DISABLE_TELEMETRY=true`` (and ``OTEL_SDK_DISABLED=true``) before importing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ringzero.adapters._bridge import LoopThread, run_in_process
+from ringzero.adapters._shipping import (
+    ARGUMENTS,
+    ExecutorChoice,
+    call_code,
+    describe_result,
+    shippable_source,
+)
+from ringzero.core.context import Context
+from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed
+from ringzero.core.gate import LLMGate
+from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
+from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message
+
+try:
+    from crewai.flow.persistence.base import FlowPersistence
+    from crewai.llms.base_llm import BaseLLM
+    from crewai.tools import BaseTool
+    from crewai.tools import tool as crewai_tool
+    from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtra("ringzero.adapters.crewai", "crewai") from exc
+
+__all__ = ["CodeExecutionTool", "KernelFlowPersistence", "KernelLLM", "SandboxedTool", "kickoff", "sandboxed"]
+
+_BRIDGE = LoopThread("ringzero-crewai")
+
+
+# ---------------------------------------------------------------- tools
+class SandboxedTool(BaseTool):
+    """A CrewAI tool whose body runs in a ringzero executor (made by ``sandboxed``)."""
+
+    _code: str = PrivateAttr()
+    _runner: ExecutorChoice = PrivateAttr()
+
+    def _run(self, **arguments: Any) -> Any:
+        result = _execute(self._code, {ARGUMENTS: arguments}, {}, self._runner, f"crewai_tool:{self.name}")
+        if result.error is not None:
+            raise ToolFailed(self.name, result.error.type, result.error.message)
+        return result.value
+
+
+def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | None = None) -> SandboxedTool:
+    """A CrewAI tool like ``tool`` (same name, description and ``args_schema``) whose body runs in
+    ``executor``: by default the kernel's inside a kernel process, else Monty.
+
+    Takes a ``@tool`` function, a ``BaseTool`` subclass whose ``_run`` uses only its arguments,
+    or a plain function. Raises InvalidArgument now if the body cannot run on its own in a sandbox.
+    """
+    if isinstance(tool, BaseTool):
+        fn = getattr(tool, "func", None)
+        if fn is not None:
+            code = call_code(shippable_source(fn), fn.__name__)
+        else:
+            run = type(tool)._run
+            code = call_code(shippable_source(run, method=True), run.__name__)
+        template = tool
+    elif callable(tool):
+        code = call_code(shippable_source(tool), tool.__name__)
+        template = crewai_tool(tool)
+    else:
+        raise InvalidArgument(f"sandboxed() needs a CrewAI tool or a function, not {tool!r}")
+    wrapped = SandboxedTool(name=template.name, description=_plain_description(template),
+                            args_schema=template.args_schema)
+    wrapped._code = code
+    wrapped._runner = ExecutorChoice(executor)
+    return wrapped
+
+
+class _CodeInput(BaseModel):
+    code: str = Field(description="Python code to run; the listed tools are functions inside it")
+
+
+class CodeExecutionTool(BaseTool):
+    """Programmatic tool calling for CrewAI agents: a safer replacement for CrewAI's code interpreter.
+
+    The model writes Python; it runs in a ringzero executor with ``tools`` callable inside as
+    plain functions (their calls cross back to the host, so secrets stay there), and only what
+    the code prints and the value of its last expression return to the model, capped at
+    ``max_output`` characters.
+    """
+
+    name: str = "run_python"
+    description: str = "Run Python code in a sandbox."
+    args_schema: type[BaseModel] = _CodeInput
+    max_output: int = 4000
+    _host: dict[str, Tool] = PrivateAttr(default_factory=dict)
+    _runner: ExecutorChoice = PrivateAttr()
+
+    def __init__(self, tools: Sequence[BaseTool | Callable[..., Any]] = (), executor: Executor | None = None,
+                 **data: Any) -> None:
+        host, lines = {}, []
+        for item in tools:
+            tool = item if isinstance(item, BaseTool) else crewai_tool(item)
+            fields = list(tool.args_schema.model_fields)
+            host[tool.name] = _host_call(tool, fields)
+            summary = (_plain_description(tool).strip().splitlines() or [""])[0]
+            lines.append(f"- {tool.name}({', '.join(fields)}): {summary}")
+        data.setdefault("description", "Run Python code in a sandbox. These functions are available inside it "
+                        "and return their results directly:\n" + "\n".join(lines) + "\nOnly what the code prints "
+                        "and the value of its last expression come back; keep large data inside the code and "
+                        "print summaries.")
+        super().__init__(**data)
+        self._host = host
+        self._runner = ExecutorChoice(executor)
+
+    def _run(self, code: str) -> str:
+        return describe_result(_execute(code, {}, self._host, self._runner, "crewai_code"), self.max_output)
+
+
+def _host_call(tool: BaseTool, fields: list[str]) -> Tool:
+    """The host function the sandbox calls for ``tool``: positional arguments map onto its fields."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > len(fields):
+            raise TypeError(f"{tool.name}() takes {len(fields)} arguments but {len(args)} were given")
+        return tool.run(**dict(zip(fields, args, strict=False)), **kwargs)
+
+    return call
+
+
+def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: ExecutorChoice,
+             journal_name: str) -> ExecResult:
+    """Run code from a CrewAI worker thread: as a journaled syscall inside a kernel process
+    (``ctx.exec`` in the kernel's executor, or a tool syscall around a given executor), else on
+    the private loop."""
+    ctx = Context.current()
+    what = f"the sandboxed tool {journal_name!r}"
+    if ctx is None:
+        return _BRIDGE.run(runner.get().run(code, inputs=inputs, tools=tools), what)
+    if runner.given is None:
+        return run_in_process(ctx, ctx.exec(code, inputs=inputs, tools=tools), what)
+    given = runner.given
+
+    async def run_given() -> Any:
+        return (await given.run(code, inputs=inputs, tools=tools)).to_dict()
+
+    run_given.__qualname__ = journal_name
+    recorded: Any = run_in_process(ctx, ctx.tool(run_given), what)
+    return ExecResult.from_dict(recorded)
+
+
+def _plain_description(tool: BaseTool) -> str:
+    """The tool's own description, without the name/arguments header CrewAI adds to it."""
+    text = str(tool.description)
+    marker = "Tool Description: "
+    return text.split(marker, 1)[1] if marker in text else text
+
+
+# ---------------------------------------------------------------- the LLM
+class KernelLLM(BaseLLM):
+    """A CrewAI LLM backed by a ringzero LLMProvider through an LLM gate.
+
+    Inside a kernel process each call is ``ctx.llm`` (the process's gate, budget and journal;
+    ``kernel_provider`` names which of the kernel's providers); elsewhere it goes through the
+    gate given (a provider is wrapped in a gate of its own). Agents use CrewAI's text ReAct
+    format, so any provider works, tool-calling or not.
+    """
+
+    llm_type: str = "ringzero"
+    provider: str = "ringzero"
+    kernel_provider: str = "default"
+    priority: int = 10
+    context_window: int = 128_000
+    _gate: LLMGate | None = PrivateAttr(default=None)
+
+    def __init__(self, provider: LLMProvider | LLMGate | None = None, **data: Any) -> None:
+        inner = provider.provider if isinstance(provider, LLMGate) else provider
+        data.setdefault("model", getattr(inner, "model", None) or "ringzero")
+        super().__init__(**data)
+        if provider is not None:
+            self._gate = provider if isinstance(provider, LLMGate) else LLMGate(provider)
+
+    def call(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
+             from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> str:
+        request = self._request(messages)
+        ctx = Context.current()
+        if ctx is not None:
+            response = run_in_process(ctx, self._ask_in_process(ctx, request), "KernelLLM.call")
+        else:
+            response = _BRIDGE.run(self._ask_gate(request), "KernelLLM.call")
+        return self._answer(response)
+
+    async def acall(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
+                    from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> str:
+        request = self._request(messages)
+        ctx = Context.current()
+        if ctx is None:
+            response = await _BRIDGE.arun(self._ask_gate(request))
+        elif asyncio.get_running_loop() is ctx.loop:
+            response = await self._ask_in_process(ctx, request)
+        else:
+            future = asyncio.run_coroutine_threadsafe(self._ask_in_process(ctx, request), ctx.loop)
+            response = await asyncio.wrap_future(future)
+        return self._answer(response)
+
+    def get_context_window_size(self) -> int:
+        return self.context_window
+
+    def _request(self, messages: Any) -> LLMRequest:
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        converted = []
+        for message in messages:
+            role = {"developer": "system"}.get(message.get("role"), message.get("role"))
+            converted.append(Message(role if role in ("system", "user", "assistant") else "user",
+                                     _text(message.get("content"))))
+        return LLMRequest(messages=tuple(converted), model=self.model if self.model != "ringzero" else None,
+                          max_tokens=int(self.max_tokens) if self.max_tokens else None,
+                          temperature=self.temperature, stop=tuple(self.stop_sequences))
+
+    async def _ask_in_process(self, ctx: Context, request: LLMRequest) -> LLMResponse:
+        return await ctx.llm(list(request.messages), model=request.model, max_tokens=request.max_tokens,
+                             temperature=request.temperature, stop=request.stop, provider=self.kernel_provider)
+
+    async def _ask_gate(self, request: LLMRequest) -> LLMResponse:
+        if self._gate is None:
+            raise NoProvider("KernelLLM has no provider and is not running inside a kernel process: "
+                             "pass KernelLLM(provider) or run the crew with kickoff() in a kernel process")
+        return await self._gate.complete(request, priority=self.priority)
+
+    def _answer(self, response: LLMResponse) -> str:
+        usage = response.usage
+        self._track_token_usage_internal({"prompt_tokens": usage.input_tokens,
+                                          "completion_tokens": usage.output_tokens,
+                                          "total_tokens": usage.total_tokens})
+        return self._apply_stop_words(response.content)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+    return "" if content is None else str(content)
+
+
+# ---------------------------------------------------------------- Flow persistence
+_SEQUENCE = itertools.count()
+
+
+class KernelFlowPersistence(FlowPersistence):
+    """CrewAI Flow persistence (what ``@persist`` uses) over any ringzero Checkpointer.
+
+    Each save is one checkpoint on thread ``crewai-flow:<flow id>``, so the newest one is what
+    a restarted flow loads (``flow.kickoff(inputs={"id": ...})``). Pending human feedback is
+    kept in the same thread's ``pending`` namespace. Give it a checkpointer of its own (it runs
+    the store on a private event loop); several may share one SQLite file.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    persistence_type: str = "KernelFlowPersistence"
+    _store: Checkpointer = PrivateAttr()
+
+    def __init__(self, checkpointer: Checkpointer, **data: Any) -> None:
+        if not callable(getattr(checkpointer, "put", None)):
+            raise InvalidArgument(f"KernelFlowPersistence needs a ringzero Checkpointer, not {checkpointer!r}")
+        super().__init__(**data)
+        self._store = checkpointer
+
+    def init_db(self) -> None:
+        """Nothing to create: the checkpointer makes its schema when first used."""
+
+    def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any] | BaseModel) -> None:
+        self._put(flow_uuid, "", _state_dict(state_data), {"method": method_name})
+
+    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
+        record = _BRIDGE.run(self._store.get(_thread(flow_uuid), ""), "KernelFlowPersistence.load_state")
+        return None if record is None else dict(json.loads(record.payload))
+
+    def save_pending_feedback(self, flow_uuid: str, context: Any, state_data: dict[str, Any] | BaseModel) -> None:
+        state = _state_dict(state_data)
+        self._put(flow_uuid, "", state, {"method": context.method_name})
+        self._put(flow_uuid, "pending", {"context": context.to_dict(), "state": state}, {"pending": True})
+
+    def load_pending_feedback(self, flow_uuid: str) -> tuple[dict[str, Any], Any] | None:
+        from crewai.flow.async_feedback.types import PendingFeedbackContext
+
+        record = _BRIDGE.run(self._store.get(_thread(flow_uuid), "pending"), "KernelFlowPersistence")
+        if record is None or not record.metadata.get("pending"):
+            return None
+        body = json.loads(record.payload)
+        return body["state"], PendingFeedbackContext.from_dict(body["context"])
+
+    def clear_pending_feedback(self, flow_uuid: str) -> None:
+        self._put(flow_uuid, "pending", {}, {"pending": False})
+
+    def _put(self, flow_uuid: str, namespace: str, body: dict[str, Any], metadata: dict[str, Any]) -> None:
+        checkpoint_id = f"{time.time_ns():020d}.{next(_SEQUENCE):08d}"  # newest sorts last, across processes
+        payload = json.dumps(body, default=_json_default).encode()
+        record = Checkpoint(_thread(flow_uuid), namespace, checkpoint_id, payload, metadata=metadata)
+        _BRIDGE.run(self._store.put(record), "KernelFlowPersistence")
+
+
+def _thread(flow_uuid: str) -> str:
+    return f"crewai-flow:{flow_uuid}"
+
+
+def _state_dict(state: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    if isinstance(state, BaseModel):
+        return state.model_dump(mode="json")
+    if isinstance(state, dict):
+        return state
+    raise InvalidArgument(f"flow state must be a dict or a pydantic model, not {type(state).__name__}")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    return str(value)
+
+
+# ---------------------------------------------------------------- crews and flows as processes
+async def kickoff(crew_or_flow: Any, inputs: dict[str, Any] | None = None) -> Any:
+    """Run ``crew_or_flow.kickoff(inputs=...)`` from a kernel program and return its result.
+
+    It runs in a worker thread that carries the process's Context, so the crew's model calls
+    and sandboxed tool runs are the process's syscalls: budgets, pause and kill apply to it,
+    and it shows in ``ringzero ps`` as the process.
+    """
+    if Context.current() is None:
+        raise RingzeroError("kickoff() runs a crew inside a kernel process: call it from a program "
+                            "started with kernel.spawn(...), or call crew.kickoff() directly")
+    return await asyncio.to_thread(crew_or_flow.kickoff, inputs=inputs)

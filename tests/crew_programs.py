@@ -1,0 +1,91 @@
+"""CrewAI crews and flows the tests run (module level, so that a second Python process can import them)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+
+from crewai import Agent, Crew, Task  # after the environment CrewAI reads
+from crewai.flow.flow import Flow, listen, start
+from crewai.flow.persistence import persist
+from pydantic import BaseModel
+
+from ringzero import Context
+from ringzero.adapters.crewai import KernelFlowPersistence, KernelLLM, kickoff, sandboxed
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.types import LLMRequest
+from tests.tool_bodies import crew_read_file, crew_word_count
+
+
+def react_script(request: LLMRequest) -> str:
+    """A model for CrewAI's text ReAct loop: call the tool the task names once, then answer.
+
+    The task says which tool and which input (``use TOOL on INPUT``); once an observation is
+    in the conversation, the final answer repeats it.
+    """
+    text = "\n".join(m.content for m in request.messages)
+    observations = [m.content.split("Observation:", 1)[1].strip().splitlines()[0]
+                    for m in request.messages if m.role == "assistant" and "Observation:" in m.content]
+    if observations:
+        return f"Thought: I now know the final answer\nFinal Answer: {observations[-1]}"
+    tool, argument, value = re.search(r"use (\w+) with (\w+)=<<(.*?)>>", text, re.S).groups()  # type: ignore[union-attr]
+    return f'Thought: I will use the tool.\nAction: {tool}\nAction Input: {{"{argument}": "{value}"}}'
+
+
+def counting_crew(llm: KernelLLM, text: str) -> Crew:
+    """Two agents: a counter with a sandboxed tool, and a reporter that passes the count on."""
+    counter = Agent(role="counter", goal="count words", backstory="You count words with your tool.", llm=llm,
+                    tools=[sandboxed(crew_word_count)], max_iter=3)
+    reader = Agent(role="reader", goal="read files", backstory="You read files with your tool.", llm=llm,
+                   tools=[sandboxed(crew_read_file)], max_iter=3)
+    count = Task(description=f"use crew_word_count with text=<<{text}>>", expected_output="a number", agent=counter)
+    read = Task(description="use crew_read_file with path=<<{secret}>>", expected_output="the file", agent=reader)
+    return Crew(agents=[counter, reader], tasks=[count, read])
+
+
+async def crew_program(ctx: Context, text: str, secret: str) -> list[str]:
+    """A crew run as a kernel process: its model calls and tool runs are the process's syscalls."""
+    result = await kickoff(counting_crew(KernelLLM(), text), inputs={"secret": secret})
+    return [task.raw for task in result.tasks_output]
+
+
+class Counter(BaseModel):
+    id: str = ""
+    steps: list[str] = []
+    pid: list[int] = []
+
+
+def counter_flow(db: str) -> type[Flow[Counter]]:
+    """A two-step flow persisted (class-level ``@persist``) through a ringzero SQLite checkpointer."""
+
+    @persist(KernelFlowPersistence(SqliteCheckpointer(db)))
+    class CounterFlow(Flow[Counter]):
+        @start()
+        def begin(self) -> None:
+            self.state.steps.append("begin")
+            self.state.pid.append(os.getpid())
+
+        @listen(begin)
+        def finish(self) -> None:
+            self.state.steps.append("finish")
+            self.state.pid.append(os.getpid())
+
+    return CounterFlow
+
+
+def main(argv: list[str]) -> None:
+    """``python -m tests.crew_programs flow DB [ID]``: run the flow (reloading ID) and print its state."""
+    import json
+
+    _, db, *rest = argv
+    flow = counter_flow(db)()
+    flow.kickoff(inputs={"id": rest[0]} if rest else None)
+    print(json.dumps(flow.state.model_dump()), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,180 @@
+"""The CrewAI adapter with real CrewAI objects (Agent, Task, Crew, Flow), fully offline.
+
+CrewAI's telemetry is off through its own switches (set in conftest.py before it is imported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from crewai.flow.async_feedback.types import PendingFeedbackContext
+from crewai.tools import BaseTool, tool
+from pydantic import BaseModel
+
+from ringzero import Kernel, Limits
+from ringzero.adapters.crewai import CodeExecutionTool, KernelFlowPersistence, KernelLLM, sandboxed
+from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
+from ringzero.core.errors import BudgetExceeded, InvalidArgument, ToolFailed
+from ringzero.core.protocols import Executor
+from ringzero.core.types import StopReason
+from ringzero.testing import ScriptedProvider
+from tests.crew_programs import crew_program, react_script
+from tests.test_langgraph_e2e import CountingExecutor
+from tests.tool_bodies import crew_read_file, crew_word_count, divide
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@tool("word_count")
+def word_count(text: str) -> int:
+    """Count the words of a text."""
+    return len(text.split())
+
+
+class Multiply(BaseTool):
+    name: str = "multiply"
+    description: str = "Multiply two integers."
+
+    def _run(self, a: int, b: int) -> int:
+        return a * b
+
+
+class UsesItself(BaseTool):
+    name: str = "uses_itself"
+    description: str = "Reads a setting of the tool object."
+    factor: int = 3
+
+    def _run(self, a: int) -> int:
+        return a * self.factor
+
+
+def secret_file(tmp_path: Path) -> str:
+    secret = tmp_path / "host-only.txt"
+    secret.write_text("the host's secret")
+    return str(secret)
+
+
+def test_a_sandboxed_tool_keeps_its_identity_and_runs_in_monty() -> None:
+    wrapped = sandboxed(word_count)
+    assert (wrapped.name, wrapped.args_schema.model_json_schema()) == (
+        word_count.name, word_count.args_schema.model_json_schema())
+    assert "Count the words of a text." in wrapped.description
+    assert wrapped.run(text="to be or not") == 4
+    multiply = sandboxed(Multiply())
+    assert multiply.name == "multiply" and multiply.run(a=6, b=7) == 42
+    plain = sandboxed(crew_word_count)
+    assert plain.name == "crew_word_count" and plain.run(text="a b c") == 3
+
+
+def test_what_cannot_be_shipped_is_refused_when_wrapping() -> None:
+    offset = 2
+
+    def closes_over(a: int) -> int:
+        return a + offset
+
+    with pytest.raises(InvalidArgument, match="uses self; the tool object does not exist in the sandbox"):
+        sandboxed(UsesItself())
+    with pytest.raises(InvalidArgument, match="uses offset from an enclosing function"):
+        sandboxed(closes_over)
+    with pytest.raises(InvalidArgument, match="needs a CrewAI tool or a function"):
+        sandboxed(42)  # type: ignore[arg-type]
+
+
+async def test_a_sandboxed_tool_cannot_read_the_hosts_files_and_its_errors_are_typed(
+        sandbox: Executor, tmp_path: Path) -> None:
+    import asyncio
+
+    reader = sandboxed(crew_read_file, executor=sandbox)
+    with pytest.raises(ToolFailed, match=r"PermissionError|FileNotFoundError"):
+        await asyncio.to_thread(reader.run, path=secret_file(tmp_path))
+    with pytest.raises(ToolFailed, match="ZeroDivisionError"):
+        await asyncio.to_thread(sandboxed(divide, executor=sandbox).run, a=1, b=0)
+
+
+def test_the_code_tool_runs_model_code_with_tools_inside_and_caps_output(tmp_path: Path) -> None:
+    run_python = CodeExecutionTool(tools=[word_count, crew_word_count], max_output=200)
+    assert "word_count(text)" in run_python.description and "crew_word_count(text)" in run_python.description
+    out = run_python.run(code="n = word_count('a b c') + crew_word_count(text='d e')\nprint('total', n)\nn * 10")
+    assert out == "total 5\nResult: 50"
+    assert "Error: " in run_python.run(code=f"open({secret_file(tmp_path)!r}).read()")
+    capped = run_python.run(code="for i in range(500):\n    print('line', i)")
+    assert len(capped) < 260 and capped.endswith("more characters truncated]")
+
+
+def test_kernel_llm_answers_through_the_gate_and_counts_tokens() -> None:
+    provider = ScriptedProvider(["Thought: done\nFinal Answer: 42\nObservation: made up"])
+    llm = KernelLLM(provider, stop=["\nObservation:"])
+    assert llm.call([{"role": "system", "content": "be brief"}, {"role": "user", "content": "answer?"}]) == (
+        "Thought: done\nFinal Answer: 42")  # the stop word cuts what the model made up
+    assert provider.requests[0].stop == ("\nObservation:",)
+    assert llm.get_token_usage_summary().total_tokens > 0
+
+
+async def test_a_two_agent_crew_runs_as_a_kernel_process_with_its_tools_in_the_sandbox(
+        sandbox: Executor, tmp_path: Path) -> None:
+    counting = CountingExecutor(sandbox)
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db"), executor=counting,
+                      llm=ScriptedProvider(react_script)) as kernel:
+        process = await kernel.spawn(crew_program, "the cat sat on the mat", secret_file(tmp_path), name="crew")
+        counted, read = await process.wait()  # type: ignore[misc]
+        journal = [entry.kind for entry in await kernel.store.journal(process.pid)]
+        [row] = [p for p in await kernel.ps() if p.pid == process.pid]
+    assert counted == "6"  # computed in the sandbox by the first agent's tool
+    assert "the host's secret" not in read and ("PermissionError" in read or "FileNotFoundError" in read)
+    # every tool run (CrewAI retries a failing tool several times) is a journaled run in the kernel's executor
+    assert counting.runs == journal.count("exec") >= 2
+    assert journal.count("llm") == 4
+    assert row.name == "crew" and row.llm_calls == 4 and row.tokens > 0
+
+
+async def test_a_crew_over_its_budget_is_stopped_by_the_kernel(tmp_path: Path) -> None:
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=ScriptedProvider(react_script)) as kernel:
+        process = await kernel.spawn(crew_program, "a b c", secret_file(tmp_path), limits=Limits(llm_calls=1))
+        with pytest.raises(BudgetExceeded):
+            await process.wait()
+    assert process.stop_reason is StopReason.LLM_CALLS
+
+
+def run_flow(db: str, *flow_id: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "tests.crew_programs", "flow", db, *flow_id], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)  # two fresh Python processes, each importing CrewAI (about 10 s apiece here)
+def test_a_persisted_flow_is_reloaded_by_id_in_a_second_python_process(tmp_path: Path) -> None:
+    db = str(tmp_path / "flows.db")
+    first = run_flow(db)
+    assert first["steps"] == ["begin", "finish"]
+    second = run_flow(db, first["id"])  # a new process: the state comes back from the checkpointer
+    assert second["id"] == first["id"]
+    assert second["steps"] == ["begin", "finish", "begin", "finish"]
+    assert second["pid"][:2] == first["pid"] and second["pid"][2] != first["pid"][0]
+    assert KernelFlowPersistence(SqliteCheckpointer(db)).load_state(first["id"]) == second
+
+
+def test_pending_feedback_is_kept_until_cleared(tmp_path: Path) -> None:
+    class Review(BaseModel):
+        id: str = "r-1"
+        draft: str = "hello"
+
+    persistence = KernelFlowPersistence(SqliteCheckpointer(tmp_path / "f.db"))
+    assert persistence.load_state("r-1") is None and persistence.load_pending_feedback("r-1") is None
+    context = PendingFeedbackContext(flow_id="r-1", flow_class="tests.Review", method_name="review",
+                                     method_output="hello", message="approve?")
+    persistence.save_pending_feedback("r-1", context, Review())
+    state, loaded = persistence.load_pending_feedback("r-1")  # type: ignore[misc]
+    assert state == {"id": "r-1", "draft": "hello"} and loaded.message == "approve?"
+    assert persistence.load_state("r-1") == state
+    persistence.clear_pending_feedback("r-1")
+    assert persistence.load_pending_feedback("r-1") is None
+    with pytest.raises(InvalidArgument, match="needs a ringzero Checkpointer"):
+        KernelFlowPersistence("flows.db")  # type: ignore[arg-type]
