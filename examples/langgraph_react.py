@@ -12,7 +12,6 @@ Any LangChain chat model works too: pass ChatModelProvider(your_chat_model) as t
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,8 @@ from ringzero import Context, Kernel, LLMGate, RateLimit
 from ringzero.adapters.langchain import KernelChatModel
 from ringzero.adapters.langgraph import KernelToolNode, sandboxed
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.protocols import LLMProvider
 from ringzero.core.types import LLMRequest
-from ringzero.providers.llm import AnthropicProvider, OpenAIProvider
+from ringzero.providers.llm import provider_from_environment
 from ringzero.testing import ScriptedProvider
 
 QUESTION = "Which words repeat most in 'the cat and the hat and the bat'? Use the word_stats tool."
@@ -68,17 +66,8 @@ async def react_agent(ctx: Context, question: str) -> str:
     return str(result["messages"][-1].content)
 
 
-def provider_from_environment() -> LLMProvider:
-    """A real model when the environment names one, else the scripted stand-in."""
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        return OpenAIProvider(os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
-    if os.environ.get("ANTHROPIC_API_KEY"):
-        return AnthropicProvider(os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5"))
-    return ScriptedProvider(scripted_model)
-
-
 async def main() -> None:
-    provider = provider_from_environment()
+    provider = provider_from_environment(fallback=ScriptedProvider(scripted_model))
     print("model:", type(provider).__name__, getattr(provider, "model", ""))
     gate = LLMGate(provider, RateLimit(requests_per_minute=600))
     with tempfile.TemporaryDirectory() as tmp:

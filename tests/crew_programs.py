@@ -77,6 +77,13 @@ def counter_flow(db: str) -> type[Flow[Counter]]:
     return CounterFlow
 
 
+async def flow_program(ctx: Context, db: str) -> dict[str, object]:
+    """A persisted flow run as a kernel process."""
+    flow = counter_flow(db)()
+    await kickoff(flow)
+    return flow.state.model_dump()
+
+
 def main(argv: list[str]) -> None:
     """``python -m tests.crew_programs flow DB [ID]``: run the flow (reloading ID) and print its state."""
     import json

@@ -20,11 +20,11 @@ from pydantic import BaseModel
 from ringzero import Kernel, Limits
 from ringzero.adapters.crewai import CodeExecutionTool, KernelFlowPersistence, KernelLLM, sandboxed
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import BudgetExceeded, InvalidArgument, ToolFailed
+from ringzero.core.errors import BudgetExceeded, InvalidArgument, ProcessFailed, ToolFailed
 from ringzero.core.protocols import Executor
-from ringzero.core.types import StopReason
+from ringzero.core.types import LLMRequest, ProcessStatus, StopReason
 from ringzero.testing import ScriptedProvider
-from tests.crew_programs import crew_program, react_script
+from tests.crew_programs import crew_program, flow_program, react_script
 from tests.test_langgraph_e2e import CountingExecutor
 from tests.tool_bodies import crew_read_file, crew_word_count, divide
 
@@ -139,6 +139,34 @@ async def test_a_crew_over_its_budget_is_stopped_by_the_kernel(tmp_path: Path) -
         with pytest.raises(BudgetExceeded):
             await process.wait()
     assert process.stop_reason is StopReason.LLM_CALLS
+
+
+async def test_a_crew_waiting_on_its_model_is_killed_at_once(tmp_path: Path) -> None:
+    import asyncio
+    import time
+
+    async def never_answers(request: LLMRequest) -> str:
+        await asyncio.sleep(60)
+        return "Final Answer: too late"
+
+    provider = ScriptedProvider(never_answers)
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=provider) as kernel:
+        process = await kernel.spawn(crew_program, "a b c", secret_file(tmp_path))
+        while provider.calls == 0:  # the crew's first model call is under way, in its worker thread
+            await asyncio.sleep(0.02)
+        started = time.monotonic()
+        await process.kill()
+        with pytest.raises(ProcessFailed):
+            await process.wait()
+        assert time.monotonic() - started < 1.0 and process.status is ProcessStatus.KILLED
+
+
+async def test_a_persisted_flow_runs_as_a_kernel_process(tmp_path: Path) -> None:
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        process = await kernel.spawn(flow_program, str(tmp_path / "flows.db"), name="flow")
+        state = await process.wait()
+    assert state["steps"] == ["begin", "finish"]  # type: ignore[index]
+    assert KernelFlowPersistence(SqliteCheckpointer(tmp_path / "flows.db")).load_state(state["id"]) == state  # type: ignore[index]
 
 
 def run_flow(db: str, *flow_id: str) -> dict[str, Any]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from ringzero.core.types import LLMRequest, Message
 from tests.vendor_servers import Reply, openai_answer, vendor_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,3 +45,34 @@ def test_the_langgraph_react_example_talks_to_an_openai_compatible_server() -> N
     assert "syscalls journaled: llm, tool, llm" in stdout
     tools = server.requests[0].body["tools"]
     assert [t["function"]["name"] for t in tools] == ["word_stats"]
+
+
+def load_example(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_crewai_example_runs_offline() -> None:
+    stdout = run_example("examples/crewai_crew.py")
+    assert "model: ScriptedProvider" in stdout
+    assert "Report: 12 words; most common: the, and, bat" in stdout  # counted in the sandbox
+    assert "syscalls journaled: llm, exec, llm, llm" in stdout and "exited, 3 model calls" in stdout
+
+
+def test_the_crewai_example_talks_to_an_openai_compatible_server() -> None:
+    """The real-model path, with a local server in OpenAI's wire format answering as the example's model."""
+    example = load_example("crewai_crew")
+
+    def model(body: dict[str, Any]) -> Reply:
+        request = LLMRequest(messages=tuple(Message(m["role"], m["content"] or "") for m in body["messages"]))
+        return openai_answer(example.scripted_model(request))
+
+    with vendor_server("openai", [model, model, model]) as server:
+        stdout = run_example("examples/crewai_crew.py", OPENAI_BASE_URL=server.url, OPENAI_API_KEY="sk-test",
+                             OPENAI_MODEL="gpt-test")
+    assert "model: OpenAIProvider gpt-test" in stdout
+    assert "Report: 12 words; most common: the, and, bat" in stdout
+    assert len(server.requests) == 3 and server.requests[0].body["stop"] == ["\nObservation:"]

@@ -5,7 +5,8 @@ maps the vendor's failures onto the kernel's typed errors.
 """
 
 from ringzero.providers.llm.anthropic import AnthropicProvider
+from ringzero.providers.llm.environment import provider_from_environment
 from ringzero.providers.llm.openai import OpenAIProvider
 from ringzero.testing import ScriptedProvider
 
-__all__ = ["AnthropicProvider", "OpenAIProvider", "ScriptedProvider"]
+__all__ = ["AnthropicProvider", "OpenAIProvider", "ScriptedProvider", "provider_from_environment"]
