@@ -68,17 +68,8 @@ async def describe_run(executor: Executor, code: str, tools: Mapping[str, Tool],
 
 
 def describe_result(result: ExecResult, max_output: int) -> str:
-    """What a model sees of a run: stdout, then the final value or the error, capped at
-    ``max_output`` characters with a note when cut."""
-    parts = [result.stdout.rstrip()] if result.stdout.strip() else []
-    if result.error is not None:
-        parts.append(f"Error: {result.error.type}: {result.error.message}")
-    elif result.value is not None:
-        parts.append(f"Result: {result.value!r}")
-    text = "\n".join(parts) or "(no output)"
-    if len(text) > max_output:
-        text = text[:max_output] + f"\n[... {len(text) - max_output} more characters truncated]"
-    return text
+    """What a model sees of a run (``ExecResult.for_model``)."""
+    return result.for_model(max_output)
 
 
 def shippable_source(fn: Callable[..., Any], *, method: bool = False) -> str:

@@ -159,6 +159,20 @@ class Context:
         return response
 
     # --------------------------------------------------------------------- exec
+    async def nested_llm(self, messages: Sequence[Message | Mapping[str, Any]] | str, *,
+                         provider: str = "default", max_tokens: int | None = None) -> LLMResponse:
+        """An LLM call made from inside another syscall, such as a host tool that sandboxed code
+        calls (``ask_llm``): it passes the gate and is charged to this process's budget, but is
+        not journaled on its own, since the enclosing syscall's record already holds its effect
+        (a resumed program gets that record and makes no nested call at all). The budget is
+        checked when the enclosing syscall returns."""
+        process = self._process
+        request = LLMRequest(messages=coerce_messages(messages), max_tokens=max_tokens)
+        response = await process.kernel.gate(provider).complete(request, pid=process.pid,
+                                                                priority=process.record.priority)
+        process.meter.charge(tokens=response.usage.total_tokens, llm_calls=1, cost=response.usage.cost or 0.0)
+        return response
+
     async def exec(
         self,
         code: str,

@@ -116,6 +116,21 @@ class ProcessHandle:
     def state(self) -> dict[str, JSON]:
         return self._process.record.state
 
+    @property
+    def program(self) -> str:
+        """``module:qualname`` of the program the process runs."""
+        return self._process.record.program
+
+    @property
+    def args(self) -> list[JSON]:
+        """The JSON arguments the program was spawned with."""
+        return list(self._process.record.args)
+
+    @property
+    def result(self) -> JSON:
+        """The recorded return value of a process that exited (its JSON form), else None."""
+        return self._process.record.result
+
     def info(self) -> ProcessInfo:
         self._process.snapshot()
         return ProcessInfo.of(self._process.record)

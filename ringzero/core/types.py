@@ -252,6 +252,19 @@ class ExecResult:
     def ok(self) -> bool:
         return self.error is None
 
+    def for_model(self, max_chars: int = 4000) -> str:
+        """What a model is shown of this run: stdout, then the final value or the error, capped
+        at ``max_chars`` with a note saying how much was cut."""
+        parts = [self.stdout.rstrip()] if self.stdout.strip() else []
+        if self.error is not None:
+            parts.append(f"Error: {self.error.type}: {self.error.message}")
+        elif self.value is not None:
+            parts.append(f"Result: {self.value!r}")
+        text = "\n".join(parts) or "(no output)"
+        if len(text) > max_chars:
+            text = text[:max_chars] + f"\n[... {len(text) - max_chars} more characters truncated]"
+        return text
+
     def to_dict(self) -> dict[str, JSON]:
         return {
             "value": self.value,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import overload
 
 from ringzero.core.protocols import LLMProvider
 from ringzero.providers.llm.anthropic import AnthropicProvider
@@ -11,7 +12,13 @@ from ringzero.providers.llm.openai import OpenAIProvider
 __all__ = ["provider_from_environment"]
 
 
-def provider_from_environment(fallback: LLMProvider) -> LLMProvider:
+@overload
+def provider_from_environment(fallback: LLMProvider) -> LLMProvider: ...
+@overload
+def provider_from_environment(fallback: None = None) -> LLMProvider | None: ...
+
+
+def provider_from_environment(fallback: LLMProvider | None = None) -> LLMProvider | None:
     """A real model when the environment names one, else ``fallback`` (e.g. a ScriptedProvider).
 
     ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` selects ``OpenAIProvider`` (model ``OPENAI_MODEL``,

@@ -1,0 +1,231 @@
+"""``CodeAgent``: programmatic tool calling, the loop as a kernel program.
+
+The model writes Python; the kernel runs it in the executor with the registered tools as
+plain functions inside (their calls cross back to the host); only what the code prints, its
+final value or its error returns to the model, capped in size. The loop ends when the code
+calls ``final_answer(value)``, when the model answers without code, after ``max_steps``, or
+when the process's budget runs out. Every model call and run is a syscall, so a task killed
+mid-way resumes from its journal without repeating them.
+
+    agent = create_agent(tools=[get_stock_history], llm=OpenAIProvider("gpt-4o-mini"))
+    answer, output, error = agent.execute_task("Mean closing price of AAPL last year?")
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ringzero.agents.host import KernelHost
+from ringzero.agents.registry import ToolRegistry
+from ringzero.core.context import Context
+from ringzero.core.errors import InvalidArgument, NoProvider
+from ringzero.core.kernel import Kernel
+from ringzero.core.protocols import Checkpointer, Executor, LLMProvider
+from ringzero.core.types import JSON, ExecResult, Limits, Message
+
+__all__ = ["AgentConfig", "AgentResult", "CodeAgent", "code_agent_program", "create_agent", "execute_task", "solve"]
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+
+SYSTEM_PROMPT = """You solve tasks by writing Python code, which runs in a sandbox.
+These functions are already defined there; call them directly, they return their results:
+{tools}
+- search_tools(query): find more functions by what they do; returns their descriptions.
+- final_answer(value): call this with the answer when you have it.
+
+Reply with one ```python code block. Keep large data inside the code: the sandbox keeps
+variables only within one block, and you see only what the code prints (keep it short), its
+last expression, or its error. You then write the next block, until you call final_answer."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """What a code agent process needs to run again after a restart (all JSON)."""
+
+    tools: list[str] = field(default_factory=list)
+    """``module:qualname`` of each tool."""
+    max_steps: int = 8
+    tool_limit: int = 8
+    """At most this many tools are described up front; the model finds the rest with search_tools."""
+    max_observation: int = 4000
+    provider: str = "default"
+    inputs: dict[str, JSON] = field(default_factory=dict)
+    """Variables defined in every block the model's code runs in (e.g. the data of a RecursiveAgent)."""
+    system_prompt: str | None = None
+
+    def to_dict(self) -> dict[str, JSON]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentConfig:
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """How a task ended: the answer, everything the code printed, and the error if it failed."""
+
+    answer: JSON
+    output: str
+    error: str | None
+    steps: int
+
+    def as_tuple(self) -> tuple[JSON, str, str | None]:
+        """``(result, output, error)``, the shape ``execute_task`` returns."""
+        return self.answer, self.output, self.error
+
+    def to_dict(self) -> dict[str, JSON]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentResult:
+        return cls(data.get("answer"), str(data.get("output") or ""), data.get("error"), int(data.get("steps") or 0))
+
+
+def _final_answer(value: JSON = None) -> JSON:
+    """Ends the task with ``value`` (the host reads it from the run's record of tool calls)."""
+    return value
+
+
+async def solve(ctx: Context, task: str, config: AgentConfig,
+                extra_tools: Mapping[str, Callable[..., Any]] | None = None) -> AgentResult:
+    """The programmatic-tool-calling loop, inside a kernel process."""
+    registry = ToolRegistry(config.tools)
+    shown = [spec.name for spec in registry.search(task, config.tool_limit)] if len(registry) > config.tool_limit \
+        else [spec.name for spec in registry]
+    extra = dict(extra_tools or {})
+    described = "\n".join(filter(None, [registry.describe(shown),
+                                        "\n".join(f"- {n}{_signature(f)}: {_summary(f)}" for n, f in extra.items())]))
+
+    def search_tools(query: str, limit: int = 5) -> str:
+        """Describe the registered functions that match ``query``."""
+        return registry.describe(spec.name for spec in registry.search(query, limit)) or "no matching functions"
+
+    functions: dict[str, Callable[..., Any]] = {**registry.functions(), **extra, "search_tools": search_tools,
+                                                "final_answer": _final_answer}
+    system = (config.system_prompt or SYSTEM_PROMPT).format(tools=described or "(none)")
+    messages: list[Message] = [Message("system", system), Message("user", task)]
+    printed: list[str] = []
+    for step in range(1, config.max_steps + 1):
+        reply = await ctx.llm(messages, provider=config.provider)
+        messages.append(Message("assistant", reply.content))
+        code = _code_of(reply.content)
+        if code is None:  # the model answered in words
+            return AgentResult(reply.content.strip(), "".join(printed), None, step)
+        result = await ctx.exec(code, inputs=config.inputs, tools=functions)
+        printed.append(result.stdout)
+        final = _final_value(result)
+        if final is not None:
+            return AgentResult(final[0], "".join(printed), None, step)
+        messages.append(Message("user", "Observation:\n" + result.for_model(config.max_observation)))
+    return AgentResult(None, "".join(printed), f"no final answer after {config.max_steps} steps", config.max_steps)
+
+
+def _code_of(text: str) -> str | None:
+    blocks = _CODE_BLOCK.findall(text)
+    return "\n".join(blocks) if blocks else None
+
+
+def _final_value(result: ExecResult) -> tuple[JSON] | None:
+    for call in result.tool_calls:
+        if call.name == "final_answer" and call.error is None:
+            return (call.args[0] if call.args else call.kwargs.get("value"),)
+    return None
+
+
+def _signature(fn: Callable[..., Any]) -> str:
+    import inspect
+
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _summary(fn: Callable[..., Any]) -> str:
+    return ((fn.__doc__ or "").strip().splitlines() or [""])[0]
+
+
+async def code_agent_program(ctx: Context, task: str, config: dict[str, JSON]) -> dict[str, JSON]:
+    """The kernel program behind every CodeAgent task (importable, so recover() resumes it)."""
+    return (await solve(ctx, task, AgentConfig.from_dict(config))).to_dict()
+
+
+class CodeAgent:
+    """A code agent with a kernel of its own: ``execute_task`` runs one task as a kernel process.
+
+    The kernel (its LLM gate, executor and SQLite store) lives on a private event loop, so the
+    agent serves sync and async callers alike; tasks are durable processes in its store.
+    """
+
+    def __init__(self, tools: Iterable[Callable[..., Any] | str] = (), *, llm: LLMProvider | None = None,
+                 executor: Executor | None = None, checkpointer: Checkpointer | None = None,
+                 state_dir: str | Path = ".ringzero", limits: Limits | None = None, max_steps: int = 8,
+                 tool_limit: int = 8, max_observation: int = 4000) -> None:
+        self.registry = ToolRegistry(tools)
+        self.config = AgentConfig(tools=self.registry.references(), max_steps=max_steps, tool_limit=tool_limit,
+                                  max_observation=max_observation)
+        if max_steps < 1:
+            raise InvalidArgument(f"max_steps must be at least 1, not {max_steps}")
+        if llm is None:
+            raise NoProvider("a CodeAgent needs a model: create_agent(llm=OpenAIProvider(...)), or set "
+                             "OPENAI_API_KEY / ANTHROPIC_API_KEY and use provider_from_environment")
+        self.limits = limits
+
+        def make_kernel() -> Kernel:
+            from ringzero.checkpointers import SqliteCheckpointer
+
+            store = checkpointer or SqliteCheckpointer(Path(state_dir) / "agent.db")
+            return Kernel(llm=llm, executor=executor, checkpointer=store)
+
+        self.host = KernelHost(make_kernel)
+
+    async def aexecute_task(self, task: str) -> AgentResult:
+        """Run ``task`` to its end as a kernel process."""
+        async def run(kernel: Kernel) -> AgentResult:
+            handle = await kernel.spawn(code_agent_program, task, self.config.to_dict(), name="task",
+                                        limits=self.limits)
+            return AgentResult.from_dict(await handle.wait())
+
+        return await self.host.acall(run)
+
+    def execute_task(self, task: str) -> tuple[JSON, str, str | None]:
+        """Run ``task``; returns ``(result, output, error)``."""
+        async def run(kernel: Kernel) -> AgentResult:
+            handle = await kernel.spawn(code_agent_program, task, self.config.to_dict(), name="task",
+                                        limits=self.limits)
+            return AgentResult.from_dict(await handle.wait())
+
+        return self.host.call(run, "CodeAgent.execute_task").as_tuple()
+
+    def close(self) -> None:
+        self.host.close()
+
+    async def aclose(self) -> None:
+        await self.host.aclose()
+
+    def __enter__(self) -> CodeAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def create_agent(tools: Iterable[Callable[..., Any] | str] = (), *, llm: LLMProvider | None = None,
+                 **options: Any) -> CodeAgent:
+    """A CodeAgent; ``llm`` defaults to the provider the environment names (OPENAI_API_KEY, ...)."""
+    if llm is None:
+        from ringzero.providers.llm.environment import provider_from_environment
+
+        llm = provider_from_environment()
+    return CodeAgent(tools, llm=llm, **options)
+
+
+def execute_task(task: str, **options: Any) -> tuple[JSON, str, str | None]:
+    """One task with a fresh agent: ``(result, output, error)``."""
+    with create_agent(**options) as agent:
+        return agent.execute_task(task)

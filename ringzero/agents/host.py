@@ -1,0 +1,62 @@
+"""A kernel on a private event loop thread, for agents used from plain (sync or async) code.
+
+``agent.execute_task(...)`` is a sync call, and an MCP server calls from its own loop; the
+agent's kernel, its gate and its executor live on one private loop either way, so nothing is
+ever used from two loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from ringzero.adapters._bridge import LoopThread
+from ringzero.core.kernel import Kernel
+
+__all__ = ["KernelHost"]
+
+T = TypeVar("T")
+
+
+class KernelHost:
+    """Makes the kernel (with ``make_kernel``) on its own loop when first used."""
+
+    def __init__(self, make_kernel: Callable[[], Kernel]) -> None:
+        self._make = make_kernel
+        self._kernel: Kernel | None = None
+        self._thread = LoopThread("ringzero-agent")
+
+    async def _kernel_here(self) -> Kernel:
+        if self._kernel is None:
+            kernel = self._make()
+            await kernel.start()
+            self._kernel = kernel
+        return self._kernel
+
+    def call(self, work: Callable[[Kernel], Awaitable[T]], what: str) -> T:
+        """Run ``work(kernel)`` on the kernel's loop and wait for it (sync callers)."""
+        return self._thread.run(self._with_kernel(work), what)
+
+    async def acall(self, work: Callable[[Kernel], Awaitable[T]]) -> T:
+        """Run ``work(kernel)`` on the kernel's loop and await it (async callers on any loop)."""
+        return await self._thread.arun(self._with_kernel(work))
+
+    async def _with_kernel(self, work: Callable[[Kernel], Awaitable[T]]) -> T:
+        return await work(await self._kernel_here())
+
+    def close(self) -> None:
+        """Shut the kernel down as a host shutdown would: unfinished tasks stay resumable."""
+        if self._kernel is not None:
+            kernel, self._kernel = self._kernel, None
+            self._thread.run(kernel.aclose(), "KernelHost.close")
+
+    async def aclose(self) -> None:
+        if self._kernel is not None:
+            kernel, self._kernel = self._kernel, None
+            await self._thread.arun(kernel.aclose())
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

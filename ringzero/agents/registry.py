@@ -1,0 +1,173 @@
+"""A tool registry with progressive discovery: the model sees only the tools a task needs.
+
+Each tool is described by its name, signature and the first line of its docstring. ``search``
+ranks tools for a query with BM25 over those words (names split at underscores and case
+changes); give ``embed=`` (texts to vectors) to rank by cosine similarity instead. Tools are
+registered by reference too (``module:qualname``), so a resumed agent finds them again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ringzero.core.errors import InvalidArgument
+
+__all__ = ["ToolRegistry", "ToolSpec", "import_tool"]
+
+Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One registered tool: what the model is told of it, and the function itself."""
+
+    name: str
+    signature: str
+    summary: str
+    function: Callable[..., Any]
+    reference: str | None
+    """``module:qualname`` when the function can be imported again (None for local functions)."""
+
+    def describe(self) -> str:
+        return f"{self.name}{self.signature}: {self.summary}" if self.summary else f"{self.name}{self.signature}"
+
+    @property
+    def text(self) -> str:
+        """What search ranks: the name's words, the signature's parameter names, the docstring."""
+        return " ".join([self.name, self.signature, inspect.getdoc(self.function) or ""])
+
+
+def import_tool(reference: str) -> Callable[..., Any]:
+    """The function named by ``module:qualname``."""
+    module_name, _, qualname = reference.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidArgument(f"cannot import the tool {reference!r}: {exc}") from exc
+    if not callable(target):
+        raise InvalidArgument(f"the tool {reference!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def _reference(fn: Callable[..., Any]) -> str | None:
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<locals>" in qualname or "<lambda>" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+class ToolRegistry:
+    """Tools by name, searchable."""
+
+    def __init__(self, tools: Iterable[Callable[..., Any] | str] | Mapping[str, Callable[..., Any]] = (), *,
+                 embed: Embed | None = None) -> None:
+        self._tools: dict[str, ToolSpec] = {}
+        self.embed = embed
+        if isinstance(tools, Mapping):
+            for name, fn in tools.items():
+                self.register(fn, name=name)
+        else:
+            for fn in tools:
+                self.register(fn)
+
+    def register(self, tool: Callable[..., Any] | str, *, name: str | None = None) -> ToolSpec:
+        """Add a function (or a ``module:qualname`` reference to one); returns its spec."""
+        fn = import_tool(tool) if isinstance(tool, str) else tool
+        if not callable(fn):
+            raise InvalidArgument(f"a tool must be a function, not {fn!r}")
+        name = name or getattr(fn, "__name__", None)
+        if not name or not name.isidentifier():
+            raise InvalidArgument(f"a tool needs a name that is a Python identifier, not {name!r}")
+        if name in self._tools:
+            raise InvalidArgument(f"a tool named {name!r} is already registered")
+        try:
+            signature = str(inspect.signature(fn))
+        except (TypeError, ValueError):
+            signature = "(...)"
+        doc = (inspect.getdoc(fn) or "").strip().splitlines()
+        spec = ToolSpec(name, signature, doc[0] if doc else "", fn, tool if isinstance(tool, str) else _reference(fn))
+        self._tools[name] = spec
+        return spec
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(self._tools.values())
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise InvalidArgument(f"no tool named {name!r}; registered: {', '.join(self._tools) or 'none'}") from None
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """Every tool's function by name: what the sandbox gets."""
+        return {spec.name: spec.function for spec in self}
+
+    def references(self) -> list[str]:
+        """Every tool's ``module:qualname``; raises for a tool that cannot be imported again."""
+        missing = [spec.name for spec in self if spec.reference is None]
+        if missing:
+            raise InvalidArgument(f"tools {', '.join(missing)} are defined in __main__ or inside a function, so a "
+                                  "resumed agent could not import them; define them at module level in a module")
+        return [spec.reference for spec in self if spec.reference is not None]
+
+    def describe(self, names: Iterable[str] | None = None) -> str:
+        """One line per tool, ``name(signature): summary``."""
+        chosen = self if names is None else (self[n] for n in names)
+        return "\n".join(f"- {spec.describe()}" for spec in chosen)
+
+    def search(self, query: str, limit: int = 5) -> list[ToolSpec]:
+        """The tools that best match ``query``, best first (ties keep registration order)."""
+        if limit < 1 or not self._tools:
+            return []
+        specs = list(self)
+        scores = self._cosine(query, specs) if self.embed is not None else self._bm25(query, specs)
+        ranked = sorted(range(len(specs)), key=lambda i: -scores[i])
+        return [specs[i] for i in ranked[:limit] if scores[i] > 0]
+
+    @staticmethod
+    def _bm25(query: str, specs: list[ToolSpec], k1: float = 1.2, b: float = 0.75) -> list[float]:
+        documents = [_words(spec.text) for spec in specs]
+        average = sum(map(len, documents)) / len(documents) or 1.0
+        frequency = Counter(word for document in documents for word in set(document))
+        scores = []
+        for document in documents:
+            counts, score = Counter(document), 0.0
+            for word in set(_words(query)):
+                if word not in counts:
+                    continue
+                idf = math.log(1 + (len(documents) - frequency[word] + 0.5) / (frequency[word] + 0.5))
+                tf = counts[word]
+                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(document) / average))
+            scores.append(score)
+        return scores
+
+    def _cosine(self, query: str, specs: list[ToolSpec]) -> list[float]:
+        assert self.embed is not None
+        vectors = list(self.embed([query, *(spec.text for spec in specs)]))
+        if len(vectors) != len(specs) + 1:
+            raise InvalidArgument(f"embed returned {len(vectors)} vectors for {len(specs) + 1} texts")
+        target = vectors[0]
+        return [_cosine(target, vector) for vector in vectors[1:]]
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
