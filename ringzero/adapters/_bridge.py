@@ -48,6 +48,17 @@ class LoopThread:
                                 "itself forever: use the async variant there")
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
+    def stop(self) -> None:
+        """Stop the loop and its thread (a later call starts them again)."""
+        with self._lock:
+            loop, thread = self.loop, self._thread
+            self.loop, self._thread = None, None
+        if loop is None or thread is None:
+            return
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the private loop and await it from another loop (objects bound to the
         private loop, such as a gate first used by sync calls, stay on it)."""

@@ -13,6 +13,7 @@ mid-way resumes from its journal without repeating them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ringzero.agents.host import KernelHost
-from ringzero.agents.registry import ToolRegistry
+from ringzero.agents.registry import ToolRegistry, signature_of
 from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, NoProvider
 from ringzero.core.kernel import Kernel
@@ -99,7 +100,7 @@ async def solve(ctx: Context, task: str, config: AgentConfig,
         else [spec.name for spec in registry]
     extra = dict(extra_tools or {})
     described = "\n".join(filter(None, [registry.describe(shown),
-                                        "\n".join(f"- {n}{_signature(f)}: {_summary(f)}" for n, f in extra.items())]))
+                                        "\n".join(f"- {n}{signature_of(f)}: {_summary(f)}" for n, f in extra.items())]))
 
     def search_tools(query: str, limit: int = 5) -> str:
         """Describe the registered functions that match ``query``."""
@@ -133,17 +134,9 @@ def _code_of(text: str) -> str | None:
 def _final_value(result: ExecResult) -> tuple[JSON] | None:
     for call in result.tool_calls:
         if call.name == "final_answer" and call.error is None:
-            return (call.args[0] if call.args else call.kwargs.get("value"),)
+            value = call.args[0] if call.args else call.kwargs.get("value")
+            return (json.loads(json.dumps(value, default=repr)),)  # as a resumed task would see it
     return None
-
-
-def _signature(fn: Callable[..., Any]) -> str:
-    import inspect
-
-    try:
-        return str(inspect.signature(fn))
-    except (TypeError, ValueError):
-        return "(...)"
 
 
 def _summary(fn: Callable[..., Any]) -> str:

@@ -7,6 +7,7 @@ ever used from two loops.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -45,15 +46,18 @@ class KernelHost:
         return await work(await self._kernel_here())
 
     def close(self) -> None:
-        """Shut the kernel down as a host shutdown would: unfinished tasks stay resumable."""
+        """Shut the kernel down as a host shutdown would (unfinished tasks stay resumable), then
+        its loop thread."""
         if self._kernel is not None:
             kernel, self._kernel = self._kernel, None
             self._thread.run(kernel.aclose(), "KernelHost.close")
+        self._thread.stop()
 
     async def aclose(self) -> None:
         if self._kernel is not None:
             kernel, self._kernel = self._kernel, None
             await self._thread.arun(kernel.aclose())
+        await asyncio.to_thread(self._thread.stop)
 
     def __enter__(self) -> Any:
         return self

@@ -19,7 +19,7 @@ from typing import Any
 
 from ringzero.core.errors import InvalidArgument
 
-__all__ = ["ToolRegistry", "ToolSpec", "import_tool"]
+__all__ = ["ToolRegistry", "ToolSpec", "import_tool", "signature_of"]
 
 Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
@@ -59,6 +59,18 @@ def import_tool(reference: str) -> Callable[..., Any]:
     return target  # type: ignore[no-any-return]
 
 
+def signature_of(fn: Callable[..., Any]) -> str:
+    """``(city: str) -> str``: annotations evaluated where they can be (modules with postponed
+    annotations store them as strings), as written where they cannot."""
+    try:
+        return str(inspect.signature(fn, eval_str=True))
+    except Exception:  # an annotation naming something not importable at run time
+        try:
+            return str(inspect.signature(fn)).replace("'", "")
+        except (TypeError, ValueError):
+            return "(...)"
+
+
 def _reference(fn: Callable[..., Any]) -> str | None:
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if not module or module == "__main__" or "<locals>" in qualname or "<lambda>" in qualname:
@@ -94,10 +106,7 @@ class ToolRegistry:
             raise InvalidArgument(f"a tool needs a name that is a Python identifier, not {name!r}")
         if name in self._tools:
             raise InvalidArgument(f"a tool named {name!r} is already registered")
-        try:
-            signature = str(inspect.signature(fn))
-        except (TypeError, ValueError):
-            signature = "(...)"
+        signature = signature_of(fn)
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
         spec = ToolSpec(name, signature, doc[0] if doc else "", fn, tool if isinstance(tool, str) else _reference(fn))
         self._tools[name] = spec
