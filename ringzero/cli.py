@@ -39,7 +39,29 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("--kernel", metavar="MODULE:FUNCTION",
                         help="a function taking the database path and returning your configured Kernel "
                              "(LLM provider, tools, executor); default: a Kernel with none of them")
+    mcp = commands.add_parser("mcp", help="serve the kernel over MCP (stdio, or streamable HTTP on 127.0.0.1)")
+    mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    mcp.add_argument("--port", type=int, default=8765, help="HTTP port on 127.0.0.1 (default: %(default)s)")
+    mcp.add_argument("--tools", action="append", default=[], metavar="MODULE:FUNCTION",
+                     help="a tool the code may call (repeat for more)")
+    mcp.add_argument("--executor", choices=("monty", "process"), default="monty",
+                     help="where code runs (default: %(default)s)")
+    mcp.add_argument("--state-dir", type=Path, default=Path(".ringzero") / "mcp",
+                     help="where tasks and state are kept (default: %(default)s)")
     return parser
+
+
+def _serve_mcp(args: argparse.Namespace) -> int:
+    from ringzero.adapters.mcp import serve
+    from ringzero.agents import CodeAgent
+    from ringzero.core.protocols import Executor
+    from ringzero.providers.executors import MontyExecutor, ProcessExecutor
+    from ringzero.providers.llm import provider_from_environment
+
+    executor: Executor = MontyExecutor() if args.executor == "monty" else ProcessExecutor()
+    agent = CodeAgent(args.tools, llm=provider_from_environment(), executor=executor, state_dir=args.state_dir)
+    serve(agent, args.transport, args.port)
+    return 0
 
 
 async def _ps(db: Path, console: Console) -> int:
@@ -104,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1 if asyncio.run(run_demo(args.state_dir, console)) else 0
         if args.command == "ps":
             return asyncio.run(_ps(args.db, console))
+        if args.command == "mcp":
+            return _serve_mcp(args)
         return asyncio.run(_resume(args.db, _kernel_factory(args.kernel), console))
     except RingzeroError as exc:
         console.print(f"[bold red]error:[/] {exc}")

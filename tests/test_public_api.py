@@ -24,6 +24,8 @@ MODULES = [
     "ringzero.compat.executor",
     "ringzero.providers.executors",
     "ringzero.providers.llm",
+    "ringzero.agents",
+    "ringzero.adapters.crewai",
 ]
 
 

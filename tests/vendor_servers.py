@@ -213,3 +213,14 @@ class VendorServer:
 def vendor_server(vendor: Vendor, script: Script) -> Iterator[VendorServer]:
     with VendorServer(vendor, script).running() as server:
         yield server
+
+
+def openai_model(script: Callable[[Any], str]) -> Callable[[dict[str, Any]], Reply]:
+    """A server step that answers as ``script`` (a ScriptedProvider-style function of an LLMRequest)."""
+    from ringzero.core.types import LLMRequest, Message
+
+    def step(body: dict[str, Any]) -> Reply:
+        messages = tuple(Message(m["role"], m.get("content") or "") for m in body["messages"] if m["role"] != "tool")
+        return openai_answer(script(LLMRequest(messages=messages)))
+
+    return step

@@ -28,7 +28,16 @@ from ringzero.core.kernel import Kernel
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider
 from ringzero.core.types import JSON, ExecResult, Limits, Message
 
-__all__ = ["AgentConfig", "AgentResult", "CodeAgent", "code_agent_program", "create_agent", "execute_task", "solve"]
+__all__ = [
+    "AgentConfig",
+    "AgentResult",
+    "CodeAgent",
+    "code_agent_program",
+    "code_run_program",
+    "create_agent",
+    "execute_task",
+    "solve",
+]
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 
@@ -148,11 +157,20 @@ async def code_agent_program(ctx: Context, task: str, config: dict[str, JSON]) -
     return (await solve(ctx, task, AgentConfig.from_dict(config))).to_dict()
 
 
+async def code_run_program(ctx: Context, code: str, config: dict[str, JSON]) -> str:
+    """One run of given code with the agent's tools (``CodeAgent.execute_code``), as a process."""
+    settings = AgentConfig.from_dict(config)
+    registry = ToolRegistry(settings.tools)
+    result = await ctx.exec(code, inputs=settings.inputs, tools=registry.functions())
+    return result.for_model(settings.max_observation)
+
+
 class CodeAgent:
     """A code agent with a kernel of its own: ``execute_task`` runs one task as a kernel process.
 
     The kernel (its LLM gate, executor and SQLite store) lives on a private event loop, so the
-    agent serves sync and async callers alike; tasks are durable processes in its store.
+    agent serves sync and async callers alike; tasks are durable processes in its store. With
+    ``llm=None`` only ``execute_code`` works (a task's first model call raises NoProvider).
     """
 
     def __init__(self, tools: Iterable[Callable[..., Any] | str] = (), *, llm: LLMProvider | None = None,
@@ -164,9 +182,6 @@ class CodeAgent:
                                   max_observation=max_observation)
         if max_steps < 1:
             raise InvalidArgument(f"max_steps must be at least 1, not {max_steps}")
-        if llm is None:
-            raise NoProvider("a CodeAgent needs a model: create_agent(llm=OpenAIProvider(...)), or set "
-                             "OPENAI_API_KEY / ANTHROPIC_API_KEY and use provider_from_environment")
         self.limits = limits
 
         def make_kernel() -> Kernel:
@@ -183,6 +198,18 @@ class CodeAgent:
             handle = await kernel.spawn(code_agent_program, task, self.config.to_dict(), name="task",
                                         limits=self.limits)
             return AgentResult.from_dict(await handle.wait())
+
+        return await self.host.acall(run)
+
+    async def aexecute_code(self, code: str) -> str:
+        """Run ``code`` (no model involved) with the agent's tools; what a model would be shown."""
+        if not isinstance(code, str):
+            raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
+
+        async def run(kernel: Kernel) -> str:
+            handle = await kernel.spawn(code_run_program, code, self.config.to_dict(), name="code",
+                                        limits=self.limits)
+            return str(await handle.wait())
 
         return await self.host.acall(run)
 
@@ -215,6 +242,9 @@ def create_agent(tools: Iterable[Callable[..., Any] | str] = (), *, llm: LLMProv
         from ringzero.providers.llm.environment import provider_from_environment
 
         llm = provider_from_environment()
+    if llm is None:
+        raise NoProvider("a CodeAgent needs a model: create_agent(llm=OpenAIProvider(...)), or set "
+                         "OPENAI_API_KEY / OPENAI_BASE_URL / ANTHROPIC_API_KEY")
     return CodeAgent(tools, llm=llm, **options)
 
 

@@ -45,7 +45,10 @@ class ProviderCapabilities:
 class LLMProvider(Protocol):
     """A language model behind one async call."""
 
-    capabilities: ProviderCapabilities
+    @property
+    def capabilities(self) -> ProviderCapabilities:
+        """What this backend promises (read-only: a class attribute or a property)."""
+        ...
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Answer ``request``.
@@ -73,7 +76,10 @@ class ExecutorCapabilities:
 class Executor(Protocol):
     """Runs untrusted Python and returns what it produced."""
 
-    capabilities: ExecutorCapabilities
+    @property
+    def capabilities(self) -> ExecutorCapabilities:
+        """What this backend promises (read-only: a class attribute or a property)."""
+        ...
 
     async def run(
         self,
@@ -111,7 +117,10 @@ class CheckpointerCapabilities:
 class Checkpointer(Protocol):
     """Durable records addressed by (thread_id, namespace, id)."""
 
-    capabilities: CheckpointerCapabilities
+    @property
+    def capabilities(self) -> CheckpointerCapabilities:
+        """What this backend promises (read-only: a class attribute or a property)."""
+        ...
 
     async def put(self, checkpoint: Checkpoint) -> None:
         """Store ``checkpoint``, replacing one with the same address. Durable on return
@@ -174,7 +183,10 @@ class Scheduler(Protocol):
     turns in arrival order.
     """
 
-    capabilities: SchedulerCapabilities
+    @property
+    def capabilities(self) -> SchedulerCapabilities:
+        """What this backend promises (read-only: a class attribute or a property)."""
+        ...
 
     async def acquire(self, pid: int, priority: int) -> None:
         """Wait for a run slot. Cancelling the wait leaves no trace."""
