@@ -122,8 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(diagnose(console))
         if args.command == "demo":
             from ringzero.demo import run_demo
+            from ringzero.demo_agents import run_agents_demo
 
-            return 1 if asyncio.run(run_demo(args.state_dir, console)) else 0
+            failed = asyncio.run(run_demo(args.state_dir, console))
+            failed += asyncio.run(run_agents_demo(args.state_dir, console))
+            return 1 if failed else 0
         if args.command == "ps":
             return asyncio.run(_ps(args.db, console))
         if args.command == "mcp":

@@ -33,7 +33,9 @@ def test_demo_runs_every_scenario_with_zero_failed_llm_calls(tmp_path: Path) -> 
     assert out.returncode == 0, out.stdout + out.stderr
     assert "failed calls 0" in out.stdout
     for expected in ("pause pid", "resume pid", "kill pid", "report with 4 sections",
-                     "ConnectionError: the upstream data source went away", "budget_llm_calls"):
+                     "ConnectionError: the upstream data source went away", "budget_llm_calls",
+                     "answer: {'north': 620000, 'south': 627500, 'east': 625000, 'west': 622500}",
+                     "answer: {'pieces_asked': 8, 'errors': 1539} (the file has 1539 ERROR lines)"):
         assert expected in out.stdout, expected
     listing = ringzero_cli("ps", "--db", ".ringzero/demo/state.db", cwd=tmp_path)
     assert listing.returncode == 0

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Self
+
 from ringzero.agents.host import KernelHost
 from ringzero.agents.registry import ToolRegistry, signature_of
 from ringzero.core.context import Context
@@ -228,7 +230,7 @@ class CodeAgent:
     async def aclose(self) -> None:
         await self.host.aclose()
 
-    def __enter__(self) -> CodeAgent:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
