@@ -244,3 +244,23 @@ def test_code_agent_is_a_kernel_program_with_its_own_store(tmp_path: Path) -> No
     assert agent.execute_task("Weather?")[0] == "sunny"
     agent.close()
     assert (tmp_path / "agent.db").exists()
+
+
+# ---------------------------------------------------------------- the agent's workspace
+def test_an_agents_workspace_persists_between_its_tasks_and_nothing_else_is_writable(tmp_path: Path) -> None:
+    def script(request: LLMRequest) -> str:
+        task = request.messages[1].content
+        if "remember" in task:
+            return code("import os\nwith open(os.path.join(workspace, 'notes.txt'), 'w') as f:\n"
+                        "    f.write('meeting at noon')\nfinal_answer('noted')")
+        return code("import os\nfinal_answer(open(os.path.join(workspace, 'notes.txt')).read())")
+
+    with create_agent([get_weather], llm=ScriptedProvider(script), state_dir=tmp_path, name="planner",
+                      executor="process") as agent:
+        assert agent.workspace == tmp_path / "workspaces" / "planner"
+        assert agent.execute_task("remember the meeting")[0] == "noted"
+        assert agent.execute_task("what did I note?")[0] == "meeting at noon"  # another run, another process
+        escaped = agent.execute_code(f"open({str(tmp_path / 'x.txt')!r}, 'w')")
+    assert (tmp_path / "workspaces" / "planner" / "notes.txt").read_text() == "meeting at noon"
+    assert escaped.startswith("Error: PermissionError")
+    assert not (tmp_path / "x.txt").exists()

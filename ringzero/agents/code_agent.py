@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from typing_extensions import Self
 
@@ -52,6 +52,9 @@ These functions are already defined there; call them directly, they return their
 Reply with one ```python code block. Keep large data inside the code: the sandbox keeps
 variables only within one block, and you see only what the code prints (keep it short), its
 last expression, or its error. You then write the next block, until you call final_answer."""
+
+WORKSPACE_NOTE = """
+Files you write in the directory `workspace` (a variable in the code) are kept between tasks."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,9 @@ async def solve(ctx: Context, task: str, config: AgentConfig,
 
     functions: dict[str, Callable[..., Any]] = {**registry.functions(), **extra, "search_tools": search_tools,
                                                 "final_answer": _final_answer}
-    system = (config.system_prompt or SYSTEM_PROMPT).format(tools=described or "(none)")
+    system = (config.system_prompt or SYSTEM_PROMPT).replace("{tools}", described or "(none)")
+    if "workspace" in config.inputs:
+        system += WORKSPACE_NOTE
     messages: list[Message] = [Message("system", system), Message("user", task)]
     printed: list[str] = []
     for step in range(1, config.max_steps + 1):
@@ -176,53 +181,68 @@ class CodeAgent:
     """
 
     def __init__(self, tools: Iterable[Callable[..., Any] | str] = (), *, llm: LLMProvider | None = None,
-                 executor: Executor | None = None, checkpointer: Checkpointer | None = None,
-                 state_dir: str | Path = ".ringzero", limits: Limits | None = None, max_steps: int = 8,
-                 tool_limit: int = 8, max_observation: int = 4000) -> None:
+                 executor: Executor | Literal["monty", "process"] | None = None,
+                 checkpointer: Checkpointer | None = None, state_dir: str | Path = ".ringzero", name: str = "agent",
+                 limits: Limits | None = None, max_steps: int = 8, tool_limit: int = 8,
+                 max_observation: int = 4000) -> None:
         self.registry = ToolRegistry(tools)
+        if not name.replace("-", "_").isidentifier():
+            raise InvalidArgument(f"an agent's name names its workspace directory: use letters, digits, - and _, "
+                                  f"not {name!r}")
+        self.workspace: Path | None = None
+        """``executor="process"``: a directory of this agent's that every run may write and that
+        persists between its tasks (``workspace`` inside the code, and $RINGZERO_WORKSPACE)."""
+        inputs: dict[str, JSON] = {}
+        if executor == "process":
+            from ringzero.providers.executors.process import ProcessExecutor
+
+            self.workspace = Path(state_dir).absolute() / "workspaces" / name
+            executor = ProcessExecutor(workspace=self.workspace)
+            inputs["workspace"] = str(self.workspace)
+        elif executor == "monty":
+            from ringzero.providers.executors.monty import MontyExecutor
+
+            executor = MontyExecutor()
         self.config = AgentConfig(tools=self.registry.references(), max_steps=max_steps, tool_limit=tool_limit,
-                                  max_observation=max_observation)
+                                  max_observation=max_observation, inputs=inputs)
         if max_steps < 1:
             raise InvalidArgument(f"max_steps must be at least 1, not {max_steps}")
         self.limits = limits
+
+        chosen: Executor | None = executor if not isinstance(executor, str) else None
 
         def make_kernel() -> Kernel:
             from ringzero.checkpointers import SqliteCheckpointer
 
             store = checkpointer or SqliteCheckpointer(Path(state_dir) / "agent.db")
-            return Kernel(llm=llm, executor=executor, checkpointer=store)
+            return Kernel(llm=llm, executor=chosen, checkpointer=store)
 
         self.host = KernelHost(make_kernel)
 
     async def aexecute_task(self, task: str) -> AgentResult:
         """Run ``task`` to its end as a kernel process."""
-        async def run(kernel: Kernel) -> AgentResult:
-            handle = await kernel.spawn(code_agent_program, task, self.config.to_dict(), name="task",
-                                        limits=self.limits)
-            return AgentResult.from_dict(await handle.wait())
-
-        return await self.host.acall(run)
+        return await self.host.acall(lambda kernel: self._run_task(kernel, task))
 
     async def aexecute_code(self, code: str) -> str:
         """Run ``code`` (no model involved) with the agent's tools; what a model would be shown."""
+        return await self.host.acall(lambda kernel: self._run_code(kernel, code))
+
+    def execute_code(self, code: str) -> str:
+        return self.host.call(lambda kernel: self._run_code(kernel, code), "CodeAgent.execute_code")
+
+    async def _run_code(self, kernel: Kernel, code: str) -> str:
         if not isinstance(code, str):
             raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
-
-        async def run(kernel: Kernel) -> str:
-            handle = await kernel.spawn(code_run_program, code, self.config.to_dict(), name="code",
-                                        limits=self.limits)
-            return str(await handle.wait())
-
-        return await self.host.acall(run)
+        handle = await kernel.spawn(code_run_program, code, self.config.to_dict(), name="code", limits=self.limits)
+        return str(await handle.wait())
 
     def execute_task(self, task: str) -> tuple[JSON, str, str | None]:
         """Run ``task``; returns ``(result, output, error)``."""
-        async def run(kernel: Kernel) -> AgentResult:
-            handle = await kernel.spawn(code_agent_program, task, self.config.to_dict(), name="task",
-                                        limits=self.limits)
-            return AgentResult.from_dict(await handle.wait())
+        return self.host.call(lambda kernel: self._run_task(kernel, task), "CodeAgent.execute_task").as_tuple()
 
-        return self.host.call(run, "CodeAgent.execute_task").as_tuple()
+    async def _run_task(self, kernel: Kernel, task: str) -> AgentResult:
+        handle = await kernel.spawn(code_agent_program, task, self.config.to_dict(), name="task", limits=self.limits)
+        return AgentResult.from_dict(await handle.wait())
 
     def close(self) -> None:
         self.host.close()

@@ -45,10 +45,11 @@ def recv_msg(sock: socket.socket) -> Any:
     return read_frame(exactly)
 
 
-def confine(controls: list[str], scratch: str, keep_read_search: bool) -> None:
-    """The controls that do not depend on a run's limits, in the order that keeps each possible."""
+def confine(controls: list[str], scratch: str, keep_read_search: bool, workspace: str = "") -> None:
+    """The controls that do not depend on a run's limits, in the order that keeps each possible.
+    The run may write only in its scratch directory and, when one is given, the workspace."""
     if "landlock" in controls:
-        _confine.landlock(_confine.readable_paths(), [scratch])
+        _confine.landlock(_confine.readable_paths(), [scratch, *([workspace] if workspace else [])])
     if "seccomp" in controls:
         _confine.seccomp_deny()
     if "unprivileged" in controls:
@@ -76,7 +77,7 @@ class _Ready:
         return int(recv_msg(self.link)["pid"])
 
 
-def spawn_ready(controls: list[str], scratch_root: str, control: socket.socket) -> _Ready:
+def spawn_ready(controls: list[str], scratch_root: str, control: socket.socket, workspace: str = "") -> _Ready:
     """Fork a process, give it new namespaces, fork its init, confine the init; it then waits."""
     scratch = tempfile.mkdtemp(prefix="run-", dir=scratch_root)
     if os.geteuid() == 0 and "unprivileged" in controls:
@@ -86,14 +87,14 @@ def spawn_ready(controls: list[str], scratch_root: str, control: socket.socket) 
         ours.close()
         control.close()
         try:
-            _prepare(theirs, controls, scratch)
+            _prepare(theirs, controls, scratch, workspace)
         finally:
             os._exit(0)  # the fork server went away mid-spawn: leave quietly
     theirs.close()
     return _Ready(ours, scratch)
 
 
-def _prepare(link: socket.socket, controls: list[str], scratch: str) -> None:
+def _prepare(link: socket.socket, controls: list[str], scratch: str, workspace: str) -> None:
     """In the forked process: namespaces, then the init that confines itself and waits."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
@@ -108,10 +109,11 @@ def _prepare(link: socket.socket, controls: list[str], scratch: str) -> None:
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os.environ.update(HOME=scratch, TMPDIR=scratch, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    os.environ.update(HOME=scratch, TMPDIR=scratch, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                      RINGZERO_WORKSPACE=workspace)
     failure = None
     try:
-        confine(controls, scratch, KEEP_READ_SEARCH)
+        confine(controls, scratch, KEEP_READ_SEARCH, workspace)
         os.chdir(scratch)
     except BaseException as exc:  # reported to the run instead of running unconfined
         failure = f"{type(exc).__name__}: {exc}"
@@ -173,6 +175,7 @@ def probe() -> dict[str, str | None]:
 def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     preload, scratch_root, warm = json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+    workspace = sys.argv[5] if len(sys.argv) > 5 else ""
     _confine.readable_paths()  # computed once, before any fork
     for module in preload:  # warm forks: what the parent imported, children share
         with contextlib.suppress(ImportError):
@@ -181,7 +184,7 @@ def main() -> None:
     controls = [c for c in _confine.CONTROLS if results.get(c) is None]
     send_msg(control, {"op": "ready", "controls": results, "keep_read_search": KEEP_READ_SEARCH})
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    ready = collections.deque(spawn_ready(controls, scratch_root, control) for _ in range(warm))
+    ready = collections.deque(spawn_ready(controls, scratch_root, control, workspace) for _ in range(warm))
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 65536, 1)
@@ -189,7 +192,7 @@ def main() -> None:
             break
         if not data or not fds:
             break  # the host is gone: so are we (and the waiting inits, whose links close)
-        run = ready.popleft() if ready else spawn_ready(controls, scratch_root, control)
+        run = ready.popleft() if ready else spawn_ready(controls, scratch_root, control, workspace)
         conn = socket.socket(fileno=fds[0])
         try:
             send_msg(conn, {"op": "pid", "pid": run.pid(), "scratch": run.scratch})
@@ -200,7 +203,7 @@ def main() -> None:
         conn.close()
         run.link.close()
         if len(ready) < warm:
-            ready.append(spawn_ready(controls, scratch_root, control))
+            ready.append(spawn_ready(controls, scratch_root, control, workspace))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,15 @@ DEFAULT_LIMITS = ExecLimits(wall_seconds=30.0, memory_bytes=1024 * 1024 * 1024, 
 _timeout = getattr(asyncio, "timeout", None)
 
 
+def _prepare_workspace(path: str) -> None:
+    """Create the workspace; as root, hand it to the uid runs use (they run as nobody)."""
+    os.makedirs(path, exist_ok=True)
+    if os.geteuid() == 0:
+        from ringzero.providers.executors._confine import NOBODY
+
+        os.chown(path, NOBODY, NOBODY)
+
+
 class ProcessExecutor:
     """Runs agent code as full CPython, one confined fork per run."""
 
@@ -56,6 +65,7 @@ class ProcessExecutor:
         max_processes: int = 32,
         file_bytes: int = 64 * 1024 * 1024,
         warm: int = 2,
+        workspace: str | os.PathLike[str] | None = None,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise ExecutorError("ProcessExecutor confines code with Linux namespaces and Landlock; this is not Linux")
@@ -65,6 +75,9 @@ class ProcessExecutor:
         self.max_processes = max_processes
         self.file_bytes = file_bytes
         self.warm = warm
+        self.workspace = os.path.abspath(workspace) if workspace is not None else ""
+        """A directory every run may write (``$RINGZERO_WORKSPACE``), kept between runs: an
+        agent's workspace. Everything else outside the run's scratch directory is read-only."""
         self.missing_controls: dict[str, str] = {}
         self.keeps_read_search = False
         """True when the sandboxed uid keeps CAP_DAC_READ_SEARCH to reach an interpreter that
@@ -89,9 +102,12 @@ class ProcessExecutor:
             host_end, server_end = socket.socketpair()
             self._scratch_root = tempfile.mkdtemp(prefix="ringzero-scratch-")
             os.chmod(self._scratch_root, 0o711)  # nobody may enter its own run's directory, not list them
+            if self.workspace:
+                _prepare_workspace(self.workspace)
             self._server = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "ringzero.providers.executors._forkserver", str(server_end.fileno()),
-                json.dumps(list(self.preload)), self._scratch_root, str(self.warm), pass_fds=(server_end.fileno(),))
+                json.dumps(list(self.preload)), self._scratch_root, str(self.warm), self.workspace,
+                pass_fds=(server_end.fileno(),))
             server_end.close()
             self._control = host_end
             reader, writer = await asyncio.open_unix_connection(sock=host_end.dup())
