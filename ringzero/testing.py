@@ -68,6 +68,10 @@ class ScriptedProvider:
     def calls(self) -> int:
         return len(self.requests)
 
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        """This model's own tokenizer (``count_tokens``): what its usage reports as input tokens."""
+        return sum(count_tokens(m.content) for m in messages)
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         self.requests.append(request)
         if self.latency:

@@ -152,3 +152,39 @@ async def concurrent_syscalls(ctx: Context) -> list[Any]:
     results = await asyncio.gather(ctx.tool("slow_then_fast", 1), ctx.tool("slow_then_fast", 2))
     await ctx.sleep(0.2)  # a window for the test to stop the host in
     return list(results)
+
+
+LOOKUP_SCHEMA = {"name": "lookup", "description": "Look up a record by number",
+                 "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+
+
+def lookup_record(n: int) -> str:
+    return f"record {n} is green"
+
+
+async def long_chat(ctx: Context, turns: int, budget: int) -> dict[str, Any]:
+    """A long conversation with tool calls, folded to stay under ``budget``; a fact is told at turn 20."""
+    from ringzero.core.types import Message
+
+    conversation = ctx.conversation("You are a careful assistant.", budget=budget, keep_recent=budget // 2)
+    for turn in range(turns):
+        fact = "fact: the vault code is 4471. " if turn == 20 else ""
+        reply = await conversation.ask(f"turn {turn}: {fact}" + "some filler words here " * 8, tools=[LOOKUP_SCHEMA])
+        if reply.tool_calls:
+            for call in reply.tool_calls:
+                result = await ctx.tool(lookup_record, **call.arguments)
+                conversation.add(Message("tool", str(result), tool_call_id=call.id, name=call.name))
+            await conversation.ask()
+    found = await ctx.memory.search("vault code", 3)
+    return {"notes": conversation.notes, "found": [m.value for m in found],
+            "last": [m.content for m in conversation.messages[-2:]]}
+
+
+async def remember_in(ctx: Context, namespace: str, key: str, value: str) -> None:
+    await ctx.memory.namespace(namespace).remember(key, value)
+
+
+async def recall_from(ctx: Context, namespace: str, query: str) -> dict[str, Any]:
+    shared = ctx.memory.namespace(namespace)
+    return {"search": [m.key for m in await shared.search(query)], "own": await ctx.memory.search(query),
+            "recall": await shared.recall("deadline")}

@@ -10,19 +10,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
-import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ringzero.core.errors import InvalidArgument
+from ringzero.core.ranking import Embed, bm25_scores, cosine
 
 __all__ = ["ToolRegistry", "ToolSpec", "import_tool", "signature_of"]
 
-Embed = Callable[[Sequence[str]], Sequence[Sequence[float]]]
-_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 
 @dataclass(frozen=True)
@@ -76,10 +72,6 @@ def _reference(fn: Callable[..., Any]) -> str | None:
     if not module or module == "__main__" or "<locals>" in qualname or "<lambda>" in qualname:
         return None
     return f"{module}:{qualname}"
-
-
-def _words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text)]
 
 
 class ToolRegistry:
@@ -146,26 +138,9 @@ class ToolRegistry:
         if limit < 1 or not self._tools:
             return []
         specs = list(self)
-        scores = self._cosine(query, specs) if self.embed is not None else self._bm25(query, specs)
+        scores = self._cosine(query, specs) if self.embed is not None else bm25_scores(query, [s.text for s in specs])
         ranked = sorted(range(len(specs)), key=lambda i: -scores[i])
         return [specs[i] for i in ranked[:limit] if scores[i] > 0]
-
-    @staticmethod
-    def _bm25(query: str, specs: list[ToolSpec], k1: float = 1.2, b: float = 0.75) -> list[float]:
-        documents = [_words(spec.text) for spec in specs]
-        average = sum(map(len, documents)) / len(documents) or 1.0
-        frequency = Counter(word for document in documents for word in set(document))
-        scores = []
-        for document in documents:
-            counts, score = Counter(document), 0.0
-            for word in set(_words(query)):
-                if word not in counts:
-                    continue
-                idf = math.log(1 + (len(documents) - frequency[word] + 0.5) / (frequency[word] + 0.5))
-                tf = counts[word]
-                score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(document) / average))
-            scores.append(score)
-        return scores
 
     def _cosine(self, query: str, specs: list[ToolSpec]) -> list[float]:
         assert self.embed is not None
@@ -173,10 +148,5 @@ class ToolRegistry:
         if len(vectors) != len(specs) + 1:
             raise InvalidArgument(f"embed returned {len(vectors)} vectors for {len(specs) + 1} texts")
         target = vectors[0]
-        return [_cosine(target, vector) for vector in vectors[1:]]
+        return [cosine(target, vector) for vector in vectors[1:]]
 
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norm if norm else 0.0

@@ -41,7 +41,9 @@ from ringzero.core.types import (
 
 if TYPE_CHECKING:
     from ringzero.core.budget import Spend
+    from ringzero.core.conversation import Conversation
     from ringzero.core.kernel import ProcessHandle
+    from ringzero.core.memory import ProcessMemory
     from ringzero.core.process import Process, Program
 
 __all__ = ["Context"]
@@ -80,6 +82,34 @@ class Context:
     @property
     def parent(self) -> int | None:
         return self._process.record.parent
+
+    @property
+    def memory(self) -> ProcessMemory:
+        """Long-term memory in this process's namespace (its name); ``.namespace(n)`` for others."""
+        from ringzero.core.memory import ProcessMemory
+
+        return ProcessMemory(self._process, self._process.record.name)
+
+    def conversation(self, system: str = "", **options: Any) -> Conversation:
+        """A conversation with the model that folds its oldest part when it passes its budget
+        (see ``ringzero.core.conversation.Conversation`` for the options)."""
+        from ringzero.core.conversation import Conversation
+
+        return Conversation(self, system, **options)
+
+    def emit(self, kind: str, data: Mapping[str, JSON]) -> None:
+        """Send an event from this process to the kernel's subscribers (``kernel.subscribe``)."""
+        self._process.kernel.emit(kind, self._process.pid, data)
+
+    def count_tokens(self, messages: Sequence[Message], provider: str = "default") -> tuple[int, bool]:
+        """Tokens in ``messages`` by the provider's own tokenizer when it has one (``count_tokens``),
+        else an estimate of four characters a token. Returns ``(count, estimated)``."""
+        counter = getattr(self._process.kernel.gate(provider).provider, "count_tokens", None)
+        if counter is not None:
+            return int(counter(messages)), False
+        characters = sum(len(m.content) + sum(len(c.name) + len(str(c.arguments)) for c in m.tool_calls)
+                         for m in messages)
+        return (characters + 3) // 4 + 4 * len(messages), True
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

@@ -33,6 +33,7 @@ from ringzero.core.errors import (
 from ringzero.core.gate import LLMGate
 from ringzero.core.journal import Journal
 from ringzero.core.mailbox import Mail
+from ringzero.core.memory import MemoryStore
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
 from ringzero.core.store import KernelStore, ProcessRecord
@@ -195,6 +196,8 @@ class Kernel:
         self.executor = executor
         self.scheduler = scheduler
         self.store = KernelStore(checkpointer)
+        self.memory = MemoryStore(checkpointer)
+        """Long-term memory (``ctx.memory``); set ``kernel.memory.embed`` to search by embeddings."""
         self.tools: dict[str, Tool] = dict(tools or {})
         self._gates = _gates(llm)
         self._procs: dict[int, Process] = {}
