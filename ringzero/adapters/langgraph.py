@@ -43,8 +43,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingExtra("ringzero.adapters.langgraph", "langgraph") from exc
 
 from ringzero.adapters.langchain_tools import code_tool, sandboxed
+from ringzero.adapters.langgraph_store import KernelMemoryStore
 
-__all__ = ["KernelSaver", "KernelToolNode", "code_tool", "sandboxed"]
+__all__ = ["KernelMemoryStore", "KernelSaver", "KernelToolNode", "code_tool", "sandboxed"]
 
 T = TypeVar("T")
 
