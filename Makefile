@@ -41,6 +41,7 @@ bench: sync
 	$(VENV)/bin/python benchmarks/rate_limited_agents.py
 	$(VENV)/bin/python benchmarks/idle_processes.py
 	$(VENV)/bin/python benchmarks/ptc_tokens.py
+	$(VENV)/bin/python benchmarks/context_folding.py
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .pytest_cache .ruff_cache
