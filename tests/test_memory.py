@@ -15,6 +15,7 @@ from ringzero.core.conversation import SUMMARIZE
 from ringzero.core.errors import InvalidArgument
 from ringzero.core.memory import MemoryStore
 from ringzero.core.types import LLMRequest
+from ringzero.providers.llm import AnthropicProvider, OpenAIProvider
 from ringzero.testing import ScriptedProvider, count_tokens
 from tests.programs import long_chat, recall_from, remember_in
 
@@ -134,3 +135,35 @@ async def test_memory_search_can_rank_by_embeddings() -> None:
     await store.put("a", "k1", "travel plans for May")
     await store.put("a", "k2", "pet food brands")
     assert [m.key for m in await store.search("a", "travel", 1)] == ["k1"]
+
+
+async def count_both(ctx: Any) -> list[Any]:
+    conversation = ctx.conversation("system", budget=200)
+    conversation.add({"role": "user", "content": "hello world"})
+    return list(conversation.tokens())
+
+
+@pytest.mark.parametrize(("provider", "expected"), [
+    (ScriptedProvider(["x"]), [3, False]),  # the scripted model's own tokenizer: "system", "hello", "world"
+    (OpenAIProvider("gpt-4o", base_url="http://127.0.0.1:9/v1"), [1 + 4 + 2 + 4, False]),  # o200k_base, framed
+    (AnthropicProvider("claude-test", api_key="k", base_url="http://127.0.0.1:9"), [(17 + 3) // 4 + 8, True]),  # estimated
+])
+async def test_token_counts_come_from_the_providers_tokenizer_or_are_marked_estimated(
+        provider: Any, expected: list[Any]) -> None:
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=provider) as kernel:
+        assert await (await kernel.spawn(count_both)).wait() == expected
+
+
+async def keeps_what_folds(ctx: Any) -> list[str]:
+    saved: list[str] = []
+    conversation = ctx.conversation("", budget=100, keep_recent=30, before_fold=lambda ms: saved.extend(
+        m.content for m in ms))
+    for turn in range(12):
+        await conversation.ask(f"turn {turn}: " + "word " * 10)
+    return saved
+
+
+async def test_before_fold_sees_the_messages_about_to_be_folded() -> None:
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=ScriptedProvider(chat_model)) as kernel:
+        saved = await (await kernel.spawn(keeps_what_folds)).wait()
+    assert saved[0].startswith("turn 0: ") and any(s.startswith("ok, turn") for s in saved)

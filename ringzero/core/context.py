@@ -105,7 +105,7 @@ class Context:
         """Tokens in ``messages`` by the provider's own tokenizer when it has one (``count_tokens``),
         else an estimate of four characters a token. Returns ``(count, estimated)``."""
         counter = getattr(self._process.kernel.gate(provider).provider, "count_tokens", None)
-        if counter is not None:
+        if callable(counter):
             return int(counter(messages)), False
         characters = sum(len(m.content) + sum(len(c.name) + len(str(c.arguments)) for c in m.tool_calls)
                          for m in messages)

@@ -12,9 +12,12 @@ the kernel's typed errors (429 with ``Retry-After`` is ``RateLimited``, a contex
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ringzero.core.errors import InvalidArgument, ProviderUnavailable
@@ -56,6 +59,9 @@ class OpenAIProvider:
         self.max_tokens_field = max_tokens_field or ("max_completion_tokens" if official else "max_tokens")
         self.headers = {**({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}), **(headers or {})}
         self._clients = ClientPerLoop(timeout)
+        self.count_tokens: Callable[[Sequence[Message]], int] | None = _tokenizer(model)
+        """OpenAI's own tokenizer for this model when ``ringzero[tokenizers]`` is installed (None
+        otherwise, and the kernel estimates): content tokens plus four a message for its framing."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         url = f"{self.base_url}/chat/completions"
@@ -97,6 +103,32 @@ class OpenAIProvider:
             stop_reason=_STOP_REASONS.get(finish, finish),
             model=data.get("model") or request.model or self.model,
         )
+
+
+def _tokenizer(model: str) -> Callable[[Sequence[Message]], int] | None:
+    if importlib.util.find_spec("bpe_openai") is None:  # ringzero[tokenizers] is not installed
+        return None
+    newer = model.startswith(("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4", "chatgpt-4o"))
+    name = "o200k_base" if newer else "cl100k_base"
+
+    def count(messages: Sequence[Message]) -> int:
+        encoding = _encoding(name)
+        total = 0
+        for message in messages:
+            total += len(encoding.encode(message.content)) + 4
+            total += sum(len(encoding.encode(c.name + json.dumps(c.arguments))) for c in message.tool_calls)
+        return total
+
+    return count
+
+
+@functools.lru_cache(maxsize=4)
+def _encoding(name: str) -> Any:
+    with warnings.catch_warnings():  # bpe-openai 0.1.4 loads its tables with a deprecated importlib call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import bpe_openai
+
+        return bpe_openai.get_encoding(name)
 
 
 def _wire_message(message: Message) -> dict[str, Any]:
