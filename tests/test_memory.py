@@ -146,7 +146,7 @@ async def count_both(ctx: Any) -> list[Any]:
 @pytest.mark.parametrize(("provider", "expected"), [
     (ScriptedProvider(["x"]), [3, False]),  # the scripted model's own tokenizer: "system", "hello", "world"
     (OpenAIProvider("gpt-4o", base_url="http://127.0.0.1:9/v1"), [1 + 4 + 2 + 4, False]),  # o200k_base, framed
-    (AnthropicProvider("claude-test", api_key="k", base_url="http://127.0.0.1:9"), [(17 + 3) // 4 + 8, True]),  # estimated
+    (AnthropicProvider("claude-test", api_key="k", base_url="http://127.0.0.1:9"), [(17 + 3) // 4 + 8, True]),
 ])
 async def test_token_counts_come_from_the_providers_tokenizer_or_are_marked_estimated(
         provider: Any, expected: list[Any]) -> None:
