@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ringzero.core.errors import InvalidArgument, ToolFailed
-from ringzero.core.protocols import Executor, Tool
-from ringzero.core.types import ExecResult
+from ringzero.core.protocols import Executor
 
-__all__ = ["ExecutorChoice", "call_code", "describe_result", "describe_run", "run_shipped", "shippable_source"]
+__all__ = ["ExecutorChoice", "call_code", "run_shipped", "shippable_source"]
 
 ARGUMENTS = "ringzero_tool_arguments"
 """The input that carries a sandboxed call's keyword arguments into the sandbox."""
@@ -60,16 +59,6 @@ async def run_shipped(executor: Executor, code: str, arguments: Mapping[str, Any
     if result.error is not None:
         raise ToolFailed(tool, result.error.type, result.error.message)
     return result.value
-
-
-async def describe_run(executor: Executor, code: str, tools: Mapping[str, Tool], max_output: int) -> str:
-    """Run model-written code and say what the model should see (see ``describe_result``)."""
-    return describe_result(await executor.run(code, tools=tools), max_output)
-
-
-def describe_result(result: ExecResult, max_output: int) -> str:
-    """What a model sees of a run (``ExecResult.for_model``)."""
-    return result.for_model(max_output)
 
 
 def shippable_source(fn: Callable[..., Any], *, method: bool = False) -> str:

@@ -30,7 +30,6 @@ from ringzero.adapters._shipping import (
     ARGUMENTS,
     ExecutorChoice,
     call_code,
-    describe_result,
     shippable_source,
 )
 from ringzero.core.context import Context
@@ -132,7 +131,7 @@ class CodeExecutionTool(BaseTool):
         self._runner = ExecutorChoice(executor)
 
     def _run(self, code: str) -> str:
-        return describe_result(_execute(code, {}, self._host, self._runner, "crewai_code"), self.max_output)
+        return _execute(code, {}, self._host, self._runner, "crewai_code").for_model(self.max_output)
 
 
 def _host_call(tool: BaseTool, fields: list[str]) -> Tool:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ringzero.adapters._bridge import LoopThread
-from ringzero.adapters._shipping import ExecutorChoice, call_code, describe_run, run_shipped, shippable_source
+from ringzero.adapters._shipping import ExecutorChoice, call_code, run_shipped, shippable_source
 from ringzero.core.errors import InvalidArgument, MissingExtra, ToolFailed
 from ringzero.core.protocols import Executor
 
@@ -81,7 +81,7 @@ def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor
                    "expression come back; keep large data inside the code and print summaries.")
 
     async def arun(code: str) -> str:
-        return await describe_run(runner.get(), code, host, max_output)
+        return (await runner.get().run(code, tools=host)).for_model(max_output)
 
     def run(code: str) -> str:
         return _BRIDGE.run(arun(code), "run_python")

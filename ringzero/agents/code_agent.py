@@ -185,6 +185,8 @@ class CodeAgent:
                  checkpointer: Checkpointer | None = None, state_dir: str | Path = ".ringzero", name: str = "agent",
                  limits: Limits | None = None, max_steps: int = 8, tool_limit: int = 8,
                  max_observation: int = 4000) -> None:
+        if max_steps < 1:
+            raise InvalidArgument(f"max_steps must be at least 1, not {max_steps}")
         self.registry = ToolRegistry(tools)
         if not name.replace("-", "_").isidentifier():
             raise InvalidArgument(f"an agent's name names its workspace directory: use letters, digits, - and _, "
@@ -205,8 +207,6 @@ class CodeAgent:
             executor = MontyExecutor()
         self.config = AgentConfig(tools=self.registry.references(), max_steps=max_steps, tool_limit=tool_limit,
                                   max_observation=max_observation, inputs=inputs)
-        if max_steps < 1:
-            raise InvalidArgument(f"max_steps must be at least 1, not {max_steps}")
         self.limits = limits
 
         chosen: Executor | None = executor if not isinstance(executor, str) else None
