@@ -1,7 +1,8 @@
 """One side of a human-in-the-loop graph whose two halves run in separate Python processes.
 
     python -m tests.interrupt_host start DB    # runs until the graph asks for approval (sync API)
-    python -m tests.interrupt_host resume DB ANSWER   # resumes it with Command(resume=ANSWER) (async API)
+    python -m tests.interrupt_host resume DB ANSWER   # resumes it with Command(resume=ANSWER) (async API,
+                                                      # sync before Python 3.11, where LangGraph needs it)
 
 Each prints one JSON line: what the graph returned and the number of checkpoints it can see.
 The graph's draft step runs in a sandbox; every node records the pid of the process it ran in.
@@ -70,7 +71,10 @@ def start(db: str) -> dict[str, Any]:
 async def resume(db: str, answer: str) -> dict[str, Any]:
     store = SqliteCheckpointer(db)
     app = build(KernelSaver(store))
-    result = await app.ainvoke(Command(resume=answer), CONFIG)
+    if sys.version_info >= (3, 11):
+        result = await app.ainvoke(Command(resume=answer), CONFIG)
+    else:  # LangGraph's interrupt() cannot find its config under ainvoke before Python 3.11 (any saver)
+        result = await asyncio.to_thread(app.invoke, Command(resume=answer), CONFIG)
     history = [s async for s in app.aget_state_history(CONFIG)]
     await store.aclose()
     return {"log": result["log"], "ran_in": result["ran_in"], "checkpoints": len(history)}

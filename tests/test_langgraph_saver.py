@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -89,6 +90,8 @@ def test_a_sync_graph_is_interrupted_resumed_and_keeps_its_history(tmp_path: Pat
     assert graph.get_state(config).values == {}
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="LangGraph's interrupt() cannot find its run's config under "
+                    "ainvoke before Python 3.11 (with any saver, its own InMemorySaver included)")
 async def test_an_async_graph_resumes_in_a_second_saver_on_the_same_file(tmp_path: Path) -> None:
     path = tmp_path / "graph.db"
     config = {"configurable": {"thread_id": "t2"}}
