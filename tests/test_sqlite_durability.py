@@ -98,3 +98,26 @@ async def test_concurrent_writes_share_commits_and_a_bad_one_fails_alone(tmp_pat
     assert isinstance(outcome[0], CheckpointerError) and "NOT NULL" in str(outcome[0]) and outcome[1] is None
     assert await store.get("g", "", "after") is not None and await store.get("g", "", "rejected") is None
     await store.aclose()
+
+
+def test_kernels_in_two_processes_on_one_file_never_share_a_pid(tmp_path: Path) -> None:
+    import json
+
+    from ringzero.core.store import KernelStore
+
+    db = str(tmp_path / "shared.db")
+    runs = [subprocess.Popen([sys.executable, "-m", "tests.pid_spawner", db, "40", tag], cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for tag in ("a", "b")]
+    outputs = [run.communicate(timeout=120) for run in runs]
+    assert all(run.returncode == 0 for run in runs), [err for _, err in outputs]
+    first, second = (set(json.loads(out.strip().splitlines()[-1])) for out, _ in outputs)
+    assert len(first) == len(second) == 40 and not first & second, "two kernels handed out the same pid"
+
+    async def names() -> list[str]:
+        store = SqliteCheckpointer(db)
+        records = await KernelStore(store).load_processes()
+        await store.aclose()
+        return sorted(r.name for r in records)
+
+    assert asyncio.run(names()) == sorted(f"{tag}-{i}" for tag in ("a", "b") for i in range(40))

@@ -15,7 +15,7 @@ __all__ = ["MemoryCheckpointer"]
 class MemoryCheckpointer:
     """Keeps every checkpoint in memory; everything is lost with the process."""
 
-    capabilities = CheckpointerCapabilities(durable=False, multi_process=False, delete_checkpoints=True)
+    capabilities = CheckpointerCapabilities(durable=False, multi_process=False, delete_checkpoints=True, claims=True)
 
     def __init__(self) -> None:
         self._checkpoints: dict[tuple[str, str], dict[str, Checkpoint]] = {}
@@ -27,6 +27,12 @@ class MemoryCheckpointer:
             checkpoint.parent_id, dict(checkpoint.metadata),
         )
         self._checkpoints.setdefault((checkpoint.thread_id, checkpoint.namespace), {})[checkpoint.id] = stored
+
+    async def claim(self, checkpoint: Checkpoint) -> bool:
+        if checkpoint.id in self._checkpoints.get((checkpoint.thread_id, checkpoint.namespace), {}):
+            return False
+        await self.put(checkpoint)
+        return True
 
     async def put_writes(
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]

@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS ringzero_writes (
 class PostgresCheckpointer:
     """Durable checkpoints shared by kernels on any number of machines."""
 
-    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True)
+    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True, claims=True)
 
     def __init__(self, dsn: str, *, min_connections: int = 1, max_connections: int = 8,
                  connect_timeout: float = 10.0) -> None:
@@ -127,6 +127,17 @@ class PostgresCheckpointer:
                     "payload = EXCLUDED.payload, metadata = EXCLUDED.metadata",
                     (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
                      checkpoint.payload, json.dumps(dict(checkpoint.metadata))))
+
+    async def claim(self, checkpoint: Checkpoint) -> bool:
+        pool = await self._get_pool()
+        with self._errors("claim"):
+            async with pool.connection() as conn:
+                cursor = await conn.execute(
+                    "INSERT INTO ringzero_checkpoints VALUES (%s, %s, %s, %s, %s, %s) "
+                    "ON CONFLICT (thread_id, namespace, id) DO NOTHING",
+                    (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
+                     checkpoint.payload, json.dumps(dict(checkpoint.metadata))))
+                return bool(cursor.rowcount == 1)
 
     async def put_writes(
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]

@@ -60,17 +60,19 @@ CREATE TABLE IF NOT EXISTS writes (
 class _Pending:
     """One writer's statements waiting for the next group commit, and how it ended."""
 
-    __slots__ = ("error", "statements")
+    __slots__ = ("changed", "error", "statements")
 
     def __init__(self, statements: list[tuple[str, list[Any]]]) -> None:
         self.statements = statements
         self.error: BaseException | None = None
+        self.changed = 0
+        """Rows the statements inserted, replaced or deleted (what a claim reads)."""
 
 
 class SqliteCheckpointer:
     """Durable checkpoints in one SQLite file."""
 
-    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True)
+    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True, claims=True)
 
     def __init__(
         self,
@@ -125,7 +127,7 @@ class SqliteCheckpointer:
             raise
         return db
 
-    async def _transaction(self, db: aiosqlite.Connection, statements: list[tuple[str, list[Any]]]) -> None:
+    async def _transaction(self, db: aiosqlite.Connection, statements: list[tuple[str, list[Any]]]) -> _Pending:
         """Commit ``(sql, rows)`` pairs atomically, grouped with whatever else is waiting.
 
         The statements join a shared list, and a job goes onto aiosqlite's thread, which runs
@@ -140,6 +142,7 @@ class SqliteCheckpointer:
         await db._execute(self._commit_pending, db._conn)  # type: ignore[no-untyped-call]  # aiosqlite 0.21
         if item.error is not None:
             raise item.error
+        return item
 
     def _commit_pending(self, conn: sqlite3.Connection) -> None:
         with self._pending_lock:
@@ -152,7 +155,7 @@ class SqliteCheckpointer:
                 conn.execute("SAVEPOINT item")
                 try:
                     for sql, rows in item.statements:
-                        conn.executemany(sql, rows)
+                        item.changed += conn.executemany(sql, rows).rowcount
                 except sqlite3.Error as exc:
                     conn.execute("ROLLBACK TO item")
                     item.error = exc
@@ -209,6 +212,14 @@ class SqliteCheckpointer:
                checkpoint.payload, json.dumps(dict(checkpoint.metadata)))
         with self._errors("put"):
             await self._transaction(db, [("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", [row])])
+
+    async def claim(self, checkpoint: Checkpoint) -> bool:
+        db = await self._conn()
+        row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
+               checkpoint.payload, json.dumps(dict(checkpoint.metadata)))
+        with self._errors("claim"):
+            done = await self._transaction(db, [("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", [row])])
+        return done.changed == 1
 
     async def put_writes(
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]

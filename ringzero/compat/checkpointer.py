@@ -15,6 +15,8 @@ Needs pytest-asyncio. Optional behaviour is tested only where ``capabilities`` d
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from ringzero.core.protocols import Checkpointer
@@ -30,7 +32,7 @@ def cp(thread: str, cid: str, ns: str = "", **meta: object) -> Checkpoint:
 @pytest.mark.asyncio
 class CheckpointerConformance:
     """Addressing, latest-by-id, replacement, newest-first listing with filter/before/limit,
-    writes returned with their checkpoint, and deletion."""
+    writes returned with their checkpoint, deletion, and (where declared) atomic claims."""
 
     async def test_get_returns_the_latest_or_the_named_checkpoint(self, checkpointer: Checkpointer) -> None:
         assert await checkpointer.get("t") is None
@@ -90,3 +92,21 @@ class CheckpointerConformance:
         await checkpointer.put(cp("t", "1"))  # a re-used id starts with no stale writes
         again = await checkpointer.get("t", "", "1")
         assert again is not None and again.writes == ()
+
+    async def test_claim_stores_only_where_the_address_is_free(self, checkpointer: Checkpointer) -> None:
+        if not checkpointer.capabilities.claims:
+            pytest.skip("this checkpointer declares no atomic claim")
+        assert await checkpointer.claim(cp("t", "1", owner="first")) is True
+        assert await checkpointer.claim(Checkpoint("t", "", "1", b"second", metadata={"owner": "second"})) is False
+        kept = await checkpointer.get("t", "", "1")
+        assert kept is not None and kept.payload == b"1" and kept.metadata == {"owner": "first"}
+        assert await checkpointer.claim(cp("t", "1", ns="other")) is True  # another address
+
+    async def test_of_racing_claims_exactly_one_wins(self, checkpointer: Checkpointer) -> None:
+        if not checkpointer.capabilities.claims:
+            pytest.skip("this checkpointer declares no atomic claim")
+        won = await asyncio.gather(*(checkpointer.claim(Checkpoint("race", "", "7", str(i).encode()))
+                                     for i in range(8)))
+        assert sorted(won) == [False] * 7 + [True]
+        stored = await checkpointer.get("race", "", "7")
+        assert stored is not None and stored.payload == str(won.index(True)).encode()

@@ -313,16 +313,28 @@ class Kernel:
         if limits is not None and not isinstance(limits, Limits):
             raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(limits).__name__}")
         await self.start()
-        self._next_pid += 1
         record = ProcessRecord(
-            pid=self._next_pid, name=name or program.__name__, program=self.program_ref(program),
+            pid=0, name=name or program.__name__, program=self.program_ref(program),
             args=list(args), priority=priority, limits=limits or Limits(), parent=parent,
         )
+        await self._write_new(record)
         process = Process(self, record, program, Journal(self.store, record.pid))
         self._procs[record.pid] = process
-        await self.store.save_process(record)
         process.start()
         return process
+
+    async def _write_new(self, record: ProcessRecord) -> None:
+        """Give ``record`` the next free pid and write it. Where the store can claim an address
+        atomically, a pid another kernel on the same store took meanwhile is skipped."""
+        while True:
+            self._next_pid += 1
+            record.pid = self._next_pid
+            if not self.checkpointer.capabilities.claims:
+                await self.store.save_process(record)
+                return
+            if await self.store.claim_process(record):
+                return
+            self._next_pid = max(self._next_pid, await self.store.max_pid())
 
     def _process(self, pid: int) -> Process:
         if isinstance(pid, bool) or not isinstance(pid, int):

@@ -111,6 +111,9 @@ class CheckpointerCapabilities:
     """Several kernels in separate processes may share one store."""
     delete_checkpoints: bool = False
     """``delete_checkpoints()`` removes single checkpoints (LangGraph's prune and delete_for_runs need it)."""
+    claims: bool = False
+    """``claim()`` stores a checkpoint only if its address is free, atomically across processes
+    (how kernels sharing one store allocate pids without colliding)."""
 
 
 @runtime_checkable
@@ -158,6 +161,12 @@ class Checkpointer(Protocol):
     async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
         """Delete these checkpoints of one thread and namespace, with their writes, atomically.
         Optional: only where ``capabilities.delete_checkpoints``. Raises CheckpointerError."""
+        ...
+
+    async def claim(self, checkpoint: Checkpoint) -> bool:
+        """Store ``checkpoint`` only if no checkpoint has its address; True if this call stored it.
+        Atomic: of several callers racing for one address, exactly one gets True. Optional: only
+        where ``capabilities.claims``. Raises CheckpointerError."""
         ...
 
     async def aclose(self) -> None:

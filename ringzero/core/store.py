@@ -136,16 +136,18 @@ class KernelStore:
         self.checkpointer = checkpointer
 
     async def save_process(self, record: ProcessRecord) -> None:
+        await self.checkpointer.put(self._process_row(record))
+
+    async def claim_process(self, record: ProcessRecord) -> bool:
+        """Write a new process's first record only if its pid is free in the store (False if
+        another kernel on this store took the pid first). Needs ``capabilities.claims``."""
+        return await self.checkpointer.claim(self._process_row(record))
+
+    @staticmethod
+    def _process_row(record: ProcessRecord) -> Checkpoint:
         record.updated_at = time.time()
-        await self.checkpointer.put(
-            Checkpoint(
-                thread_id=PROCESS_TABLE,
-                namespace="",
-                id=_key(record.pid),
-                payload=dumps(record.to_json()),
-                metadata={"status": record.status.value, "name": record.name},
-            )
-        )
+        return Checkpoint(thread_id=PROCESS_TABLE, namespace="", id=_key(record.pid), payload=dumps(record.to_json()),
+                          metadata={"status": record.status.value, "name": record.name})
 
     async def load_processes(self) -> list[ProcessRecord]:
         records = [
