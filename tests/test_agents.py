@@ -264,3 +264,27 @@ def test_an_agents_workspace_persists_between_its_tasks_and_nothing_else_is_writ
     assert (tmp_path / "workspaces" / "planner" / "notes.txt").read_text() == "meeting at noon"
     assert escaped.startswith("Error: PermissionError")
     assert not (tmp_path / "x.txt").exists()
+
+
+def test_a_long_task_with_a_context_budget_folds_its_oldest_steps(tmp_path: Path) -> None:
+    from ringzero.core.conversation import SUMMARIZE
+    from ringzero.testing import count_tokens
+
+    def script(request: LLMRequest) -> str:
+        text = "\n".join(m.content for m in request.messages)
+        pages = sorted({int(n) for n in re.findall(r"page (\d+)", text)})
+        if request.messages[0].content == SUMMARIZE:  # a good note keeps which pages were read
+            return "Read so far: " + ", ".join(f"page {n}" for n in pages)
+        turn = pages[-1] + 1 if pages else 0
+        if turn >= 12:
+            return code("final_answer('read 12 pages')")
+        return code(f"print('page {turn}: ' + 'lorem ipsum ' * 30)")
+
+    provider = ScriptedProvider(script)
+    with create_agent([get_weather], llm=provider, state_dir=tmp_path, max_steps=20, context_budget=400) as agent:
+        answer, _, error = agent.execute_task("Read the pages one by one.")
+    main_loop = [r for r in provider.requests if r.messages[0].content != SUMMARIZE]
+    assert (answer, error) == ("read 12 pages", None)
+    assert all(sum(count_tokens(m.content) for m in r.messages) <= 400 for r in main_loop)
+    assert all("Your task: Read the pages one by one." in r.messages[0].content for r in main_loop)
+    assert len(provider.requests) > len(main_loop), "nothing was folded"

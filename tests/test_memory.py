@@ -167,3 +167,17 @@ async def test_before_fold_sees_the_messages_about_to_be_folded() -> None:
     async with Kernel(checkpointer=MemoryCheckpointer(), llm=ScriptedProvider(chat_model)) as kernel:
         saved = await (await kernel.spawn(keeps_what_folds)).wait()
     assert saved[0].startswith("turn 0: ") and any(s.startswith("ok, turn") for s in saved)
+
+
+async def over_budget(ctx: Any) -> str:
+    conversation = ctx.conversation("rules " * 150, budget=100)  # the system prompt alone is over budget
+    return (await conversation.ask("hello")).content
+
+
+async def test_what_cannot_fit_is_sent_with_an_event_never_silently() -> None:
+    events: list[Any] = []
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=ScriptedProvider(["hi"])) as kernel:
+        kernel.subscribe(lambda e: events.append(e) if e.kind == "context_over_budget" else None)
+        assert await (await kernel.spawn(over_budget)).wait() == "hi"
+    [event] = events
+    assert event.data["tokens"] > event.data["budget"] == 100 and event.data["estimated"] is False

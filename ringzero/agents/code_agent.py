@@ -71,6 +71,9 @@ class AgentConfig:
     inputs: dict[str, JSON] = field(default_factory=dict)
     """Variables defined in every block the model's code runs in (e.g. the data of a RecursiveAgent)."""
     system_prompt: str | None = None
+    context_budget: int | None = None
+    """Tokens the loop's messages may take; past it the oldest steps fold into notes
+    (``ctx.conversation``). None: every step stays in the prompt (bounded by ``max_steps``)."""
 
     def to_dict(self) -> dict[str, JSON]:
         return asdict(self)
@@ -125,11 +128,17 @@ async def solve(ctx: Context, task: str, config: AgentConfig,
     system = (config.system_prompt or SYSTEM_PROMPT).replace("{tools}", described or "(none)")
     if "workspace" in config.inputs:
         system += WORKSPACE_NOTE
-    messages: list[Message] = [Message("system", system), Message("user", task)]
+    if config.context_budget is not None:  # the task goes in the system prompt, which never folds
+        system += f"\n\nYour task: {task}"
+    conversation = ctx.conversation(system, budget=config.context_budget or 2**62, provider=config.provider,
+                                    name="code-agent")
+    if config.context_budget is None:
+        conversation.add(Message("user", task))
+    else:
+        conversation.add(Message("user", "Begin."))
     printed: list[str] = []
     for step in range(1, config.max_steps + 1):
-        reply = await ctx.llm(messages, provider=config.provider)
-        messages.append(Message("assistant", reply.content))
+        reply = await conversation.ask()
         code = _code_of(reply.content)
         if code is None:  # the model answered in words
             return AgentResult(reply.content.strip(), "".join(printed), None, step)
@@ -138,7 +147,7 @@ async def solve(ctx: Context, task: str, config: AgentConfig,
         final = _final_value(result)
         if final is not None:
             return AgentResult(final[0], "".join(printed), None, step)
-        messages.append(Message("user", "Observation:\n" + result.for_model(config.max_observation)))
+        conversation.add(Message("user", "Observation:\n" + result.for_model(config.max_observation)))
     return AgentResult(None, "".join(printed), f"no final answer after {config.max_steps} steps", config.max_steps)
 
 
@@ -184,7 +193,7 @@ class CodeAgent:
                  executor: Executor | Literal["monty", "process"] | None = None,
                  checkpointer: Checkpointer | None = None, state_dir: str | Path = ".ringzero", name: str = "agent",
                  limits: Limits | None = None, max_steps: int = 8, tool_limit: int = 8,
-                 max_observation: int = 4000) -> None:
+                 max_observation: int = 4000, context_budget: int | None = None) -> None:
         if max_steps < 1:
             raise InvalidArgument(f"max_steps must be at least 1, not {max_steps}")
         self.registry = ToolRegistry(tools)
@@ -206,7 +215,7 @@ class CodeAgent:
 
             executor = MontyExecutor()
         self.config = AgentConfig(tools=self.registry.references(), max_steps=max_steps, tool_limit=tool_limit,
-                                  max_observation=max_observation, inputs=inputs)
+                                  max_observation=max_observation, inputs=inputs, context_budget=context_budget)
         self.limits = limits
 
         chosen: Executor | None = executor if not isinstance(executor, str) else None

@@ -49,6 +49,7 @@ class Conversation:
         self.before_fold = before_fold
         self.notes: list[str] = []
         self._live: list[Message] = []
+        self._recap = recap_notes  # fewer while a fit cannot make room otherwise
 
     # ------------------------------------------------------------------ what the model sees
     @property
@@ -56,7 +57,7 @@ class Conversation:
         """System prompt, recap of the latest episode notes (once there are any), recent messages."""
         head = [Message("system", self.system)] if self.system else []
         if self.notes:
-            latest = self.notes[-self.recap_notes:]
+            latest = self.notes[-self._recap:]
             recap = "Recap of the earlier conversation, oldest first:\n" + "\n".join(f"- {n}" for n in latest)
             head.append(Message("user", recap))
         return head + self._live
@@ -83,13 +84,26 @@ class Conversation:
         return reply
 
     async def fit(self) -> None:
-        """Fold until the conversation is within its budget (or nothing more can be folded)."""
-        while self.tokens()[0] > self.budget and await self.fold():
-            pass
+        """Make the conversation fit its budget: fold the oldest part (keeping ``keep_recent``
+        tokens of the newest messages); if that is not enough, fold all but the newest message;
+        then recap fewer notes. What still does not fit (a system prompt and last message over
+        the budget by themselves) goes out with a ``context_over_budget`` event, never silently."""
+        self._recap = self.recap_notes
+        while (size := self.tokens())[0] > self.budget:
+            if await self.fold() or await self.fold(keep_recent=0):
+                continue
+            if self._recap > 1 and len(self.notes) > 1:
+                self._recap -= 1
+                continue
+            self.ctx.emit("context_over_budget", {"conversation": self.name, "tokens": size[0],
+                                                  "estimated": size[1], "budget": self.budget})
+            return
 
-    async def fold(self) -> bool:
-        """Fold the oldest part into an episode note; False if there is nothing to fold."""
-        cut = self._cut()
+    async def fold(self, keep_recent: int | None = None) -> bool:
+        """Fold the oldest part into an episode note, keeping ``keep_recent`` tokens of the newest
+        messages (default: the conversation's; 0: all but the newest message and the results it
+        needs). False if there is nothing to fold."""
+        cut = self._cut(self.keep_recent if keep_recent is None else keep_recent)
         if cut == 0:
             return False
         folded, self._live = self._live[:cut], self._live[cut:]
@@ -111,19 +125,19 @@ class Conversation:
         await self.ctx.memory.remember(f"{self.name}/episode-{len(self.notes):04d}", note)
         return True
 
-    def _cut(self) -> int:
+    def _cut(self, keep_recent: int) -> int:
         """Where the recent tail starts: it keeps up to ``keep_recent`` tokens of the newest
         messages, and never starts on a tool result (its call stays with it)."""
         kept, cut = 0, len(self._live)
         while cut > 0:
             size = self.ctx.count_tokens([self._live[cut - 1]], self.provider)[0]
-            if kept + size > self.keep_recent:
+            if kept + size > keep_recent:
                 break
             kept += size
             cut -= 1
         while 0 < cut < len(self._live) and self._live[cut].role == "tool":
             cut -= 1  # the results move to the tail with the call that asked for them
-        if cut == len(self._live):  # the newest message alone is over keep_recent: fold all but it
+        if cut == len(self._live):  # the newest message alone is over keep_recent: fold all before it
             cut = len(self._live) - 1
             while cut > 0 and self._live[cut].role == "tool":
                 cut -= 1
