@@ -188,3 +188,14 @@ async def recall_from(ctx: Context, namespace: str, query: str) -> dict[str, Any
     shared = ctx.memory.namespace(namespace)
     return {"search": [m.key for m in await shared.search(query)], "own": await ctx.memory.search(query),
             "recall": await shared.recall("deadline")}
+
+
+async def asks_inside_code(ctx: Context) -> list[Any]:
+    """Sandboxed code that asks the model twice (nested calls), then one ordinary model call."""
+
+    async def ask_llm(prompt: str) -> str:
+        return (await ctx.nested_llm(prompt)).content
+
+    ran = await ctx.exec("[ask_llm('one two three'), ask_llm('four five')]", tools={"ask_llm": ask_llm})
+    final = await ctx.llm("and finally")
+    return [ran.value, final.content]

@@ -52,6 +52,8 @@ _LLM_NEEDS = (("llm_calls", 1.0), ("tokens", 1.0), ("cost", 1e-12))
 
 
 _CURRENT: contextvars.ContextVar[Context | None] = contextvars.ContextVar("ringzero_context", default=None)
+_NESTED: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("ringzero_nested", default=None)
+"""What nested LLM calls made during the running exec cost, so that its record can carry it."""
 
 
 class Context:
@@ -194,13 +196,19 @@ class Context:
         """An LLM call made from inside another syscall, such as a host tool that sandboxed code
         calls (``ask_llm``): it passes the gate and is charged to this process's budget, but is
         not journaled on its own, since the enclosing syscall's record already holds its effect
-        (a resumed program gets that record and makes no nested call at all). The budget is
-        checked when the enclosing syscall returns."""
+        (a resumed program gets that record and makes no nested call at all). Inside ``exec``,
+        its cost goes into the exec's record too, so a resumed program's budget counts it again.
+        The budget is checked when the enclosing syscall returns."""
         process = self._process
         request = LLMRequest(messages=coerce_messages(messages), max_tokens=max_tokens)
         response = await process.kernel.gate(provider).complete(request, pid=process.pid,
                                                                 priority=process.record.priority)
-        process.meter.charge(tokens=response.usage.total_tokens, llm_calls=1, cost=response.usage.cost or 0.0)
+        charge = {"tokens": float(response.usage.total_tokens), "llm_calls": 1.0, "cost": response.usage.cost or 0.0}
+        process.meter.charge(**charge)
+        nested = _NESTED.get()
+        if nested is not None:  # the enclosing exec's record carries it, for a resumed program's budget
+            for resource, amount in charge.items():
+                nested[resource] = nested.get(resource, 0.0) + amount
         return response
 
     async def exec(
@@ -223,13 +231,24 @@ class Context:
             wall = max(0.0, left) if limits.wall_seconds is None else min(limits.wall_seconds, left)
             limits = dataclasses.replace(limits, wall_seconds=wall)
 
+        ran_live = False
+
         async def live() -> dict[str, JSON]:
-            result = await process.kernel.executor.run(code, inputs=inputs, tools=tools, limits=limits)
-            return {"value": result.to_dict()}
+            nonlocal ran_live
+            ran_live = True
+            nested: dict[str, float] = {}
+            token = _NESTED.set(nested)
+            try:
+                result = await process.kernel.executor.run(code, inputs=inputs, tools=tools, limits=limits)
+            finally:
+                _NESTED.reset(token)
+            return {"value": result.to_dict(), **({"nested": nested} if nested else {})}  # type: ignore[dict-item]
 
         args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
         outcome = await process.syscall("exec", args, f"{len(code)} chars", live, needs=(("exec_seconds", 1e-9),))
         result = ExecResult.from_dict(outcome["value"])  # type: ignore[arg-type]
+        if not ran_live and isinstance(outcome.get("nested"), dict):  # replayed: charge what its nested calls cost
+            process.meter.charge(**{str(k): float(v) for k, v in outcome["nested"].items()})  # type: ignore[union-attr,arg-type]
         process.meter.charge(exec_seconds=result.duration)
         process.check_budget()
         return result
