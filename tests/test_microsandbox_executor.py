@@ -13,10 +13,10 @@ import microsandbox as ms
 import pytest
 
 from ringzero.core.errors import ExecutorError, InvalidArgument
+from ringzero.providers.executors._host import FrameBuffer, ProtocolViolation
 from ringzero.providers.executors._runner import frame, read_frame
 from ringzero.providers.executors.microsandbox import (
     RUNNER_SOURCE,
-    FrameBuffer,
     MicrosandboxExecutor,
     SandboxPool,
     map_failure,
@@ -142,10 +142,18 @@ def test_frames_are_reassembled_from_any_chunking_and_oversize_or_junk_is_refuse
     buffer = FrameBuffer()
     got = [m for i in range(len(data)) for m in buffer.feed(data[i:i + 1])]
     assert got == [{"op": "call", "name": "a"}, {"op": "done"}]
-    with pytest.raises(ExecutorError, match="limit"):
+    with pytest.raises(ProtocolViolation, match="limit"):
         FrameBuffer(limit=10).feed(b"\x00\x00\x10\x00")
-    with pytest.raises(ExecutorError, match="malformed"):
+    with pytest.raises(ProtocolViolation, match="malformed"):
         FrameBuffer().feed(b"\x00\x00\x00\x03abc")
+    with pytest.raises(ProtocolViolation, match="malformed"):  # nesting that would exhaust a recursive parser
+        FrameBuffer().feed(frame_bytes(b'{"op":"done","value":' + b"[" * 100_000 + b"]" * 100_000 + b"}"))
+    with pytest.raises(ProtocolViolation, match="levels deep"):  # nesting that parses, but deeper than allowed
+        FrameBuffer().feed(frame_bytes(b'{"op":"done","value":' + b"[" * 200 + b"]" * 200 + b"}"))
+
+
+def frame_bytes(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
 
 
 def test_sdk_errors_map_to_run_errors_or_executor_errors() -> None:

@@ -213,6 +213,10 @@ class ExecLimits:
     wall_seconds: float | None = None
     memory_bytes: int | None = None
     output_bytes: int | None = None
+    """Caps what the code prints and, separately, the JSON of its final value."""
+    tool_bytes: int | None = None
+    """Caps the JSON of each host tool call's arguments and of its result: past it, the code
+    gets a ValueError instead, and the host keeps nothing of the oversized value."""
 
     def __post_init__(self) -> None:
         _check_non_negative(self, "ExecLimits")
@@ -220,11 +224,16 @@ class ExecLimits:
 
 @dataclass(frozen=True)
 class ExecError:
-    """An exception raised by the user's code: data for the caller, not a host exception."""
+    """An exception raised by the user's code: data for the caller, not a host exception.
+
+    ``origin`` is ``"executor"`` when the executor itself ended the run (its wall limit, a
+    killed sandbox, a broken protocol, an oversized value): code can raise any exception it
+    likes, ``TimeoutError`` included, but it cannot make its error claim that origin."""
 
     type: str
     message: str
     traceback: str = ""
+    origin: Literal["code", "executor"] = "code"
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,18 @@
 Each control is a function that raises OSError when the kernel refuses it, so that the
 executor can probe the host once and report (or refuse) exactly what it cannot enforce:
 
-- ``namespaces``: new network namespace (no interface is up: nothing is reachable) and a new
-  PID namespace (killing its init kills every process the code started);
+- ``namespaces``: new mount, network, PID, IPC and UTS namespaces and a private root (see
+  ``_mounts``): no interface is up, so nothing is reachable; killing the PID namespace's init
+  kills every process the code started; SysV IPC dies with the run; only the interpreter,
+  system libraries, the run's tmpfs scratch and the workspace exist;
 - ``rlimits``: CPU seconds, address space, file size, open files, processes, no core dumps;
 - ``landlock``: the file system is read-only (only the interpreter's and system libraries'
   directories are readable at all) except the run's scratch directory; TCP bind/connect is
   denied; signals and abstract unix sockets cannot reach processes outside the sandbox;
-- ``seccomp``: a deny-list of syscalls no agent code needs (ptrace, mount, bpf, keyctl, ...);
-- ``unprivileged``: the code runs as ``nobody`` when the host is root.
+- ``seccomp``: see ``_seccomp`` (architecture and x32 checks, a deny-list, no namespaces from
+  clone, a short list of socket families);
+- ``unprivileged``: the code runs as ``nobody`` with no capability when the host is root;
+- ``cgroups``: a cgroup per run caps memory and processes for the whole run (``_cgroups``).
 """
 
 from __future__ import annotations
@@ -24,19 +28,17 @@ import struct
 import sys
 from collections.abc import Iterable
 
-__all__ = ["CONTROLS", "drop_privileges", "enter_namespaces", "landlock", "limit_resources", "no_new_privs",
+from ringzero.providers.executors import _seccomp
+
+__all__ = ["CONTROLS", "capabilities", "drop_privileges", "landlock", "limit_resources", "no_new_privs",
            "readable_paths", "seccomp_deny"]
 
-CONTROLS = ("namespaces", "rlimits", "landlock", "seccomp", "unprivileged")
+CONTROLS = ("namespaces", "rlimits", "landlock", "seccomp", "unprivileged", "cgroups")
 NOBODY = 65534
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWPID = 0x20000000
 _PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_SECCOMP = 22
-_SECCOMP_MODE_FILTER = 2
 _SYS_LANDLOCK_CREATE_RULESET = 444
 _SYS_LANDLOCK_ADD_RULE = 445
 _SYS_LANDLOCK_RESTRICT_SELF = 446
@@ -49,16 +51,15 @@ def _check(result: int, what: str) -> int:
     return result
 
 
-def enter_namespaces() -> None:
-    """New network and PID namespaces; the caller's next fork becomes the namespace's init."""
-    _check(_libc.unshare(_CLONE_NEWNET | _CLONE_NEWPID), "unshare(CLONE_NEWNET|CLONE_NEWPID)")
-
-
 def limit_resources(*, cpu_seconds: int, memory_bytes: int, file_bytes: int, open_files: int,
-                    processes: int) -> None:
-    for limit, value in ((resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_AS, memory_bytes),
-                         (resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_NOFILE, open_files),
-                         (resource.RLIMIT_NPROC, processes), (resource.RLIMIT_CORE, 0)):
+                    processes: int | None) -> None:
+    """Per-process limits. ``processes`` (RLIMIT_NPROC) counts every process of the uid on the
+    host, so it is only set where no pids cgroup bounds the run (None: leave it)."""
+    limits = [(resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_AS, memory_bytes),
+              (resource.RLIMIT_FSIZE, file_bytes), (resource.RLIMIT_NOFILE, open_files), (resource.RLIMIT_CORE, 0)]
+    if processes is not None:
+        limits.append((resource.RLIMIT_NPROC, processes))
+    for limit, value in limits:
         resource.setrlimit(limit, (value, value))
 
 
@@ -115,92 +116,40 @@ def _landlock_allow(ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
-# ----------------------------------------------------------------------------------- seccomp
-_DENIED_X86_64 = {
-    "ptrace": 101, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "swapon": 167,
-    "swapoff": 168, "reboot": 169, "sethostname": 170, "setdomainname": 171, "init_module": 175,
-    "delete_module": 176, "kexec_load": 246, "add_key": 248, "request_key": 249, "keyctl": 250,
-    "unshare": 272, "perf_event_open": 298, "process_vm_readv": 310, "process_vm_writev": 311,
-    "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
-    "setns": 308, "open_by_handle_at": 304, "fsopen": 430, "fsmount": 432, "move_mount": 429,
-}
-_AUDIT_ARCH_X86_64 = 0xC000003E
-_SECCOMP_RET_ALLOW = 0x7FFF0000
-_SECCOMP_RET_ERRNO = 0x00050000
-_SECCOMP_RET_KILL_PROCESS = 0x80000000
-
-
-def _seccomp_program() -> bytes | None:
-    """The deny-list as a classic BPF program, built once (None off x86-64)."""
-    if os.uname().machine != "x86_64":
-        return None
-
-    def op(code: int, jt: int, jf: int, k: int) -> bytes:
-        return struct.pack("=HBBI", code, jt, jf, k)
-
-    ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
-    numbers = sorted(_DENIED_X86_64.values())
-    prog = [op(ld_w_abs, 0, 0, 4), op(jeq_k, 1, 0, _AUDIT_ARCH_X86_64), op(ret_k, 0, 0, _SECCOMP_RET_KILL_PROCESS),
-            op(ld_w_abs, 0, 0, 0)]
-    for i, nr in enumerate(numbers):  # jump to the EPERM return at the end when nr matches
-        prog.append(op(jeq_k, len(numbers) - i, 0, nr))
-    prog += [op(ret_k, 0, 0, _SECCOMP_RET_ALLOW), op(ret_k, 0, 0, _SECCOMP_RET_ERRNO | errno.EPERM)]
-    return b"".join(prog)
-
-
-_SECCOMP_PROGRAM = _seccomp_program()
-
-
 def seccomp_deny() -> None:
-    """Install a filter that fails the syscalls in the deny-list with EPERM (x86-64 only)."""
-    if _SECCOMP_PROGRAM is None:
-        raise OSError(errno.ENOSYS, "the seccomp deny-list is written for x86-64 only")
-    filters = ctypes.create_string_buffer(_SECCOMP_PROGRAM)
-    fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(_SECCOMP_PROGRAM) // 8, ctypes.addressof(filters)))
-    no_new_privs()
-    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, fprog, 0, 0), "prctl(PR_SET_SECCOMP)")
+    """Install the seccomp filter (``_seccomp``: architecture and x32 checks, deny-list,
+    namespace flags on clone, socket families)."""
+    _seccomp.install()
 
 
-_PR_SET_KEEPCAPS = 8
-_SYS_CAPSET = 126
-_CAP_DAC_READ_SEARCH = 2
-
-
-def drop_privileges(keep_read_search: bool = False) -> None:
-    """Become ``nobody`` when running as root (a non-root host already runs unprivileged).
-
-    ``keep_read_search`` keeps one capability, CAP_DAC_READ_SEARCH, for hosts whose
-    interpreter lives where ``nobody`` cannot read (pyenv under a 0700 /root): Landlock still
-    limits every read to the interpreter's directories, and seccomp denies open_by_handle_at.
-    """
+def drop_privileges() -> None:
+    """Become ``nobody`` with no capability left, when running as root (a non-root host
+    already runs unprivileged). Raises OSError if any capability survives."""
     if os.geteuid() != 0:
         return
-    if keep_read_search:
-        _check(_libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0), "prctl(PR_SET_KEEPCAPS)")
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
-    if keep_read_search:
-        header = ctypes.create_string_buffer(struct.pack("=Ii", 0x20080522, 0))
-        bit = 1 << _CAP_DAC_READ_SEARCH
-        data = ctypes.create_string_buffer(struct.pack("=IIIIII", bit, bit, 0, 0, 0, 0))
-        _check(_libc.syscall(_SYS_CAPSET, header, data), "capset(CAP_DAC_READ_SEARCH)")
+    if capabilities() != 0:
+        raise OSError(errno.EPERM, f"capabilities survived the change to nobody: {capabilities():#x}")
 
 
-def interpreter_readable_by_nobody() -> bool:
-    """Whether an unprivileged uid can reach the standard library's files."""
-    stdlib = os.path.dirname(os.__file__)
-    path = "/"
-    for part in stdlib.strip("/").split("/"):
-        path = os.path.join(path, part)
-        mode = os.stat(path).st_mode
-        if not mode & 0o001:  # "others" may not traverse this directory
-            return False
-    return True
+_SYS_CAPGET = 125
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def capabilities() -> int:
+    """The calling process's effective and permitted capabilities, as one bit mask (capget:
+    /proc may be out of Landlock's reach by then)."""
+    header = ctypes.create_string_buffer(struct.pack("=Ii", _LINUX_CAPABILITY_VERSION_3, 0))
+    data = ctypes.create_string_buffer(24)
+    _check(_libc.syscall(_SYS_CAPGET, header, data), "capget")
+    eff0, perm0, _, eff1, perm1, _ = struct.unpack("=6I", data.raw)
+    return eff0 | perm0 | (eff1 | perm1) << 32
 
 
 SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/etc/localtime", "/etc/ssl",
-                   "/dev/null", "/dev/zero", "/dev/urandom", "/proc/self")
+                   "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,19 +1,23 @@
 """The ProcessExecutor's fork server, and the runner that executes code inside the sandbox.
 
-Started once per executor as ``python -m ringzero.providers.executors._forkserver FD PRELOAD
-SCRATCH_ROOT WARM``, it imports the preloaded modules (so that forks start warm), probes which
-confinement controls this host enforces, and keeps WARM confined inits ready: each was forked
-into new namespaces, confined by Landlock (with its own scratch directory), seccomp and an
-unprivileged uid, and waits. A request from the host carries one end of a socket pair; the
-server greets the host on it (``pid``, ``scratch``) and hands it to a ready init, which applies
-the run's rlimits and speaks a length-prefixed JSON protocol with the host: ``run`` (from the
-host), ``call``/``result``/``error`` for host tools, and ``done`` (or ``failed``).
+Started once per executor as ``python -m ringzero.providers.executors._forkserver FD`` with
+the sandbox's environment and nothing else of the host's (so that no fork can find a host
+secret in its memory or ``/proc/self/environ``), it reads its configuration from the control
+socket FD, imports the preloaded modules (so that forks start warm), probes which
+confinement controls this host enforces, and keeps WARM confined inits ready: each was put
+in its own cgroup leaf, forked into new namespaces with a private root, confined by
+Landlock, seccomp and an unprivileged uid, and waits. A request from the host carries one
+end of a socket pair; the server greets the host on it (``pid``) and hands it to a ready
+init, which applies the run's rlimits and speaks a length-prefixed JSON protocol with the
+host: ``run`` (from the host), ``call``/``result``/``error`` for host tools, and ``done`` (or
+``failed``).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -22,7 +26,8 @@ import sys
 import tempfile
 from typing import Any
 
-from ringzero.providers.executors import _confine
+from ringzero.providers.executors import _confine, _mounts
+from ringzero.providers.executors._cgroups import RunCgroups
 from ringzero.providers.executors._runner import frame, read_frame, run_code
 
 __all__ = ["recv_msg", "send_msg"]
@@ -45,114 +50,180 @@ def recv_msg(sock: socket.socket) -> Any:
     return read_frame(exactly)
 
 
-def confine(controls: list[str], scratch: str, keep_read_search: bool, workspace: str = "") -> None:
-    """The controls that do not depend on a run's limits, in the order that keeps each possible.
-    The run may write only in its scratch directory and, when one is given, the workspace."""
-    if "landlock" in controls:
-        _confine.landlock(_confine.readable_paths(), [scratch, *([workspace] if workspace else [])])
-    if "seccomp" in controls:
-        _confine.seccomp_deny()
-    if "unprivileged" in controls:
-        _confine.drop_privileges(keep_read_search=keep_read_search)
+class Server:
+    """The fork server's configuration, probed controls and cgroups."""
 
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.preload: list[str] = list(config["preload"])
+        self.root: str = config["root"]  # an empty directory: the mount point of every private root
+        self.warm = int(config["warm"])
+        self.workspace: str = config["workspace"]
+        self.file_bytes = int(config["file_bytes"])
+        self.scratch_inodes = int(config["scratch_inodes"])
+        self.max_processes = int(config["max_processes"])
+        self.memory_bytes = int(config["memory_bytes"])
+        self.controls: list[str] = []
+        self.cgroups: RunCgroups | None = None
+        self._leaves = (f"run-{n}" for n in itertools.count())
 
-def limit(controls: list[str], limits: dict[str, Any]) -> None:
-    """The run's own limits: lowering rlimits needs no privilege, so they come last."""
-    if "rlimits" in controls:
-        _confine.limit_resources(
-            cpu_seconds=int(limits["cpu_seconds"]), memory_bytes=int(limits["memory_bytes"]),
-            file_bytes=int(limits["file_bytes"]), open_files=64, processes=int(limits["processes"]),
-        )
+    @property
+    def private_root(self) -> bool:
+        return "namespaces" in self.controls
 
+    def unprivileged(self) -> bool:
+        return os.geteuid() == 0 and "unprivileged" in self.controls
 
-class _Ready:
-    """A confined init waiting for its run: its link to us and its scratch dir. Its host pid
-    arrives on the link once its namespaces exist; it is read only when the run is handed over,
-    so that the fork server never waits for a spawn to finish."""
+    def confine(self, scratch: str) -> None:
+        """The controls that do not depend on a run's limits, in the order that keeps each
+        possible. The run may write only in its scratch and, when one is given, the workspace."""
+        if "landlock" in self.controls:  # /proc is the run's own PID namespace's, when it has a private root
+            readable = [*_confine.readable_paths(), *(["/proc"] if self.private_root else [])]
+            _confine.landlock(readable, [scratch, *([self.workspace] if self.workspace else [])])
+        if "seccomp" in self.controls:
+            _confine.seccomp_deny()
+        if "unprivileged" in self.controls:
+            _confine.drop_privileges()
 
-    def __init__(self, link: socket.socket, scratch: str) -> None:
-        self.link, self.scratch = link, scratch
+    def limit(self, limits: dict[str, Any]) -> None:
+        """The run's own limits: lowering rlimits needs no privilege, so they come last."""
+        if "rlimits" in self.controls:
+            _confine.limit_resources(
+                cpu_seconds=int(limits["cpu_seconds"]), memory_bytes=int(limits["memory_bytes"]),
+                file_bytes=int(limits["file_bytes"]), open_files=64,
+                processes=None if self.cgroups is not None else int(limits["processes"]))
 
-    def pid(self) -> int:
-        return int(recv_msg(self.link)["pid"])
+    def build_root(self) -> None:
+        _mounts.enter_namespaces()
+        _mounts.build_root(self.root, _confine.readable_paths(), [self.workspace], scratch_bytes=self.file_bytes,
+                           scratch_inodes=self.scratch_inodes,
+                           owner=_confine.NOBODY if self.unprivileged() else None)
 
+    def spawn_ready(self, control: socket.socket) -> _Ready:
+        """Fork a process into its cgroup and new namespaces, fork its init, confine the init;
+        it then waits for a run. Raises OSError when the host refuses a step (the run fails)."""
+        leaf = ""
+        if self.cgroups is not None:
+            leaf = next(self._leaves)
+            self.cgroups.create(leaf, pids=self.max_processes + 2, memory_bytes=self.memory_bytes)
+        if self.private_root:
+            scratch = _mounts.SCRATCH
+        else:  # weaker isolation: a scratch directory on the host's disk
+            scratch = tempfile.mkdtemp(prefix="run-", dir=self.root)
+            if self.unprivileged():
+                os.chown(scratch, _confine.NOBODY, _confine.NOBODY)
+        ours, theirs = socket.socketpair()
+        if os.fork() == 0:
+            ours.close()
+            control.close()
+            try:
+                self._prepare(theirs, scratch, leaf)
+            finally:
+                os._exit(0)  # the fork server went away mid-spawn: leave quietly
+        theirs.close()
+        return _Ready(ours, scratch, leaf)
 
-def spawn_ready(controls: list[str], scratch_root: str, control: socket.socket, workspace: str = "") -> _Ready:
-    """Fork a process, give it new namespaces, fork its init, confine the init; it then waits."""
-    scratch = tempfile.mkdtemp(prefix="run-", dir=scratch_root)
-    if os.geteuid() == 0 and "unprivileged" in controls:
-        os.chown(scratch, _confine.NOBODY, _confine.NOBODY)
-    ours, theirs = socket.socketpair()
-    if os.fork() == 0:
-        ours.close()
-        control.close()
+    def _prepare(self, link: socket.socket, scratch: str, leaf: str) -> None:
+        """In the forked process: cgroup, namespaces and root, then the init that confines
+        itself and waits."""
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        failure = None
         try:
-            _prepare(theirs, controls, scratch, workspace)
-        finally:
-            os._exit(0)  # the fork server went away mid-spawn: leave quietly
-    theirs.close()
-    return _Ready(ours, scratch)
-
-
-def _prepare(link: socket.socket, controls: list[str], scratch: str, workspace: str) -> None:
-    """In the forked process: namespaces, then the init that confines itself and waits."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setsid()
-    if "namespaces" in controls:
-        _confine.enter_namespaces()
-    init = os.fork()
-    if init:
-        send_msg(link, {"pid": init})
-        link.close()
-        os.waitpid(init, 0)
+            if leaf and self.cgroups is not None:
+                self.cgroups.attach(leaf, os.getpid())
+            if self.private_root:
+                self.build_root()
+        except BaseException as exc:  # reported to the run instead of running unconfined
+            failure = f"{type(exc).__name__}: {exc}"
+        init = os.fork()
+        if init:
+            send_msg(link, {"pid": init})
+            link.close()
+            os.waitpid(init, 0)
+            os._exit(0)
+        try:
+            if failure is None:
+                if self.private_root:
+                    _mounts.mount_proc()
+                devnull = os.open("/dev/null", os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                os.environ.update(HOME=scratch, TMPDIR=scratch, **({"RINGZERO_WORKSPACE": self.workspace}
+                                                                   if self.workspace else {}))
+                self.confine(scratch)
+                os.chdir(scratch)
+        except BaseException as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+        data, fds, _, _ = socket.recv_fds(link, 65536, 1)
+        if not data or not fds:
+            os._exit(0)  # the fork server is gone
+        conn = socket.socket(fileno=fds[0])
+        os.register_at_fork(after_in_child=conn.close)  # processes the code forks must not speak for it
+        try:
+            if failure is not None:
+                raise RuntimeError(failure)
+            header = json.loads(data)
+            self.limit(header["limits"])
+            request = recv_msg(conn)
+            result = run_code(request, lambda m: send_msg(conn, m), lambda: recv_msg(conn),
+                              int(header["limits"]["output_bytes"]))
+            send_msg(conn, result)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                send_msg(conn, {"op": "failed", "message": f"{type(exc).__name__}: {exc}"})
         os._exit(0)
-    devnull = os.open("/dev/null", os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.environ.update(HOME=scratch, TMPDIR=scratch, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
-                      RINGZERO_WORKSPACE=workspace)
-    failure = None
-    try:
-        confine(controls, scratch, KEEP_READ_SEARCH, workspace)
-        os.chdir(scratch)
-    except BaseException as exc:  # reported to the run instead of running unconfined
-        failure = f"{type(exc).__name__}: {exc}"
-    data, fds, _, _ = socket.recv_fds(link, 65536, 1)
-    if not data or not fds:
-        os._exit(0)  # the fork server is gone
-    conn = socket.socket(fileno=fds[0])
-    os.register_at_fork(after_in_child=conn.close)  # processes the code forks must not speak for it
-    try:
-        if failure is not None:
-            raise RuntimeError(failure)
-        header = json.loads(data)
-        limit(controls, header["limits"])
-        request = recv_msg(conn)
-        result = run_code(request, lambda m: send_msg(conn, m), lambda: recv_msg(conn),
-                          int(header["limits"]["output_bytes"]))
-        send_msg(conn, result)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            send_msg(conn, {"op": "failed", "message": f"{type(exc).__name__}: {exc}"})
-    os._exit(0)
 
-
-KEEP_READ_SEARCH = os.geteuid() == 0 and not _confine.interpreter_readable_by_nobody()
-
-
-def probe() -> dict[str, str | None]:
-    """Which controls this host enforces: None for each that works, else why not."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
+    def probe(self) -> dict[str, str | None]:
+        """Which controls this host enforces: None for each that works, else why not. Tried
+        in a throwaway child, in the order a run applies them."""
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            os.write(write_end, json.dumps(self._probe_steps()).encode())
+            os._exit(0)
+        os.close(write_end)
+        data = b""
+        while chunk := os.read(read_end, 65536):
+            data += chunk
         os.close(read_end)
+        os.waitpid(pid, 0)
+        results = json.loads(data) if data else {c: "the probe process died" for c in _confine.CONTROLS}
+        try:
+            self.cgroups = RunCgroups.open()
+            results["cgroups"] = None
+        except OSError as exc:
+            results["cgroups"] = str(exc)
+        return results
+
+    def _probe_steps(self) -> dict[str, str | None]:
         results: dict[str, str | None] = {}
-        steps = [("namespaces", _confine.enter_namespaces),
+        self.controls = ["unprivileged"]  # the scratch owner, as a run would have it
+
+        def namespaces() -> None:
+            self.build_root()
+            init = os.fork()
+            if init == 0:
+                try:
+                    _mounts.mount_proc()
+                finally:
+                    os._exit(1 if not os.path.exists("/proc/self/status") else 0)
+            if os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]) != 0:
+                raise OSError("/proc could not be mounted in the new PID namespace")
+
+        def unprivileged() -> None:
+            _confine.drop_privileges()
+            stdlib = os.path.dirname(os.__file__)
+            if os.geteuid() != 0 and not os.access(stdlib, os.R_OK | os.X_OK):
+                raise OSError(f"{stdlib} is out of reach of the sandbox uid, and no private root makes a path "
+                              "to it: code could not import what the fork server did not preload")
+
+        steps = [("namespaces", namespaces),
                  ("rlimits", lambda: _confine.limit_resources(cpu_seconds=60, memory_bytes=2**31, file_bytes=2**20,
                                                               open_files=64, processes=64)),
-                 ("landlock", lambda: _confine.landlock(_confine.readable_paths(), ["/tmp"])),
+                 ("landlock", lambda: _confine.landlock(_confine.readable_paths(), [_mounts.SCRATCH])),
                  ("seccomp", _confine.seccomp_deny),
-                 ("unprivileged", lambda: _confine.drop_privileges(keep_read_search=KEEP_READ_SEARCH))]
+                 ("unprivileged", unprivileged)]
         for name, step in steps:
             try:
                 step()
@@ -161,49 +232,77 @@ def probe() -> dict[str, str | None]:
                 results[name] = str(exc)
         if os.geteuid() == 0 and results.get("unprivileged") is None:
             results["unprivileged"] = "still root after dropping privileges"
-        os.write(write_end, json.dumps(results).encode())
-        os._exit(0)
-    os.close(write_end)
-    data = b""
-    while chunk := os.read(read_end, 65536):
-        data += chunk
-    os.close(read_end)
-    os.waitpid(pid, 0)
-    return json.loads(data) if data else {c: "the probe process died" for c in _confine.CONTROLS}
+        return results
+
+
+class _Ready:
+    """A confined init waiting for its run: its link to us, its scratch and cgroup leaf. Its
+    host pid arrives on the link once its namespaces exist; it is read only when the run is
+    handed over, so that the fork server never waits for a spawn to finish."""
+
+    def __init__(self, link: socket.socket, scratch: str, leaf: str) -> None:
+        self.link, self.scratch, self.leaf = link, scratch, leaf
+
+    def pid(self) -> int:
+        return int(recv_msg(self.link)["pid"])
 
 
 def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
-    preload, scratch_root, warm = json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    workspace = sys.argv[5] if len(sys.argv) > 5 else ""
+    server = Server(recv_msg(control))
     _confine.readable_paths()  # computed once, before any fork
-    for module in preload:  # warm forks: what the parent imported, children share
+    for module in server.preload:  # warm forks: what the parent imported, children share
         with contextlib.suppress(ImportError):
             __import__(module)
-    results = probe()
-    controls = [c for c in _confine.CONTROLS if results.get(c) is None]
-    send_msg(control, {"op": "ready", "controls": results, "keep_read_search": KEEP_READ_SEARCH})
+    results = server.probe()
+    server.controls = [c for c in _confine.CONTROLS if results.get(c) is None]
+    send_msg(control, {"op": "ready", "controls": results})
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
-    ready = collections.deque(spawn_ready(controls, scratch_root, control, workspace) for _ in range(warm))
+    ready: collections.deque[_Ready] = collections.deque()
+    handed: list[str] = []  # cgroup leaves of runs handed over, removed once their processes are gone
+    try:
+        _serve(server, control, ready, handed)
+    finally:
+        for waiting in ready:  # their links close: each waiting init leaves
+            waiting.link.close()
+            handed.append(waiting.leaf)
+        if server.cgroups is not None:
+            server.cgroups.close([leaf for leaf in handed if leaf])
+
+
+def _serve(server: Server, control: socket.socket, ready: collections.deque[_Ready], handed: list[str]) -> None:
+    def refill() -> None:
+        while len(ready) < server.warm:
+            try:
+                ready.append(server.spawn_ready(control))
+            except OSError:
+                return  # the next request will try again, and report the failure to its run
+
+    refill()
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, 65536, 1)
         except OSError:
-            break
+            return
         if not data or not fds:
-            break  # the host is gone: so are we (and the waiting inits, whose links close)
-        run = ready.popleft() if ready else spawn_ready(controls, scratch_root, control, workspace)
+            return  # the host is gone: so are we (and the waiting inits, whose links close)
         conn = socket.socket(fileno=fds[0])
         try:
-            send_msg(conn, {"op": "pid", "pid": run.pid(), "scratch": run.scratch})
+            run = ready.popleft() if ready else server.spawn_ready(control)
+            handed.append(run.leaf)
+            if run.leaf and server.cgroups is not None:
+                server.cgroups.set_memory(run.leaf, int(json.loads(data)["limits"]["memory_bytes"]))
+            greeting = {"op": "pid", "pid": run.pid(), **({} if server.private_root else {"scratch": run.scratch})}
+            send_msg(conn, greeting)
             socket.send_fds(run.link, [data], [conn.fileno()])
-        except (OSError, EOFError) as exc:  # that init died while it waited: the host sees the run fail
+            run.link.close()
+        except (OSError, EOFError, ValueError, KeyError) as exc:  # no sandbox for this run: it fails, we serve on
             with contextlib.suppress(OSError):
-                send_msg(conn, {"op": "failed", "message": f"the prepared sandbox died: {exc}"})
+                send_msg(conn, {"op": "failed", "message": f"the sandbox could not be prepared: {exc}"})
         conn.close()
-        run.link.close()
-        if len(ready) < warm:
-            ready.append(spawn_ready(controls, scratch_root, control, workspace))
+        if server.cgroups is not None:
+            handed[:] = [leaf for leaf in handed if leaf and not server.cgroups.remove(leaf)]
+        refill()
 
 
 if __name__ == "__main__":

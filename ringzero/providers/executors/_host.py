@@ -1,20 +1,39 @@
-"""Host-side pieces shared by the executors that run code in another process or VM."""
+"""Host-side pieces shared by the executors that run code in another process or VM.
+
+Everything a sandbox sends is untrusted: frames are size-capped before they are parsed,
+values nested deeper than ``MAX_DEPTH`` are refused before any recursive code sees them, and
+tool arguments and results are size-capped before the host keeps them. Host tools run off
+the event loop: a coroutine function is awaited, a plain function runs in a worker thread,
+so a slow tool stalls only its own run (whose wall limit still holds), never the host.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 import json
+import struct
 from typing import Any
 
 from ringzero.core.protocols import Tool
-from ringzero.core.types import ExecLimits, ToolCallRecord
+from ringzero.core.types import JSON, ExecError, ExecLimits, ToolCallRecord
 
-__all__ = ["ProtocolViolation", "answer_tool_call", "merge_limits"]
+__all__ = ["MAX_DEPTH", "FrameBuffer", "ProtocolViolation", "answer_tool_call", "check_value", "deeper_than",
+           "executor_error", "finished", "merge_limits", "message_limit"]
+
+MAX_DEPTH = 100
+"""How deeply lists and dicts may nest in anything that crosses the sandbox boundary."""
 
 
 class ProtocolViolation(Exception):
     """The sandbox sent something that is not the protocol: it is killed, the host carries on."""
+
+
+def executor_error(type_: str, message: str) -> ExecError:
+    """An outcome the executor itself decided (a limit, a kill, a broken protocol): its
+    ``origin`` tells it from anything the code could have reported."""
+    return ExecError(type_, message, origin="executor")
 
 
 def merge_limits(limits: ExecLimits | None, defaults: ExecLimits) -> ExecLimits:
@@ -25,24 +44,125 @@ def merge_limits(limits: ExecLimits | None, defaults: ExecLimits) -> ExecLimits:
                                           if getattr(limits, f.name) is None})
 
 
-async def answer_tool_call(
-    message: dict[str, Any], tools: dict[str, Tool], calls: list[ToolCallRecord]
-) -> dict[str, Any]:
-    """Run the host tool a ``call`` message names; the reply carries its result or its error."""
+def message_limit(limits: ExecLimits) -> int:
+    """The largest frame a run may send: a ``done`` carries stdout and the value (each capped at
+    ``output_bytes``), a ``call`` its arguments (capped at ``tool_bytes``)."""
+    return 2 * (limits.output_bytes or 0) + (limits.tool_bytes or 0) + 64 * 1024
+
+
+def deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether lists and dicts in ``value`` nest more than ``limit`` levels (iterative: a
+    hostile value cannot exhaust the host's stack here)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def check_value(value: Any, what: str, max_bytes: int | None) -> str | None:
+    """Why ``value`` may not cross the boundary (too deep, too large, not JSON), or None."""
+    if deeper_than(value):
+        return f"{what} nests lists or dicts more than {MAX_DEPTH} levels deep"
+    try:
+        size = len(json.dumps(value, ensure_ascii=False).encode())
+    except (TypeError, ValueError, RecursionError) as exc:
+        return f"{what} is not JSON-compatible: {exc}"
+    if max_bytes is not None and size > max_bytes:
+        return f"{what} is {size} bytes of JSON, over the limit of {max_bytes}"
+    return None
+
+
+def finished(message: dict[str, Any], limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:
+    """The run's outcome from its ``done``, re-checked here: the sandbox is not trusted to have
+    applied its own limits."""
+    error = message.get("error")
+    if error is not None and not isinstance(error, dict):
+        raise ProtocolViolation("a malformed error")
+    stdout = message.get("stdout", "")
+    stdout = stdout if isinstance(stdout, str) else str(stdout)
+    if limits.output_bytes is not None and len(stdout) > limits.output_bytes + 100:
+        stdout = stdout[:limits.output_bytes] + "\n[output truncated]"
+    value = message.get("value")
+    refused = check_value(value, "the code's final value", limits.output_bytes)
+    if refused is not None:
+        return None, stdout, executor_error("OutputLimitExceeded", refused)
+    exec_error = None if error is None else ExecError(
+        str(error.get("type", "Exception")), str(error.get("message", "")), str(error.get("traceback", "")))
+    return value, stdout, exec_error
+
+
+class FrameBuffer:
+    """Reassembles length-prefixed JSON messages from arbitrary chunks. A frame over ``limit``
+    bytes is refused from its header, before it is read; a body that is not a JSON object with
+    an ``op``, or nests too deeply, is refused before anyone uses it."""
+
+    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
+        self._buffer = bytearray()
+        self.limit = limit
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        self._buffer += data
+        messages = []
+        while len(self._buffer) >= 4:
+            (length,) = struct.unpack("!I", self._buffer[:4])
+            if length > self.limit:
+                raise ProtocolViolation(f"a {length}-byte message (the limit is {self.limit})")
+            if len(self._buffer) < 4 + length:
+                break
+            payload = bytes(self._buffer[4:4 + length])
+            del self._buffer[:4 + length]
+            try:
+                message = json.loads(payload)
+            except (ValueError, RecursionError) as exc:
+                raise ProtocolViolation(f"a malformed message: {type(exc).__name__}: {exc}") from exc
+            if not isinstance(message, dict) or not isinstance(message.get("op"), str):
+                raise ProtocolViolation("a message without an op")
+            if deeper_than(message, MAX_DEPTH + 2):
+                raise ProtocolViolation(f"a message nested more than {MAX_DEPTH} levels deep")
+            messages.append(message)
+        return messages
+
+
+async def answer_tool_call(message: dict[str, Any], tools: dict[str, Tool], calls: list[ToolCallRecord],
+                           tool_bytes: int | None) -> dict[str, Any]:
+    """Run the host tool a ``call`` message names; the reply carries its result or its error.
+
+    What the code sees of a failing tool is the exception's type name and its ``args``, as the
+    tool raised them: a tool's error text is shown to the code (and so to the model)."""
     name, args, kwargs = message.get("name"), message.get("args"), message.get("kwargs")
     if message.get("op") != "call" or not isinstance(name, str) or not isinstance(args, list) \
-            or not isinstance(kwargs, dict):
+            or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
         raise ProtocolViolation("a malformed tool call")
     if name not in tools:
         return {"op": "error", "type": "NameError", "args": [f"no host tool named {name!r}"]}
+    refused = check_value([args, kwargs], f"the arguments to {name}()", tool_bytes)
+    if refused is not None:
+        calls.append(ToolCallRecord(name, [], {}, None, f"ValueError: {refused}"))
+        return {"op": "error", "type": "ValueError", "args": [refused]}
     try:
-        result = tools[name](*args, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        json.dumps(result)
+        result = await call_tool(tools[name], args, kwargs)
     except Exception as exc:
         calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
         exc_args = [a if isinstance(a, (str, int, float, bool)) or a is None else str(a) for a in exc.args]
         return {"op": "error", "type": type(exc).__name__, "args": exc_args}
+    refused = check_value(result, f"the result of {name}()", tool_bytes)
+    if refused is not None:
+        calls.append(ToolCallRecord(name, args, kwargs, None, f"ValueError: {refused}"))
+        return {"op": "error", "type": "ValueError", "args": [refused]}
     calls.append(ToolCallRecord(name, args, kwargs, result))
     return {"op": "result", "value": result}
+
+
+async def call_tool(tool: Tool, args: list[JSON], kwargs: dict[str, JSON]) -> Any:
+    """Call a host tool off the event loop: awaited if it is async, else in a worker thread
+    (the thread's context carries the caller's, so a kernel process's ``ctx`` is seen there)."""
+    if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
+        return await tool(*args, **kwargs)
+    result = await asyncio.to_thread(tool, *args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result

@@ -23,7 +23,9 @@ __all__ = ["CappedOutput", "frame", "read_frame", "run_code"]
 
 
 def frame(message: Any) -> bytes:
-    data = json.dumps(message, separators=(",", ":")).encode()
+    """One length-prefixed message: compact UTF-8 JSON (a lone surrogate travels as its JSON
+    escape, so any Python str survives)."""
+    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
     return struct.pack("!I", len(data)) + data
 
 
@@ -53,9 +55,14 @@ class CappedOutput(io.TextIOBase):
         return "".join(self.parts) + ("\n[output truncated]" if self.truncated else "")
 
 
-def _tool_proxy(name: str, send: Callable[[Any], None], receive: Callable[[], Any]) -> Callable[..., Any]:
+def _tool_proxy(name: str, send: Callable[[Any], None], receive: Callable[[], Any],
+                message_bytes: int) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
-        send({"op": "call", "name": name, "args": list(args), "kwargs": kwargs})
+        message = {"op": "call", "name": name, "args": list(args), "kwargs": kwargs}
+        if len(frame(message)) > message_bytes:
+            raise ValueError(f"the arguments to {name}() are too large to send to the host "
+                             f"(the limit is {message_bytes} bytes)")
+        send(message)
         reply = receive()
         if reply["op"] == "error":
             cls = getattr(builtins, reply["type"], None)
@@ -68,14 +75,21 @@ def _tool_proxy(name: str, send: Callable[[Any], None], receive: Callable[[], An
     return call
 
 
+def _clip(text: str, limit: int = 8192) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
 def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Callable[[], Any],
              output_limit: int) -> dict[str, Any]:
-    """Execute ``request["code"]``; the value of a final expression is the result."""
+    """Execute ``request["code"]``; the value of a final expression is the result. The value's
+    JSON is capped at ``output_limit`` bytes like stdout, and the whole ``done`` message at the
+    host's ``message_bytes`` (stdout is cut further if it must be)."""
+    message_bytes = int(request.get("message_bytes") or 1 << 62)
     out = CappedOutput(output_limit)
     sys.stdout = sys.stderr = out
     namespace: dict[str, Any] = {"__name__": "__main__", **request["inputs"]}
     for name in request["tools"]:
-        namespace[name] = _tool_proxy(name, send, receive)
+        namespace[name] = _tool_proxy(name, send, receive, message_bytes)
     value, error = None, None
     try:
         tree = ast.parse(request["code"], "<sandbox>", "exec")
@@ -84,13 +98,22 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
         if last is not None:
             value = eval(compile(ast.Expression(last.value), "<sandbox>", "eval"), namespace)
     except BaseException as exc:  # the user's error, SystemExit and MemoryError included, is data
-        error = {"type": type(exc).__name__, "message": str(exc),
-                 "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}
+        error = {"type": type(exc).__name__, "message": _clip(str(exc)),
+                 "traceback": _clip("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))}
     try:
-        json.dumps(value)
-    except (TypeError, ValueError):
+        encoded = len(frame(value)) - 4
+    except (TypeError, ValueError, RecursionError):
         value = repr(value)
-    return {"op": "done", "value": value, "stdout": out.value(), "error": error}
+        encoded = len(frame(value)) - 4
+    if encoded > output_limit:
+        value, error = None, {"type": "OutputLimitExceeded", "traceback": "",
+                              "message": f"the final value is {encoded} bytes of JSON, over the limit of {output_limit}"}
+    done = {"op": "done", "value": value, "stdout": out.value(), "error": error}
+    size = len(frame(done))
+    if size > message_bytes:  # escapes made stdout longer than it counted: keep what fits
+        keep = max(0, len(done["stdout"]) * (message_bytes - 65536) // size)
+        done["stdout"] = done["stdout"][:keep] + "\n[output truncated]"
+    return done
 
 
 def _main() -> None:  # pragma: no cover - runs inside the microVM guest

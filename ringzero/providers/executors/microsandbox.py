@@ -34,16 +34,26 @@ from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
 from ringzero.providers.executors import _runner
-from ringzero.providers.executors._host import ProtocolViolation, answer_tool_call, merge_limits
+from ringzero.providers.executors._host import (
+    FrameBuffer,
+    ProtocolViolation,
+    answer_tool_call,
+    check_value,
+    executor_error,
+    finished,
+    merge_limits,
+    message_limit,
+)
 
 try:
     import microsandbox as ms
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("MicrosandboxExecutor", "microsandbox") from exc
 
-__all__ = ["FrameBuffer", "MicrosandboxExecutor", "SandboxPool", "microvm_unavailable_reason"]
+__all__ = ["MicrosandboxExecutor", "SandboxPool", "microvm_unavailable_reason"]
 
-DEFAULT_LIMITS = ExecLimits(wall_seconds=60.0, memory_bytes=512 * 1024 * 1024, output_bytes=1024 * 1024)
+DEFAULT_LIMITS = ExecLimits(wall_seconds=60.0, memory_bytes=512 * 1024 * 1024, output_bytes=1024 * 1024,
+                            tool_bytes=1024 * 1024)
 RUNNER_SOURCE = Path(_runner.__file__).read_text()
 T = TypeVar("T")
 
@@ -142,40 +152,13 @@ class SandboxPool(Generic[T]):
         await asyncio.gather(*(self._destroy(item) for item in idle), return_exceptions=True)
 
 
-class FrameBuffer:
-    """Reassembles the runner's length-prefixed messages from arbitrary stdout chunks."""
-
-    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
-        self._buffer = b""
-        self._limit = limit
-
-    def feed(self, data: bytes) -> list[Any]:
-        import json
-        import struct
-
-        self._buffer += data
-        messages = []
-        while len(self._buffer) >= 4:
-            (length,) = struct.unpack("!I", self._buffer[:4])
-            if length > self._limit:
-                raise ExecutorError(f"the guest sent a {length}-byte message (the limit is {self._limit})")
-            if len(self._buffer) < 4 + length:
-                break
-            payload, self._buffer = self._buffer[4:4 + length], self._buffer[4 + length:]
-            try:
-                messages.append(json.loads(payload))
-            except ValueError as exc:
-                raise ExecutorError(f"the guest sent a malformed message: {exc}") from exc
-        return messages
-
-
 def map_failure(exc: BaseException) -> ExecError | None:
     """The run's error for a microsandbox failure during a run, or None when it is the
     executor's own failure (to be raised as ExecutorError). Either way the VM is discarded."""
     if isinstance(exc, ms.ExecTimeoutError):
-        return ExecError("TimeoutError", f"the run outlasted its wall time limit: {exc}")
+        return executor_error("TimeoutError", f"the run outlasted its wall time limit: {exc}")
     if isinstance(exc, (ms.SandboxNotRunningError, ms.SandboxNotFoundError, ms.ExecFailedError, ms.IoError)):
-        return ExecError("SandboxKilled", f"the microVM stopped serving the run: {exc}")
+        return executor_error("SandboxKilled", f"the microVM stopped serving the run: {exc}")
     return None
 
 
@@ -249,16 +232,18 @@ class MicrosandboxExecutor:
         limits: ExecLimits | None = None,
     ) -> ExecResult:
         await self.start()
-        wall = (limits.wall_seconds if limits and limits.wall_seconds is not None else self.limits.wall_seconds)
-        output = (limits.output_bytes if limits and limits.output_bytes is not None else self.limits.output_bytes)
+        limits = merge_limits(limits, self.limits)
+        refused = check_value(dict(inputs or {}), "inputs", None)
+        if refused is not None:
+            raise InvalidArgument(refused)
         tools = dict(tools or {})
         calls: list[ToolCallRecord] = []
         started = time.perf_counter()
         sandbox = await self._pool.acquire()
         request = {"op": "run", "code": code, "inputs": dict(inputs or {}), "tools": sorted(tools),
-                   "output_bytes": output}
+                   "output_bytes": limits.output_bytes, "message_bytes": message_limit(limits)}
         try:
-            value, stdout, error = await self._converse(sandbox, request, tools, calls, wall)
+            value, stdout, error = await self._converse(sandbox, request, tools, calls, limits)
         except ms.MicrosandboxError as exc:
             await self._pool.discard(sandbox)
             mapped = map_failure(exc)
@@ -268,36 +253,35 @@ class MicrosandboxExecutor:
         except BaseException:
             await self._pool.discard(sandbox)
             raise
-        if error is not None and error.type in ("TimeoutError", "SandboxKilled"):
+        if error is not None and error.origin == "executor":
             await self._pool.discard(sandbox)
         else:
             await self._pool.release(sandbox)
         return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(calls))
 
     async def _converse(self, sandbox: Any, request: dict[str, Any], tools: dict[str, Tool],
-                        calls: list[ToolCallRecord], wall: float | None) -> tuple[JSON, str, ExecError | None]:
-        handle = await sandbox.exec_stream(self.python, ["-c", RUNNER_SOURCE], stdin=ms.Stdin.pipe(), timeout=wall)
+                        calls: list[ToolCallRecord], limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:
+        handle = await sandbox.exec_stream(self.python, ["-c", RUNNER_SOURCE], stdin=ms.Stdin.pipe(),
+                                           timeout=limits.wall_seconds)
         stdin = handle.take_stdin()
         if stdin is None:
             raise ExecutorError("microsandbox gave the run no stdin to talk to")
         await stdin.write(_runner.frame(request))
-        frames = FrameBuffer()
-        async for event in handle:
-            kind = str(event.event_type)
-            if kind == "stdout" and event.data:
-                for message in frames.feed(event.data):
-                    if message.get("op") == "done":
-                        err = message.get("error")
-                        return message.get("value"), str(message.get("stdout", "")), None if err is None else \
-                            ExecError(str(err.get("type")), str(err.get("message")), str(err.get("traceback", "")))
-                    try:
-                        reply = await answer_tool_call(message, tools, calls)
-                    except ProtocolViolation as exc:
-                        raise ExecutorError(f"the guest broke the protocol: {exc}") from exc
-                    await stdin.write(_runner.frame(reply))
-            elif kind in ("exited", "failed"):
-                break
-        return None, "", ExecError("SandboxKilled", "the guest's python exited before it answered")
+        frames = FrameBuffer(message_limit(limits))
+        try:
+            async for event in handle:
+                kind = str(event.event_type)
+                if kind == "stdout" and event.data:
+                    for message in frames.feed(event.data):
+                        if message.get("op") == "done":
+                            return finished(message, limits)
+                        reply = await answer_tool_call(message, tools, calls, limits.tool_bytes)
+                        await stdin.write(_runner.frame(reply))
+                elif kind in ("exited", "failed"):
+                    break
+        except ProtocolViolation as exc:
+            return None, "", executor_error("SandboxProtocolError", f"the guest broke the protocol: {exc}")
+        return None, "", executor_error("SandboxKilled", "the guest's python exited before it answered")
 
     async def aclose(self) -> None:
         await self._pool.close()

@@ -1,0 +1,133 @@
+"""A private root for one sandboxed run: only what the interpreter needs exists in it.
+
+After ``unshare(CLONE_NEWNS)`` (with new network, PID, IPC and UTS namespaces), the run's
+namespace builds a fresh tmpfs root holding, at their host paths:
+
+- read-only bind mounts of the interpreter's directories and system libraries (the same paths
+  Landlock lets it read: ``_confine.readable_paths``), top-level symlinks such as ``/lib ->
+  usr/lib`` recreated as symlinks;
+- ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and ``/dev/random`` bound from the host;
+- ``/tmp``: the run's scratch, a tmpfs of its own with a size and an inode limit, owned by the
+  sandbox uid; ``HOME`` and ``TMPDIR`` point there;
+- the agent's workspace, when one is given, bound read-write at its host path;
+- ``/proc``, mounted by the namespace's init, so it shows the sandbox's processes only.
+
+Then ``pivot_root`` moves into it and the host's root is detached. Nothing else of the host
+exists for the code: no unix socket under ``/run`` or ``/tmp``, no other run's scratch, no
+directory to watch or stat. Because every directory on the way to the interpreter is a fresh
+``0755`` tmpfs directory, the sandbox uid reaches the interpreter without any capability,
+even when it lives under a ``0700`` home (pyenv under ``/root``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Iterable
+
+__all__ = ["DEVICES", "SCRATCH", "build_root", "enter_namespaces", "mount_proc"]
+
+SCRATCH = "/tmp"
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+_CLONE_NEWPID, _CLONE_NEWNET = 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MNT_DETACH = 2
+_SYS_PIVOT_ROOT = 155
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.syscall.restype = ctypes.c_long
+
+
+def _check(result: int, what: str) -> None:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _check(_libc.mount(None if source is None else source.encode(), target.encode(),
+                       None if fstype is None else fstype.encode(), flags, None if data is None else data.encode()),
+           f"mount({source!r}, {target!r}, {fstype!r})")
+
+
+def enter_namespaces() -> None:
+    """New mount, network, PID, IPC and UTS namespaces; the caller's next fork is the PID
+    namespace's init. The IPC namespace dies with the run, and SysV shared memory with it."""
+    _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS),
+           "unshare(CLONE_NEWNS|CLONE_NEWNET|CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWUTS)")
+    _check(_libc.sethostname(b"sandbox", 7), "sethostname")
+
+
+def _plan(readable: Iterable[str]) -> tuple[list[str], dict[str, str]]:
+    """The bind mounts (outermost only, real paths) and the top-level symlinks to recreate."""
+    binds: set[str] = set()
+    links: dict[str, str] = {}
+    for path in readable:
+        path = os.path.abspath(path)
+        if os.path.islink(path):
+            links[path] = os.readlink(path)
+        if os.path.exists(path):
+            binds.add(os.path.realpath(path))
+    kept: list[str] = []
+    for path in sorted(binds):
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept, links
+
+
+def _covered(path: str, binds: Iterable[str]) -> bool:
+    return any(path == b or path.startswith(b.rstrip("/") + "/") for b in binds)
+
+
+def _make_target(root: str, path: str, like: str) -> str:
+    """An empty file or directory at ``path`` inside the new root, parents included."""
+    target = root + path
+    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+    if os.path.isdir(like):
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    elif not os.path.exists(target):
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    return target
+
+
+def build_root(root: str, readable: Iterable[str], writable: Iterable[str], *, scratch_bytes: int,
+               scratch_inodes: int, owner: int | None) -> None:
+    """Build the private root on the (empty) directory ``root`` and pivot into it.
+
+    Runs as root, in the mount namespace ``enter_namespaces`` made; ``owner`` is the uid that
+    will own the scratch (None: the current user's)."""
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here propagates to the host
+    binds, links = _plan(readable)
+    writable = [os.path.realpath(w) for w in writable if w]
+    _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+    for path in binds:
+        target = _make_target(root, path, path)
+        _mount(path, target, None, _MS_BIND | _MS_REC)
+        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID
+        _mount(None, target, None, flags if path in DEVICES else flags | _MS_NODEV)
+    for path, destination in links.items():
+        if not _covered(path, binds) and not os.path.lexists(root + path):
+            os.makedirs(os.path.dirname(root + path), mode=0o755, exist_ok=True)
+            os.symlink(destination, root + path)
+    for path in writable:
+        _mount(path, _make_target(root, path, path), None, _MS_BIND | _MS_REC)
+    scratch = _make_target(root, SCRATCH, "/")
+    ids = "" if owner is None else f",uid={owner},gid={owner}"
+    _mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV,
+           f"size={scratch_bytes},nr_inodes={scratch_inodes},mode=0700{ids}")
+    os.makedirs(root + "/proc", mode=0o555, exist_ok=True)
+    os.chdir(root)
+    _check(_libc.syscall(_SYS_PIVOT_ROOT, b".", b"."), "pivot_root")  # the old root now sits on top of "/"
+    _check(_libc.umount2(b".", _MNT_DETACH), "umount2(old root)")
+    os.chdir("/")
+    _mount(None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+
+def mount_proc() -> None:
+    """A /proc of the run's own PID namespace (called by its init)."""
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
