@@ -35,6 +35,7 @@ async def _monty() -> tuple[str, str]:
 
 async def _process() -> tuple[str, str]:
     from ringzero.providers.executors import ProcessExecutor
+    from ringzero.providers.executors._confine import CONTROLS
 
     try:
         executor = ProcessExecutor(allow_weaker_isolation=True, warm=1)
@@ -43,14 +44,11 @@ async def _process() -> tuple[str, str]:
         return f"[red]does not work: {exc}[/]", ""
     try:
         status = await _try_run(executor)
-        enforced = [c for c in ("namespaces", "rlimits", "landlock", "seccomp", "unprivileged")
-                    if c not in executor.missing_controls]
+        enforced = [c for c in CONTROLS if c not in executor.missing_controls]
         detail = "enforced: " + ", ".join(enforced)
         if executor.missing_controls:
             missing = "; ".join(f"{c} ({why})" for c, why in executor.missing_controls.items())
             detail += f"\n[yellow]missing: {missing} — refuses to start unless allow_weaker_isolation=True[/]"
-        if executor.keeps_read_search:
-            detail += "\nkeeps CAP_DAC_READ_SEARCH: the interpreter lives where nobody cannot read"
         return status, detail
     finally:
         await executor.aclose()

@@ -145,7 +145,7 @@ def capabilities() -> int:
     data = ctypes.create_string_buffer(24)
     _check(_libc.syscall(_SYS_CAPGET, header, data), "capget")
     eff0, perm0, _, eff1, perm1, _ = struct.unpack("=6I", data.raw)
-    return eff0 | perm0 | (eff1 | perm1) << 32
+    return int(eff0 | perm0 | (eff1 | perm1) << 32)
 
 
 SYSTEM_READABLE = ("/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/etc/localtime", "/etc/ssl",

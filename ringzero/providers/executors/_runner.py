@@ -106,14 +106,13 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
         value = repr(value)
         encoded = len(frame(value)) - 4
     if encoded > output_limit:
-        value, error = None, {"type": "OutputLimitExceeded", "traceback": "",
-                              "message": f"the final value is {encoded} bytes of JSON, over the limit of {output_limit}"}
-    done = {"op": "done", "value": value, "stdout": out.value(), "error": error}
-    size = len(frame(done))
+        message = f"the final value is {encoded} bytes of JSON, over the limit of {output_limit}"
+        value, error = None, {"type": "OutputLimitExceeded", "traceback": "", "message": message}
+    stdout = out.value()
+    size = len(frame({"op": "done", "value": value, "stdout": stdout, "error": error}))
     if size > message_bytes:  # escapes made stdout longer than it counted: keep what fits
-        keep = max(0, len(done["stdout"]) * (message_bytes - 65536) // size)
-        done["stdout"] = done["stdout"][:keep] + "\n[output truncated]"
-    return done
+        stdout = stdout[:max(0, len(stdout) * (message_bytes - 65536) // size)] + "\n[output truncated]"
+    return {"op": "done", "value": value, "stdout": stdout, "error": error}
 
 
 def _main() -> None:  # pragma: no cover - runs inside the microVM guest

@@ -23,10 +23,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
+from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord, ensure_json
-from ringzero.providers.executors._host import merge_limits
+from ringzero.providers.executors._host import (
+    MAX_DEPTH,
+    call_tool,
+    check_value,
+    deeper_than,
+    executor_error,
+    merge_limits,
+)
 from ringzero.providers.executors._runner import CappedOutput
 
 try:
@@ -36,7 +43,8 @@ except ImportError as exc:  # pragma: no cover - a core dependency; only a broke
 
 __all__ = ["MontyExecutor", "MontySession"]
 
-DEFAULT_LIMITS = ExecLimits(wall_seconds=10.0, memory_bytes=256 * 1024 * 1024, output_bytes=1024 * 1024)
+DEFAULT_LIMITS = ExecLimits(wall_seconds=10.0, memory_bytes=256 * 1024 * 1024, output_bytes=1024 * 1024,
+                            tool_bytes=1024 * 1024)
 _UNSUPPORTED_HINT = (
     " (Monty runs a subset of Python; for this, use ringzero.providers.executors.ProcessExecutor, "
     "which runs full CPython with any installed package)"
@@ -92,6 +100,9 @@ class MontyExecutor:
         limits: ExecLimits | None = None,
     ) -> ExecResult:
         merged = merge_limits(limits, self.limits)
+        refused = check_value(dict(inputs or {}), "inputs", None)
+        if refused is not None:
+            raise InvalidArgument(refused)
         pool = await self._get_pool()
         run = _Run(self, pool, merged, tools or {})
         return await run.execute(code, dict(inputs or {}), session=None)
@@ -130,6 +141,9 @@ class MontySession:
                   tools: Mapping[str, Tool] | None = None) -> ExecResult:
         if self._session is None:
             raise InvalidArgument("this Monty session is closed")
+        refused = check_value(dict(inputs or {}), "inputs", None)
+        if refused is not None:
+            raise InvalidArgument(refused)
         run = _Run(self._executor, self._pool, self._executor.limits, tools or {})
         result = await run.execute(code, dict(inputs or {}), session=self._session)
         if run.session_broken:  # a limit hit leaves the heap in no known state: start afresh
@@ -172,26 +186,51 @@ class _Run:
         try:
             async with asyncio.timeout(backstop) if hasattr(asyncio, "timeout") else _no_timeout():
                 value = await self._drive(code, inputs, session)
+            value = self._final(value)
         except pm.MontyCrashedError as exc:
-            error = ExecError("SandboxCrashed", f"the Monty worker died and was replaced: {exc}")
+            error = executor_error("SandboxCrashed", f"the Monty worker died and was replaced: {exc}")
         except pm.MontyError as exc:
             error = _exec_error(exc)
             self.session_broken = error.type in ("TimeoutError", "MemoryError")
-        except TimeoutError:
-            error = ExecError("TimeoutError", f"the run took longer than {self.limits.wall_seconds} s")
+        except (TimeoutError, asyncio.TimeoutError):
+            error = executor_error("TimeoutError", f"the run took longer than {self.limits.wall_seconds} s")
             self.session_broken = True
+        except _ValueRefused as exc:
+            error = executor_error("OutputLimitExceeded", str(exc))
+        except RecursionError:
+            error = executor_error("RecursionError", "a value the code made nests too deeply to leave the sandbox")
+            self.session_broken = True
+        except RingzeroError:
+            raise  # the executor's own failure
+        except Exception as exc:  # anything else pydantic-monty raises on the host is about this run's code
+            error = executor_error(type(exc).__name__, f"Monty could not carry on with this code: {exc}")
+            self.session_broken = True
+        if error is not None:
+            value = None
+        return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.calls))
+
+    def _final(self, value: Any) -> JSON:
+        """The code's final value as JSON (a sandbox object becomes its repr), within ``output_bytes``."""
+        if deeper_than(value):
+            raise _ValueRefused(f"the code's final value nests lists or dicts more than {MAX_DEPTH} levels deep")
         try:
             value = ensure_json(_plain(value), "the code's final value")
         except InvalidArgument:
             value = repr(value)
-        return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.calls))
+        refused = check_value(value, "the code's final value", self.limits.output_bytes)
+        if refused is not None:
+            raise _ValueRefused(refused)
+        return value  # type: ignore[no-any-return]
 
     async def _drive(self, code: str, inputs: dict[str, JSON], session: pm.AsyncMontySession | None) -> Any:
         if session is not None:
-            snap = await session.feed_start(code, inputs=inputs, print_callback=self._print)
-            while not isinstance(snap, pm.MontyComplete):
-                snap, _ = await self._answer(snap, session, may_park=False)
-            return snap.output
+            try:
+                snap = await session.feed_start(code, inputs=inputs, print_callback=self._print)
+                while not isinstance(snap, pm.MontyComplete):
+                    snap, _ = await self._answer(snap, session, may_park=False)
+                return snap.output
+            finally:
+                await self._settle_pending()
         lease = self.pool.checkout(limits=self.executor._resource_limits(self.limits))  # type: ignore[arg-type]
         await lease.__aenter__()
         try:
@@ -204,24 +243,45 @@ class _Run:
                     lease = parked
             return snap.output
         finally:
-            for task in self.pending.values():
-                task.cancel()
+            await self._settle_pending()
             await lease.__aexit__(None, None, None)
+
+    async def _settle_pending(self) -> None:
+        """Cancel the tool calls still in flight and wait until they are over: no call may
+        finish after ``run()`` returned."""
+        pending, self.pending = list(self.pending.values()), {}
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _answer(self, snap: Any, session: pm.AsyncMontySession,
                       may_park: bool) -> tuple[Any, pm.AsyncMontySession | None]:
         """Resolve one snapshot; returns the next one and, if the run moved, its new session."""
         if isinstance(snap, pm.AsyncNameLookupSnapshot):
             name = snap.variable_name
-            return (await snap.resume(value=self.tools[name]) if name in self.tools else await snap.resume()), None
+            found = snap.resume(value=self.tools[name]) if name in self.tools else snap.resume()
+            return await found, None
         if isinstance(snap, pm.AsyncFutureSnapshot):  # async-style code awaits tool calls in flight
             waiting = {cid: self.pending[cid] for cid in snap.pending_call_ids if cid in self.pending}
             await asyncio.wait(waiting.values(), return_when=asyncio.FIRST_COMPLETED)
             settled = {cid: self.pending.pop(cid).result() for cid, task in waiting.items() if task.done()}
             return await snap.resume(settled), None
-        if not isinstance(snap, pm.AsyncFunctionSnapshot) or snap.function_name not in self.tools:
+        if not isinstance(snap, pm.AsyncFunctionSnapshot):
+            raise RuntimeError(f"an unexpected pause in Monty ({type(snap).__name__})")
+        if snap.is_os_function:  # file, network or environment access: Monty's own refusal
             return await snap.resume_not_handled(), None
-        name, args, kwargs = str(snap.function_name), list(snap.args), dict(snap.kwargs)
+        name = str(snap.function_name)
+        if name not in self.tools:  # e.g. dir(), globals() or a typo: Python's own answer
+            return await snap.resume({"exception": NameError(f"name {name!r} is not defined")}), None
+        try:
+            args, kwargs = list(snap.args), dict(snap.kwargs)
+        except RecursionError:
+            refused: str | None = f"the arguments to {name}() nest too deeply to leave the sandbox"
+        else:
+            refused = check_value([args, kwargs], f"the arguments to {name}()", self.limits.tool_bytes)
+        if refused is not None:
+            self.calls.append(ToolCallRecord(name, [], {}, None, f"ValueError: {refused}"))
+            return await snap.resume({"exception": ValueError(refused)}), None
         task = asyncio.ensure_future(self._call(name, args, kwargs))
         if self.async_style and inspect.iscoroutinefunction(self.tools[name]):
             # As in Python: calling an async function gives an awaitable; the tool runs on
@@ -245,14 +305,20 @@ class _Run:
         self, name: str, args: list[Any], kwargs: dict[str, Any]
     ) -> pm.ExternalReturnValue | pm.ExternalException:
         try:
-            result = self.tools[name](*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await call_tool(self.tools[name], args, kwargs)
         except Exception as exc:
             self.calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
             return {"exception": exc}
+        refused = check_value(result, f"the result of {name}()", self.limits.tool_bytes)
+        if refused is not None:
+            self.calls.append(ToolCallRecord(name, args, kwargs, None, f"ValueError: {refused}"))
+            return {"exception": ValueError(refused)}
         self.calls.append(ToolCallRecord(name, args, kwargs, result))
         return {"return_value": result}
+
+
+class _ValueRefused(Exception):
+    """The code's final value cannot leave the sandbox (too deep or too large)."""
 
 
 class _no_timeout:

@@ -310,12 +310,7 @@ class _Channel:
             try:
                 data, ancillary, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(12))
             except BlockingIOError:
-                readable = loop.create_future()
-                loop.add_reader(self.sock.fileno(), lambda: readable.done() or readable.set_result(None))
-                try:
-                    await readable
-                finally:
-                    loop.remove_reader(self.sock.fileno())
+                await _readable(loop, self.sock)
                 continue
             pid = None
             for level, kind, payload in ancillary:
@@ -328,6 +323,21 @@ class _Channel:
 
     def close(self) -> None:
         self.sock.close()
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Wait until ``sock`` has something to read."""
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
 
 
 def remove_tree(path: str) -> None:
