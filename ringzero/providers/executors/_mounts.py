@@ -105,6 +105,12 @@ def build_root(root: str, readable: Iterable[str], writable: Iterable[str], *, s
     binds, links = _plan(readable)
     writable = [os.path.realpath(w) for w in writable if w]
     _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+    # The scratch first: a path the host keeps under /tmp (a workspace, a virtualenv) is bound on
+    # top of it afterwards, read-only unless it is a workspace.
+    scratch = _make_target(root, SCRATCH, "/")
+    ids = "" if owner is None else f",uid={owner},gid={owner}"
+    _mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV,
+           f"size={scratch_bytes},nr_inodes={scratch_inodes},mode=0700{ids}")
     for path in binds:
         target = _make_target(root, path, path)
         _mount(path, target, None, _MS_BIND | _MS_REC)
@@ -116,10 +122,6 @@ def build_root(root: str, readable: Iterable[str], writable: Iterable[str], *, s
             os.symlink(destination, root + path)
     for path in writable:
         _mount(path, _make_target(root, path, path), None, _MS_BIND | _MS_REC)
-    scratch = _make_target(root, SCRATCH, "/")
-    ids = "" if owner is None else f",uid={owner},gid={owner}"
-    _mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV,
-           f"size={scratch_bytes},nr_inodes={scratch_inodes},mode=0700{ids}")
     os.makedirs(root + "/proc", mode=0o555, exist_ok=True)
     os.chdir(root)
     _check(_libc.syscall(_SYS_PIVOT_ROOT, b".", b"."), "pivot_root")  # the old root now sits on top of "/"
