@@ -155,6 +155,7 @@ class Server:
         except BaseException as exc:
             failure = f"{type(exc).__name__}: {exc}"
         data, fds, _, _ = socket.recv_fds(link, 65536, 1)
+        link.close()
         if not data or not fds:
             os._exit(0)  # the fork server is gone
         conn = socket.socket(fileno=fds[0])

@@ -102,8 +102,15 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
                  "traceback": _clip("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))}
     try:
         encoded = len(frame(value)) - 4
-    except (TypeError, ValueError, RecursionError):
-        value = repr(value)
+    except RecursionError:
+        value, encoded = None, 4
+        error = error or {"type": "OutputLimitExceeded", "traceback": "",
+                          "message": "the final value nests too deeply to leave the sandbox"}
+    except (TypeError, ValueError):
+        try:
+            value = repr(value)
+        except RecursionError:
+            value = "<a value nested too deeply to show>"
         encoded = len(frame(value)) - 4
     if encoded > output_limit:
         message = f"the final value is {encoded} bytes of JSON, over the limit of {output_limit}"

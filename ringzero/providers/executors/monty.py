@@ -345,7 +345,11 @@ def _exec_error(exc: pm.MontyError) -> ExecError:
     if kind == "NotImplementedError" or kind == "ModuleNotFoundError":
         message += _UNSUPPORTED_HINT
     display = getattr(exc, "display", None)
-    return ExecError(kind, message, display("traceback") if callable(display) else "")
+    traceback = display("traceback") if callable(display) else ""
+    # Monty's feed time limit stops the code outside any of its frames; whatever the code
+    # raises itself carries at least one frame, so it can never look like this.
+    stopped = kind == "TimeoutError" and not traceback.startswith("Traceback")
+    return ExecError(kind, message, traceback, origin="executor" if stopped else "code")
 
 
 def _plain(value: Any) -> Any:

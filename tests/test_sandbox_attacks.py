@@ -1,0 +1,415 @@
+"""The red-team table of issue 12, one line per attack, on every isolating executor this host
+starts (Monty, the process sandbox, microVMs where they boot). Each attack states what
+"contained" means as an observable value, so that no test passes because the sandbox merely
+crashed; where a kill *is* the containment (a memory cap), a control run shows the same code
+succeeds under a looser limit. Network attempts target only servers this file starts on
+127.0.0.1 or in its own temporary directory."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ringzero.core.protocols import Executor
+from ringzero.core.types import ExecLimits, ExecResult
+
+LIMITS = ExecLimits(wall_seconds=5.0, memory_bytes=256 * 1024 * 1024, output_bytes=64 * 1024)
+LIBC = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+
+
+def kind(sandbox: Executor) -> str:
+    return sandbox.capabilities.isolation
+
+
+def monty_refused(result: ExecResult) -> bool:
+    """Monty has no ctypes, os.fork, sockets or files: the import or call itself fails."""
+    return result.error is not None and result.error.type in ("ModuleNotFoundError", "AttributeError",
+                                                              "PermissionError", "NameError")
+
+
+@dataclass(frozen=True)
+class Attack:
+    row: str
+    code: str
+    contained: Callable[[ExecResult], bool]  # for the sandboxes that run full CPython
+
+    def __str__(self) -> str:
+        return self.row
+
+
+ATTACKS = [
+    Attack("1 clone(CLONE_NEWUSER|CLONE_NEWNET) fails with EPERM",
+           LIBC + "r = libc.syscall(56, 0x50000000 | 17, 0, 0, 0, 0)\nif r == 0:\n    os._exit(0)\n"
+                  "[r, ctypes.get_errno()]", lambda r: r.value == [-1, 1]),
+    Attack("1 unshare(CLONE_NEWUSER) fails with EPERM",
+           LIBC + "[libc.syscall(272, 0x10000000), ctypes.get_errno()]", lambda r: r.value == [-1, 1]),
+    Attack("1 clone3 is ENOSYS (its flags are out of a filter's sight; libc falls back to clone)",
+           LIBC + "[libc.syscall(435, 0, 0), ctypes.get_errno()]", lambda r: r.value == [-1, 38]),
+    Attack("1 the x32 syscall table is refused (getpid | __X32_SYSCALL_BIT)",
+           LIBC + "[libc.syscall(0x40000000 + 39), ctypes.get_errno()]", lambda r: r.value == [-1, 1]),
+    Attack("1 the i386 syscall table is refused (int 0x80 getpid returns -EPERM, not a pid)",
+           "import ctypes, mmap\nbuf = mmap.mmap(-1, 4096, prot=7)\n"
+           "buf.write(bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3]))\n"
+           "ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))()",
+           lambda r: r.value == -1),
+    Attack("1 a vsock (which no network namespace isolates from a VM's host) cannot be created",
+           "import socket\ntry:\n    socket.socket(40, socket.SOCK_STREAM)\n    out = 'created'\nexcept OSError as e:\n"
+           "    out = e.errno\nout", lambda r: r.value == 97),
+    Attack("3 the host's SysV shared memory is invisible (own IPC namespace)",
+           LIBC + "[libc.shmget(HOST_SHM_KEY, 0, 0), ctypes.get_errno()]", lambda r: r.value == [-1, 2]),
+    Attack("4 no capability is left, effective or permitted",
+           "s = open('/proc/self/status').read()\n"
+           "[l.split()[1] for l in s.splitlines() if l[:6] in ('CapEff', 'CapPrm')]",
+           lambda r: r.value == ["0000000000000000", "0000000000000000"]),
+    Attack("4/11 no host path exists to stat, read or watch (private root)",
+           "import os\n[p for p in HOST_PATHS if os.path.lexists(p)]", lambda r: r.value == []),
+    Attack("11 inotify on a host directory finds nothing to watch",
+           LIBC + "fd = libc.inotify_init1(0)\n"
+                  "[libc.inotify_add_watch(fd, HOST_DIR.encode(), 0xfff), ctypes.get_errno()]",
+           lambda r: r.value == [-1, 2]),
+    Attack("12 /proc shows the run's own processes and mounts, not the host's",
+           "import os\n[sorted(p for p in os.listdir('/proc') if p.isdigit()),\n"
+           " '/sys/fs/cgroup' in open('/proc/self/mountinfo').read()]",
+           lambda r: r.value is not None and r.value[0] == ["1"] and r.value[1] is False),
+    Attack("12 ctypes loads and calls libc, but only what the filter allows",
+           LIBC + "[libc.getpid(), libc.syscall(101, 16, 1, 0, 0), ctypes.get_errno()]",  # ptrace(ATTACH, init)
+           lambda r: r.value == [1, -1, 1]),
+]
+
+
+def existing_paths(*paths: str) -> list[str]:
+    return [p for p in paths if os.path.lexists(p)]
+
+
+@pytest.fixture(scope="module")
+def host_shm() -> Iterator[int]:
+    """A SysV shared-memory segment of the host's, with a key the sandbox is told."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = 0x525A3031
+    shmid = libc.shmget(key, 4096, 0o1666)  # IPC_CREAT | 0666: anyone in this IPC namespace could attach
+    assert shmid >= 0, os.strerror(ctypes.get_errno())
+    yield key
+    libc.shmctl(shmid, 0, None)  # IPC_RMID
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=str)
+async def test_attack_is_contained(sandbox: Executor, attack: Attack, host_shm: int, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    host_paths = existing_paths(str(secret), "/run", "/etc/shadow", "/etc/passwd", "/var/log", "/home", "/sys",
+                                str(Path.home() / ".bashrc"), "/root/.cache")
+    assert len(host_paths) >= 4
+    inputs = {"HOST_SHM_KEY": host_shm, "HOST_FILE": str(secret), "HOST_DIR": str(tmp_path), "HOST_PATHS": host_paths}
+    result = await sandbox.run(attack.code, inputs=inputs, limits=LIMITS)  # type: ignore[arg-type]
+    if kind(sandbox) == "interpreter":
+        assert monty_refused(result), result
+    else:
+        assert attack.contained(result), result
+    assert (await sandbox.run("21 * 2")).value == 42, "the executor did not serve the next run"
+
+
+@pytest.fixture
+def unix_servers(tmp_path: Path) -> Iterator[tuple[list[str], list[bytes]]]:
+    """Two unix-socket servers of the host: a 0777 socket in a world-readable directory and one
+    inside a root-only 0700 directory. Whatever reaches them is recorded."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    received: list[bytes] = []
+    servers = []
+    for path in (tmp_path / "open.sock", private / "hidden.sock"):
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(path))
+        os.chmod(path, 0o777)
+        server.listen()
+        server.settimeout(0.2)
+        servers.append((server, str(path)))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            for server, _ in servers:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    continue
+                with conn:
+                    received.append(conn.recv(1024))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield [p for _, p in servers], received
+    stop.set()
+    thread.join(2)
+    for server, _ in servers:
+        server.close()
+
+
+async def test_2_host_unix_sockets_are_out_of_reach(sandbox: Executor,
+                                                   unix_servers: tuple[list[str], list[bytes]]) -> None:
+    paths, received = unix_servers
+    code = ("import socket\nout = []\nfor p in paths:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n"
+            "        s.connect(p)\n        s.sendall(b'exfiltrated')\n        out.append('connected')\n"
+            "    except OSError as e:\n        out.append(type(e).__name__)\nout")
+    result = await sandbox.run(code, inputs={"paths": paths}, limits=LIMITS)
+    if kind(sandbox) == "interpreter":
+        assert monty_refused(result), result
+    else:
+        assert result.value == ["FileNotFoundError", "FileNotFoundError"], result
+    assert received == []
+
+
+def host_shmem_bytes() -> int:
+    with open("/proc/meminfo") as meminfo:
+        return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("Shmem:"))
+
+
+async def test_3_ipc_left_by_one_run_is_gone_for_the_next_and_its_memory_freed(sandbox: Executor) -> None:
+    if kind(sandbox) == "interpreter":
+        pytest.skip("Monty has no SysV IPC to leave behind")
+    key, size = 0x525A3032, 64 << 20
+    before = host_shmem_bytes()
+    make = LIBC + (f"shmid = libc.shmget({key}, {size}, 0o1666)\nlibc.shmat.restype = ctypes.c_void_p\n"
+                   f"ctypes.memset(libc.shmat(shmid, None, 0), 1, {size})\nshmid >= 0")
+    assert (await sandbox.run(make, limits=LIMITS)).value is True
+    look = LIBC + f"[libc.shmget({key}, 0, 0), ctypes.get_errno()]"
+    assert (await sandbox.run(look, limits=LIMITS)).value == [-1, 2], "a later run saw the earlier run's segment"
+    for _ in range(100):  # the namespace is torn down asynchronously after the run's init is killed
+        if host_shmem_bytes() - before < size // 2:
+            break
+        await asyncio.sleep(0.05)
+    assert host_shmem_bytes() - before < size // 2, "the segment's memory outlived its run"
+
+
+# ------------------------------------------------------------------ limits for the whole run (rows 5, 6, 11)
+def needs_full_cpython(sandbox: Executor) -> None:
+    if kind(sandbox) == "interpreter":
+        pytest.skip("Monty cannot fork, write files or reach its channel: the row is about full CPython")
+
+
+HOLD_FORKS = ("import os, time\nkids = []\nfor i in range(5):\n    pid = os.fork()\n    if pid == 0:\n"
+              "        try:\n            data = b'x' * (MB << 20)\n            time.sleep(1.0)\n"
+              "            os._exit(0)\n"
+              "        except MemoryError:\n            os._exit(3)\n    kids.append(pid)\n"
+              "sum(1 for k in kids if os.waitpid(k, 0)[1] == 0)")
+
+
+async def test_5_memory_is_capped_for_the_whole_run_not_per_process(sandbox: Executor) -> None:
+    needs_full_cpython(sandbox)
+    control = await sandbox.run(HOLD_FORKS, inputs={"MB": 20}, limits=LIMITS)
+    assert control.value == 5, f"five 20 MiB children should fit in 256 MiB: {control}"
+    result = await sandbox.run(HOLD_FORKS, inputs={"MB": 100}, limits=LIMITS)
+    # Five 100 MiB children each fit a per-process cap; together they exceed the run's 256 MiB.
+    held = result.value if result.error is None else 0
+    assert isinstance(held, int) and held <= 2, result
+    assert (await sandbox.run("21 * 2")).value == 42
+
+
+async def test_5_6_the_scratch_is_capped_in_bytes_and_files_for_the_whole_run() -> None:
+    from ringzero.providers.executors import ProcessExecutor
+
+    executor = ProcessExecutor(file_bytes=32 << 20, max_files=4000, warm=1)
+    try:
+        fill = ("written = 0\ntry:\n    for i in range(8):\n        with open(f'f{i}', 'wb') as f:\n"
+                "            f.write(b'x' * (8 << 20))\n        written += 8 << 20\nexcept OSError as e:\n"
+                "    written = [written, e.errno]\nwritten")
+        result = await executor.run(fill, limits=LIMITS)
+        assert result.value == [32 << 20, 28], result  # ENOSPC once 32 MiB is used, though each file is small
+        inodes = ("import os\nn = 0\ntry:\n    while True:\n        os.mkdir(f'd{n}')\n        n += 1\n"
+                  "except OSError as e:\n    n = [n < 4000, e.errno]\nn")
+        assert (await executor.run(inodes, limits=LIMITS)).value == [True, 28]
+        deep = "import os\nn = 0\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n    n += 1\nn"
+        assert (await executor.run(deep, limits=LIMITS)).value == 3000
+        assert (await executor.run("21 * 2")).value == 42, "the executor did not serve the next run"
+    finally:
+        await executor.aclose()
+
+
+def test_6_a_deep_hostile_tree_is_removed_without_recursion_or_following_links(tmp_path: Path) -> None:
+    from ringzero.providers.executors.process import remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("the host's")
+    tree = tmp_path / "scratch"
+    tree.mkdir()
+    (tree / "file").write_text("x")
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):  # deeper than PATH_MAX: only directory descriptors reach the bottom
+        os.mkdir("d", dir_fd=fd)
+        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.symlink(outside, "link", dir_fd=fd)
+    os.close(fd)
+    remove_tree(str(tree))
+    assert not tree.exists()
+    assert (outside / "keep.txt").read_text() == "the host's"
+
+
+async def test_6_a_fork_server_that_dies_is_restarted() -> None:
+    import signal
+
+    from ringzero.providers.executors import ProcessExecutor
+
+    executor = ProcessExecutor(warm=1)
+    try:
+        assert (await executor.run("1")).value == 1
+        assert executor._server is not None
+        os.kill(executor._server.pid, signal.SIGKILL)
+        await executor._server.wait()
+        assert (await executor.run("21 * 2")).value == 42
+    finally:
+        await executor.aclose()
+
+
+async def test_11_another_runs_processes_do_not_use_up_this_runs_process_limit(sandbox: Executor) -> None:
+    needs_full_cpython(sandbox)
+    hold = ("import os, time\nkids = []\nfor _ in range(29):\n    pid = os.fork()\n    if pid == 0:\n"
+            "        time.sleep(2)\n        os._exit(0)\n    kids.append(pid)\n"
+            "[os.waitpid(k, 0) and 1 for k in kids].count(1)")
+    forks = ("import os, time\ntime.sleep(0.5)\nok = 0\nfor _ in range(5):\n    pid = os.fork()\n    if pid == 0:\n"
+             "        os._exit(0)\n    ok += os.waitpid(pid, 0)[1] == 0\nok")
+    held, other = await asyncio.gather(sandbox.run(hold, limits=LIMITS), sandbox.run(forks, limits=LIMITS))
+    assert held.value == 29, held
+    assert other.value == 5, other
+
+
+# ------------------------------------------------------------------ what the host accepts from a sandbox (7, 9)
+FIND_CHANNEL = ("import os, stat\nchannel = [fd for fd in range(3, 64) if _is_socket(fd)]\n")
+IS_SOCKET = ("def _is_socket(fd):\n    try:\n        return stat.S_ISSOCK(os.fstat(fd).st_mode)\n"
+             "    except OSError:\n        return False\n")
+
+
+async def test_7_an_oversized_message_is_refused_from_its_header(sandbox: Executor) -> None:
+    needs_full_cpython(sandbox)
+    code = ("import os, stat, struct\n" + IS_SOCKET + FIND_CHANNEL +
+            "for fd in channel:\n    os.write(fd, struct.pack('!I', 32 << 20) + b'[' * (1 << 20))\n")
+    result = await sandbox.run(code, limits=LIMITS)
+    assert result.error is not None and result.error.type == "SandboxProtocolError", result
+    assert result.error.origin == "executor" and "limit" in result.error.message
+
+
+async def test_7_a_done_forged_by_a_forked_process_is_refused(sandbox: Executor) -> None:
+    needs_full_cpython(sandbox)
+    code = ("import os, stat, json, struct, time\n" + IS_SOCKET + FIND_CHANNEL +
+            "spare = [os.dup(fd) for fd in channel]\nif os.fork() == 0:\n"
+            "    body = json.dumps({'op': 'done', 'value': 'forged', 'stdout': 'fake', 'error': None}).encode()\n"
+            "    for fd in spare:\n        os.write(fd, struct.pack('!I', len(body)) + body)\n    os._exit(0)\n"
+            "time.sleep(1)\n'the real value'")
+    result = await sandbox.run(code, limits=LIMITS)
+    assert result.value != "forged" and result.stdout != "fake"
+    assert result.error is not None and result.error.type == "SandboxProtocolError", result
+    assert "only process" in result.error.message
+
+
+async def test_7_the_final_value_obeys_output_bytes(sandbox: Executor) -> None:
+    result = await sandbox.run("'x' * 20_000", limits=ExecLimits(wall_seconds=5, output_bytes=1000))
+    assert result.value is None and result.error is not None and result.error.type == "OutputLimitExceeded", result
+
+
+async def test_7_only_the_executor_can_report_its_own_timeout(sandbox: Executor) -> None:
+    faked = await sandbox.run("raise TimeoutError('the run took longer than 5 s and was killed')", limits=LIMITS)
+    assert faked.error is not None and faked.error.type == "TimeoutError" and faked.error.origin == "code"
+    real = await sandbox.run("while True:\n    pass", limits=ExecLimits(wall_seconds=0.5))
+    assert real.error is not None and real.error.type == "TimeoutError" and real.error.origin == "executor"
+
+
+DEEP = "x = []\nfor _ in range(5000):\n    x = [x]\n"
+
+
+async def test_9_deep_values_become_errors_never_host_exceptions(sandbox: Executor) -> None:
+    def echo(value: object) -> object:
+        return value
+
+    final = await sandbox.run(DEEP + "x", limits=LIMITS)
+    assert final.value is None and final.error is not None, final
+    passed = await sandbox.run(DEEP + "try:\n    echo(x)\n    out = 'sent'\nexcept Exception as e:\n"
+                               "    out = type(e).__name__\nout", tools={"echo": echo}, limits=LIMITS)
+    assert passed.value in ("ValueError", "RecursionError"), passed
+    with pytest.raises(Exception, match="nests"):
+        await sandbox.run("1", inputs={"x": _nested(500)})
+
+
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# ------------------------------------------------------------------ host tools (10, 12)
+async def test_10_a_blocking_sync_tool_neither_freezes_the_host_nor_outlives_the_wall_limit(
+        sandbox: Executor) -> None:
+    import time
+
+    def slow(x: int) -> int:
+        time.sleep(3)
+        return x
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    beat = asyncio.ensure_future(ticker())
+    started = time.perf_counter()
+    result = await sandbox.run("slow(1)", tools={"slow": slow}, limits=ExecLimits(wall_seconds=1.0))
+    elapsed = time.perf_counter() - started
+    beat.cancel()
+    assert result.error is not None and result.error.type == "TimeoutError", result
+    assert elapsed < 2.8, f"the run waited for the tool: {elapsed:.1f} s"
+    assert ticks >= 10, f"the host's event loop was frozen ({ticks} ticks in {elapsed:.1f} s)"
+
+
+async def test_10_oversized_tool_arguments_and_results_are_refused_before_the_host_keeps_them(
+        sandbox: Executor) -> None:
+    def take(data: str) -> int:
+        return len(data)
+
+    def give() -> str:
+        return "y" * (2 << 20)
+
+    code = ("out = []\nfor _ in range(15):\n    try:\n        take('x' * 20_000_000)\n        out.append('kept')\n"
+            "    except ValueError:\n        out.append('refused')\ntry:\n    give()\nexcept ValueError:\n"
+            "    out.append('refused')\nout")
+    result = await sandbox.run(code, tools={"take": take, "give": give}, limits=ExecLimits(wall_seconds=20))
+    assert result.value == ["refused"] * 16, result
+    kept = sum(len(str(c.args)) + len(str(c.result)) for c in result.tool_calls)
+    assert kept < 100_000, f"the host kept {kept} characters of refused values"
+
+
+async def test_12_an_async_tool_call_cannot_finish_after_the_run_returned(sandbox: Executor) -> None:
+    finished: list[int] = []
+
+    async def later(x: int) -> int:
+        await asyncio.sleep(0.3)
+        finished.append(x)
+        return x
+
+    code = "async def main():\n    pending = later(1)\n    return 5\nawait main()" \
+        if kind(sandbox) == "interpreter" else "5"
+    result = await sandbox.run(code, tools={"later": later}, limits=LIMITS)
+    assert result.value == 5, result
+    await asyncio.sleep(0.6)
+    assert finished == [] and result.tool_calls == ()
+
+
+async def test_8_monty_answers_an_undefined_call_with_a_name_error_when_tools_are_offered(sandbox: Executor) -> None:
+    result = await sandbox.run("dir()\n", tools={"lookup": lambda x: x}, limits=LIMITS)
+    if kind(sandbox) == "interpreter":
+        assert result.error is not None and result.error.type == "NameError", result
+    else:
+        assert result.error is None and isinstance(result.value, list)
+    typo = await sandbox.run("lookpu(1)", tools={"lookup": lambda x: x}, limits=LIMITS)
+    assert typo.error is not None and typo.error.type == "NameError" and typo.error.origin == "code", typo
