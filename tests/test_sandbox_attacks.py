@@ -413,3 +413,35 @@ async def test_8_monty_answers_an_undefined_call_with_a_name_error_when_tools_ar
         assert result.error is None and isinstance(result.value, list)
     typo = await sandbox.run("lookpu(1)", tools={"lookup": lambda x: x}, limits=LIMITS)
     assert typo.error is not None and typo.error.type == "NameError" and typo.error.origin == "code", typo
+
+
+# ------------------------------------------------------------------ the host's environment (issue 12's snippet)
+async def test_the_hosts_environment_never_enters_the_sandbox(sandbox: Executor,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret")  # set after the fork server started: the Monty
+    result = await sandbox.run("import os\ndict(os.environ)", limits=LIMITS)  # pool and the next test cover before
+    if kind(sandbox) == "interpreter":
+        assert result.error is not None and "os.environ" in result.error.message, result
+    else:
+        assert "OPENAI_API_KEY" not in (result.value or {}), result
+
+
+async def test_the_process_sandbox_environment_is_the_documented_one_plus_env(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringzero.providers.executors import ProcessExecutor
+    from ringzero.providers.executors.process import SANDBOX_ENVIRONMENT
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret")  # as every provider example asks
+    executor = ProcessExecutor(warm=1, env={"REPORT_STYLE": "short"})
+    try:
+        seen = (await executor.run("import os\ndict(os.environ)")).value
+        assert executor._server is not None  # every run is a fork of it: its memory is theirs
+        raw = Path(f"/proc/{executor._server.pid}/environ").read_bytes().decode()  # noqa: ASYNC240
+    finally:
+        await executor.aclose()
+    expected = {*SANDBOX_ENVIRONMENT, "HOME", "TMPDIR", "PYTHONPATH", "REPORT_STYLE"}
+    if "LD_LIBRARY_PATH" in os.environ:
+        expected.add("LD_LIBRARY_PATH")
+    assert isinstance(seen, dict) and set(seen) == expected, seen
+    assert seen["REPORT_STYLE"] == "short" and seen["HOME"] == "/tmp"
+    assert "OPENAI_API_KEY" in os.environ and "sk-host-secret" not in raw, "the secret is in the sandbox's memory"
