@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
 import socket
 import threading
@@ -403,6 +404,22 @@ async def test_12_an_async_tool_call_cannot_finish_after_the_run_returned(sandbo
     assert result.value == 5, result
     await asyncio.sleep(0.6)
     assert finished == [] and result.tool_calls == ()
+
+
+async def test_12_a_keyword_the_host_bound_cannot_be_overridden_by_the_code(sandbox: Executor) -> None:
+    seen: list[str] = []
+
+    def search(query: str, api_key: str = "") -> str:
+        seen.append(api_key)
+        return query.upper()
+
+    tools = {"search": functools.partial(search, api_key="sk-host-secret")}
+    code = ("out = [search('a')]\ntry:\n    search('b', api_key='attacker')\nexcept TypeError as e:\n"
+            "    out.append(type(e).__name__)\nout")
+    result = await sandbox.run(code, tools=tools, limits=LIMITS)
+    assert result.value == ["A", "TypeError"], result
+    assert seen == ["sk-host-secret"], seen
+    assert "sk-host-secret" not in repr(result.tool_calls)
 
 
 async def test_8_monty_answers_an_undefined_call_with_a_name_error_when_tools_are_offered(sandbox: Executor) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import json
 import struct
@@ -159,7 +160,14 @@ async def answer_tool_call(message: dict[str, Any], tools: dict[str, Tool], call
 
 async def call_tool(tool: Tool, args: list[JSON], kwargs: dict[str, JSON]) -> Any:
     """Call a host tool off the event loop: awaited if it is async, else in a worker thread
-    (the thread's context carries the caller's, so a kernel process's ``ctx`` is seen there)."""
+    (the thread's context carries the caller's, so a kernel process's ``ctx`` is seen there).
+
+    A keyword the host bound with :func:`functools.partial` (``partial(search, api_key=KEY)``)
+    is the host's: the code naming it gets a ``TypeError`` rather than overriding it, so such a
+    keyword is a safe place for a secret. Any other parameter, defaults included, is the code's."""
+    fixed = sorted(set(kwargs) & set(tool.keywords)) if isinstance(tool, functools.partial) else []
+    if fixed:
+        raise TypeError(f"argument {fixed[0]!r} is fixed by the host and cannot be passed")
     if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
         return await tool(*args, **kwargs)
     result = await asyncio.to_thread(tool, *args, **kwargs)
