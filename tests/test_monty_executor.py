@@ -4,6 +4,8 @@ variables, a limit hit discards the session's state, and limits are always set."
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 
 from ringzero.core.types import ExecLimits
@@ -79,3 +81,42 @@ async def test_async_tools_gathered_by_async_style_code_overlap() -> None:
     single = await executor.run("x = await fetch(4)\nx", tools={"fetch": fetch})
     assert single.value == 40
     await executor.aclose()
+
+
+EXIT_AFTER_A_CANCELLED_RUN = '''
+import asyncio, sys
+from ringzero.providers.executors import MontyExecutor
+
+async def tick(i):
+    await asyncio.sleep(0.01)
+    return i
+
+async def main():
+    ex = MontyExecutor()
+    code = "total = 0\\nfor i in range(10000):\\n    total += tick(i)\\ntotal"
+    task = asyncio.ensure_future(ex.run(code, tools={"tick": tick}))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    if sys.argv[1] == "close":
+        await ex.aclose()
+    print("reached the end")
+
+asyncio.run(main())
+'''
+
+
+def test_the_interpreter_exits_cleanly_after_monty_runs_closed_or_not() -> None:
+    """pydantic-monty completes awaitables from its own threads; one caught mid-callback by
+    interpreter exit used to abort the process (exit 134) in about a third of these runs."""
+    outcomes = []
+    for attempt in range(8):
+        close = "close" if attempt % 2 else "leave-open"
+        done = subprocess.run([sys.executable, "-c", EXIT_AFTER_A_CANCELLED_RUN, close],
+                              capture_output=True, text=True, timeout=60)
+        assert "reached the end" in done.stdout, done.stderr
+        outcomes.append((close, done.returncode))
+    assert all(rc == 0 for _, rc in outcomes), outcomes

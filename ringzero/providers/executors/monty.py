@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import atexit
+import functools
 import inspect
 import time
 from collections.abc import Mapping
@@ -85,6 +87,7 @@ class MontyExecutor:
                 except Exception as exc:
                     raise ExecutorError(f"could not start Monty workers: {exc}") from exc
                 self._pool = pool
+                _hand_over_the_gil_at_exit()
         return self._pool
 
     def _resource_limits(self, limits: ExecLimits) -> dict[str, Any]:
@@ -115,6 +118,7 @@ class MontyExecutor:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.__aexit__(None, None, None)
+            await _let_monty_threads_finish()
 
 
 class MontySession:
@@ -315,6 +319,24 @@ class _Run:
             return {"exception": ValueError(refused)}
         self.calls.append(ToolCallRecord(name, args, kwargs, result))
         return {"return_value": result}
+
+
+@functools.cache
+def _hand_over_the_gil_at_exit() -> None:
+    """At interpreter exit (before finalization starts), do what ``aclose()`` does for pools
+    left open: let a pydantic-monty thread that is mid-callback return (see below)."""
+    atexit.register(time.sleep, 0.01)
+
+
+async def _let_monty_threads_finish() -> None:
+    """Give pydantic-monty's worker threads the GIL once, so none is left mid-callback.
+
+    pydantic-monty completes each awaitable from a tokio thread through
+    ``loop.call_soon_threadsafe``, which releases the GIL inside its self-pipe write. The loop
+    can run the queued callback before that write returns; if the program then exits, the
+    thread wakes into a finalizing interpreter and the process aborts (exit 134). A short
+    blocking wait in the loop's selector hands the GIL over so the thread can return first."""
+    await asyncio.sleep(0.01)
 
 
 class _ValueRefused(Exception):
