@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -17,6 +19,7 @@ from ringzero.core.errors import (
     ProcessStateError,
     RingzeroError,
 )
+from ringzero.core.types import Checkpoint
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
 
 
@@ -122,6 +125,63 @@ async def test_killing_a_parent_kills_its_live_children(kernel: Kernel) -> None:
     await parent.kill()
     child = kernel.get(parent.pid + 1)
     assert child.status is ProcessStatus.KILLED and parent.status is ProcessStatus.KILLED
+
+
+class HoldsOneWrite(MemoryCheckpointer):
+    """Holds the first write that ``holds`` picks until ``release`` is set: the moment a kill
+    may land while a spawn is half recorded."""
+
+    def __init__(self, holds: Callable[[Checkpoint], bool]) -> None:
+        super().__init__()
+        self.holds = holds
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        if not self.held.is_set() and self.holds(checkpoint):
+            self.held.set()
+            await self.release.wait()
+        await super().put(checkpoint)
+
+
+@pytest.mark.parametrize("held", ["the parent's spawn record", "the child's first record"])
+async def test_a_kill_that_lands_while_a_spawn_is_recorded_still_kills_the_child(held: str) -> None:
+    def holds(checkpoint: Checkpoint) -> bool:
+        if held == "the parent's spawn record":
+            return checkpoint.namespace == "journal" and checkpoint.metadata.get("kind") == "spawn"
+        return checkpoint.thread_id == "ringzero/processes" and checkpoint.id == f"{2:012d}"
+
+    store = HoldsOneWrite(holds)
+    async with Kernel(checkpointer=store) as kernel:
+        parent = await kernel.spawn(parent_with_child)
+        await store.held.wait()
+        kill = asyncio.ensure_future(parent.kill())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        store.release.set()
+        await kill
+        child = kernel.get(parent.pid + 1)
+        assert parent.status is ProcessStatus.KILLED
+        assert child.status is ProcessStatus.KILLED, child
+        stored = await kernel.store.load_process(child.pid)
+        assert stored is not None and stored.status is ProcessStatus.KILLED
+
+
+async def test_a_kill_survives_a_library_that_swallows_one_cancellation() -> None:
+    async def stubborn_tool() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # as Python 3.11's wait_for may
+            await asyncio.sleep(3600)
+        await asyncio.sleep(3600)
+
+    async def swallows_once(ctx: Context) -> None:
+        await ctx.tool(stubborn_tool)
+
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        p = await kernel.spawn(swallows_once)
+        while p.status is not ProcessStatus.RUNNING:
+            await asyncio.sleep(0.005)
+        await asyncio.wait_for(p.kill(), 30)  # a hang detector, not a speed claim
+        assert p.status is ProcessStatus.KILLED
 
 
 async def test_bad_input_gets_a_clear_error_and_loses_no_state(kernel: Kernel) -> None:

@@ -128,13 +128,14 @@ async def test_recv_with_timeout_returns_none(kernel: Kernel) -> None:
 
 async def test_child_gets_a_slice_of_the_budget_and_unspent_budget_is_refunded(kernel: Kernel) -> None:
     async def child(ctx: Context) -> float | None:
-        await ctx.sleep(0)
+        await ctx.recv()  # until its parent has looked at its own budget
         return ctx.remaining("steps")
 
     async def parent(ctx: Context) -> list[Any]:
         before = ctx.remaining("steps")
         handle = await ctx.spawn(child, limits=Limits(steps=40))
         during = ctx.remaining("steps")
+        await ctx.send(handle.pid, "go")
         child_left = await ctx.wait(handle)
         return [before, during, child_left, ctx.remaining("steps")]
 
@@ -143,7 +144,7 @@ async def test_child_gets_a_slice_of_the_budget_and_unspent_budget_is_refunded(k
     assert before == 100
     assert during == 100 - 1 - 40  # one step for the spawn syscall, 40 lent to the child
     assert child_left == 39  # the child spent one step
-    assert after == 100 - 1 - 1 - 1  # spawn, wait, and the child's one step: its other 39 came back
+    assert after == 100 - 1 - 1 - 1 - 1  # spawn, send, wait, and the child's one step: its other 39 came back
 
 
 async def test_a_child_cannot_ask_for_more_than_its_parent_has(kernel: Kernel) -> None:

@@ -330,16 +330,20 @@ class Context:
         child_limits = process.meter.carve(limits)
         child_priority = process.record.priority if priority is None else priority
 
+        created: list[int] = []
+
         async def live() -> dict[str, JSON]:
             child = await kernel.create(program, args, name=name, priority=child_priority,
                                         limits=child_limits, parent=process.pid)
+            created.append(child.pid)  # create() registered it with this process already
             return {"value": child.pid}
 
         fp = {"program": kernel.program_ref(program), "args": list(args), "name": name,
               "priority": child_priority, "limits": child_limits.to_dict()}
         outcome = await process.syscall("spawn", fp, fp["program"], live)  # type: ignore[arg-type]
         child_pid = int(outcome["value"])  # type: ignore[arg-type]
-        await kernel.adopt(process, child_pid, child_limits)
+        if not created:  # replayed after a crash: the child was loaded by recover()
+            await kernel.adopt(process, child_pid, child_limits)
         return kernel.get(child_pid)
 
     async def wait(self, child: ProcessHandle | int, timeout: float | None = None) -> JSON:

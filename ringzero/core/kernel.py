@@ -282,7 +282,6 @@ class Kernel:
             raise ProcessStateError(f"pid {parent} has {owner.status.value}; it cannot have new children")
         child_limits = owner.meter.carve(limits)  # as ctx.spawn does: a slice of the parent's budget
         process = await self.create(program, args, name=name, priority=priority, limits=child_limits, parent=parent)
-        await self.adopt(owner, process.pid, child_limits)
         return ProcessHandle(self, process.pid)
 
     def check_program(self, program: Any, args: Sequence[Any]) -> None:
@@ -317,9 +316,25 @@ class Kernel:
             pid=0, name=name or program.__name__, program=self.program_ref(program),
             args=list(args), priority=priority, limits=limits or Limits(), parent=parent,
         )
+        owner = None if parent is None else self._process(parent)
+        # The child is created in a task of its own that a kill of the parent cannot cut
+        # short: once its record is written it is in the table and in its parent's children,
+        # or stopped at once if the parent was killed meanwhile. Never a half-made child that
+        # runs on unseen, or a record that recover() would bring back to life.
+        creation = asyncio.ensure_future(self._create(record, program, owner))
+        if owner is not None:
+            owner.spawning.add(creation)
+            creation.add_done_callback(owner.spawning.discard)
+        return await asyncio.shield(creation)
+
+    async def _create(self, record: ProcessRecord, program: Program, owner: Process | None) -> Process:
         await self._write_new(record)
         process = Process(self, record, program, Journal(self.store, record.pid))
         self._procs[record.pid] = process
+        if owner is not None:
+            owner.children[record.pid] = record.limits
+            if owner.record.stop_reason is StopReason.KILLED:
+                process.request_stop(StopReason.KILLED)
         process.start()
         return process
 
@@ -361,13 +376,15 @@ class Kernel:
 
     async def kill(self, pid: int) -> None:
         process = self._process(pid)
+        if not process.status.terminal:
+            process.request_stop(StopReason.KILLED)  # first: from now on no child of it runs
+        while process.spawning:  # children being created land (and stop) before we walk them
+            await asyncio.gather(*process.spawning, return_exceptions=True)
         for child_pid in list(process.children):
             if child_pid in self._procs and not self._procs[child_pid].status.terminal:
                 await self.kill(child_pid)
-        if process.status.terminal:
-            return
-        process.request_stop(StopReason.KILLED)
-        await asyncio.shield(process.finished)
+        if not process.finished.done() and process.task is not None:
+            await asyncio.shield(process.finished)
 
     # ------------------------------------------------------------------ messages
     def check_message(self, pid: int, message: JSON, priority: int) -> None:

@@ -27,6 +27,8 @@ __all__ = ["Process", "Program"]
 
 Program = Callable[..., Awaitable[Any]]
 Outcome = dict[str, JSON]
+_RECANCEL_AFTER = 0.05
+"""Seconds after which a stop request that has not ended the process's task is repeated."""
 
 
 class Process:
@@ -53,6 +55,9 @@ class Process:
         self.ctx = Context(self)
         self.value: Any = None
         self.children: dict[int, Limits] = {}
+        """Live children's budget reservations, settled as each child ends."""
+        self.spawning: set[asyncio.Future[Process]] = set()
+        """Children whose creation is in flight (see ``Kernel.create``)."""
         self.task: asyncio.Task[None] | None = None
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._transition_seq = transition_seq
@@ -167,13 +172,23 @@ class Process:
             self.finished.set_result(None)
 
     def request_stop(self, reason: StopReason) -> None:
-        """Stop the process from outside its task (kill, wall-time watchdog)."""
+        """Stop the process from outside its task (kill, wall-time watchdog).
+
+        The stop holds until the process ends: a cancellation that library code swallows
+        (Python 3.11's ``asyncio.wait_for`` loses one that lands as its inner future
+        completes, and psycopg's pool waits with it) is delivered again until the task stops.
+        """
         if self.record.stop_reason is None:
             self.record.stop_reason = reason
         # A task cancelled before its first step would never run _main (which checks the stop
         # reason on entry instead); one that is finishing is already stopping.
         if self.task is not None and not self.task.done() and self._entered and not self._finishing:
             self.task.cancel()
+            asyncio.get_running_loop().call_later(_RECANCEL_AFTER, self._cancel_again)
+
+    def _cancel_again(self) -> None:
+        if self.record.stop_reason is not None:
+            self.request_stop(self.record.stop_reason)
 
     def _stop(self, reason: StopReason) -> NoReturn:
         """Stop the process from inside its own task, at a syscall."""
