@@ -14,7 +14,8 @@ from ringzero import Context, Kernel, LLMGate, RateLimit
 from ringzero.adapters.langchain import ChatModelProvider, KernelChatModel
 from ringzero.adapters.langgraph import KernelSaver, sandboxed
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import RateLimited
+from ringzero.core.errors import ProcessFailed, ProviderError, ProviderUnavailable, RateLimited
+from ringzero.core.gate import RetryPolicy
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.tool_bodies import word_stats
@@ -78,3 +79,37 @@ async def test_a_chat_models_429_becomes_rate_limited_with_its_retry_after() -> 
     with pytest.raises(RateLimited) as caught:
         await ChatModelProvider(Failing(messages=iter([]))).complete(LLMRequest(messages=()))
     assert caught.value.retry_after == 1.5
+
+
+@pytest.mark.parametrize(("raised", "expected", "retryable"), [
+    (TypeError("a bug in the model's code"), ProviderError, False),
+    (ValueError("a bad argument"), ProviderError, False),
+    (ConnectionResetError("peer reset"), ProviderUnavailable, True),
+    (type("APIConnectionError", (Exception,), {})("no route"), ProviderUnavailable, True),
+    (type("APITimeoutError", (Exception,), {})("took too long"), ProviderUnavailable, True),
+    (type("RateLimitError", (Exception,), {})("quota"), RateLimited, True),
+])
+async def test_a_chat_models_exception_is_mapped_by_kind_and_only_transient_ones_are_retried(
+        raised: Exception, expected: type[ProviderError], retryable: bool) -> None:
+    attempts = 0
+
+    class Failing(GenericFakeChatModel):
+        async def ainvoke(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+            nonlocal attempts
+            attempts += 1
+            raise raised
+
+    with pytest.raises(expected) as caught:
+        await ChatModelProvider(Failing(messages=iter([]))).complete(LLMRequest(messages=()))
+    assert type(caught.value) is expected and caught.value.retryable is retryable
+    assert type(raised).__name__ in str(caught.value)
+
+    async def program(ctx: Context) -> str:
+        return (await ctx.llm("hi")).content
+
+    attempts = 0
+    gate = LLMGate(ChatModelProvider(Failing(messages=iter([]))), retry=RetryPolicy(max_retries=2, base_delay=0.0))
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=gate) as kernel:
+        with pytest.raises(ProcessFailed):
+            await (await kernel.spawn(program)).wait()
+    assert attempts == (3 if retryable else 1)

@@ -101,6 +101,28 @@ async def test_tool_calls_cross_both_ways(vendor: str) -> None:
         assert [b["tool_use_id"] for b in sent["messages"][2]["content"]] == ["call_1", "call_2"]
 
 
+async def test_anthropic_thinking_blocks_are_kept_and_sent_back_with_their_turn() -> None:
+    thinking = [{"type": "thinking", "thinking": "Paris first.", "signature": "sig-abc"},
+                {"type": "redacted_thinking", "data": "opaque=="}]
+    script = [anthropic_answer("Let me look.", [("toolu_1", "weather", {"city": "Paris"})], thinking=thinking),
+              anthropic_answer("Sunny.")]
+    with vendor_server("anthropic", script) as server:
+        provider = AnthropicProvider("claude-test", base_url=server.url, api_key="ant-test")
+        question = Message("user", "Weather in Paris?")
+        first = await provider.complete(LLMRequest(messages=(question,), tools=(WEATHER,)))
+        assert first.content == "Let me look."
+        assert first.tool_calls == (ToolCall("toolu_1", "weather", {"city": "Paris"}),)
+        kept = Message.from_dict(first.message.to_dict())  # as the journal stores and replays it
+        result = Message("tool", "sunny", tool_call_id="toolu_1", name="weather")
+        await provider.complete(LLMRequest(messages=(question, kept, result), tools=(WEATHER,)))
+        await provider.aclose()
+    assistant_turn = server.requests[1].body["messages"][1]
+    assert assistant_turn["role"] == "assistant"
+    assert assistant_turn["content"] == [*thinking, {"type": "text", "text": "Let me look."},
+                                         {"type": "tool_use", "id": "toolu_1", "name": "weather",
+                                          "input": {"city": "Paris"}}]
+
+
 def rate_limit(vendor: str, headers: dict[str, str]) -> Reply:
     if vendor == "openai":
         return openai_error(429, "Rate limit reached for requests", "requests", "rate_limit_exceeded", headers)

@@ -60,8 +60,9 @@ def openai_error(status: int, message: str, kind: str, code: str | None = None, 
 
 def anthropic_answer(text: str = "", tool_uses: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
                      usage: tuple[int, int] = (12, 5), stop: str | None = None, model: str = "claude-test",
-                     cache_read: int = 0) -> Reply:
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+                     cache_read: int = 0, thinking: list[dict[str, Any]] = ()) -> Reply:  # type: ignore[assignment]
+    content: list[dict[str, Any]] = list(thinking)
+    content += [{"type": "text", "text": text}] if text else []
     content += [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in tool_uses]
     return Reply(200, {"id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": content,
                        "stop_reason": stop or ("tool_use" if tool_uses else "end_turn"), "stop_sequence": None,

@@ -157,11 +157,29 @@ class ChatModelProvider:
                            model=(getattr(reply, "response_metadata", None) or {}).get("model_name"))
 
 
+_TRANSIENT = ("timeout", "connection", "connect", "unavailable", "overloaded", "internalserver", "network")
+"""Words in an exception class's name (or its bases') that mark a failure worth retrying."""
+
+
 def _provider_error(exc: Exception) -> errors.ProviderError:
-    """A chat model's failure as the kernel's typed error, by the HTTP status it carries."""
+    """A chat model's failure as the kernel's typed error, by kind.
+
+    An HTTP status the exception carries decides first (429 is RateLimited with its
+    Retry-After, 5xx ProviderUnavailable, other 4xx BadRequest and friends). Without one, a
+    connection or timeout failure (by the standard library's types, or by the vendor SDK's
+    class names: ``APIConnectionError``, ``APITimeoutError``, ``ServiceUnavailableError``) may
+    pass on retry, so it is ProviderUnavailable. Anything else (a ``TypeError`` in the model,
+    a bad argument) would fail the same way again: a plain ProviderError, never retried."""
+    if isinstance(exc, errors.ProviderError):
+        return exc
     status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
     message = f"{type(exc).__name__}: {exc}"
-    if not isinstance(status, int):
+    if isinstance(status, int):
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        return provider_error(status, headers, message, "the chat model")
+    names = " ".join(cls.__name__.lower() for cls in type(exc).__mro__)
+    if "ratelimit" in names:
+        return errors.RateLimited(message)
+    if isinstance(exc, (ConnectionError, TimeoutError)) or any(word in names for word in _TRANSIENT):
         return errors.ProviderUnavailable(message)
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    return provider_error(status, headers, message, "the chat model")
+    return errors.ProviderError(message)

@@ -72,6 +72,11 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    blocks: tuple[dict[str, JSON], ...] = field(default=(), compare=False)
+    """The provider's own content blocks for this turn, as it sent them, where it sent some
+    the fields above cannot hold (Anthropic's ``thinking``, ``redacted_thinking``, server tool
+    results). A provider that reads them sends the turn back exactly so: a model that thinks
+    between tool calls needs its thinking back. Others ignore them."""
 
     def __post_init__(self) -> None:
         if self.role not in ("system", "user", "assistant", "tool"):
@@ -91,6 +96,8 @@ class Message:
             out["tool_call_id"] = self.tool_call_id
         if self.name is not None:
             out["name"] = self.name
+        if self.blocks:
+            out["blocks"] = [dict(b) for b in self.blocks]
         return out
 
     @classmethod
@@ -108,6 +115,7 @@ class Message:
             tool_calls=calls,
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
+            blocks=tuple(dict(b) for b in data.get("blocks") or ()),
         )
 
     @classmethod

@@ -89,11 +89,15 @@ class AnthropicProvider:
         text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         calls = tuple(ToolCall(str(b["id"]), str(b["name"]), dict(b.get("input") or {}))
                       for b in blocks if b.get("type") == "tool_use")
+        # Blocks the message fields cannot hold (thinking, redacted_thinking, server tool use)
+        # are kept, with the whole turn in order, so that the next request sends them back.
+        kept = tuple(dict(b) for b in blocks) if any(
+            isinstance(b, dict) and b.get("type") not in ("text", "tool_use") for b in blocks) else ()
         usage = data.get("usage") or {}
         read = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens",
                                                     "cache_read_input_tokens"))
         return LLMResponse(
-            message=Message("assistant", text, tool_calls=calls),
+            message=Message("assistant", text, tool_calls=calls, blocks=kept),
             usage=Usage(read, int(usage.get("output_tokens") or 0)),
             stop_reason=str(data.get("stop_reason") or "end_turn"),
             model=data.get("model") or request.model or self.model,
@@ -119,6 +123,8 @@ def _turns(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
     if message.role == "tool":
         return "user", [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}]
+    if message.role == "assistant" and message.blocks:
+        return "assistant", [dict(b) for b in message.blocks]  # as the model sent them
     blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
     if message.role == "assistant":
         blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in message.tool_calls]
