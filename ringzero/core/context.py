@@ -382,7 +382,8 @@ class Context:
 
         async def live() -> dict[str, JSON]:
             process.snapshot()
-            await kernel.store.save_process(process.record)
+            await kernel.store.save_state(process.record)
+            await kernel.store.save_status(process.record)
             return {"value": None}
 
         kernel = process.kernel

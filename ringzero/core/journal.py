@@ -33,25 +33,32 @@ class Journal:
     anything, so concurrent syscalls (a graph's parallel tool calls) get the same slots on
     every run, in the order the program started them, whatever order they finish in. A slot
     whose outcome was never recorded (in flight at a crash) simply runs live again.
+
+    Outcomes do not stay in memory: a new one is in the store once recorded, and a replayed
+    one is let go once served, so a long-lived process costs its journal's size on disk only.
     """
 
     def __init__(self, store: KernelStore, pid: int, entries: list[JournalEntry] | None = None) -> None:
         self._store = store
         self._pid = pid
         self._by_seq = {e.seq: e for e in entries or []}
+        self._last_recorded = max(self._by_seq, default=0)
+        self._loaded = len(self._by_seq)
         self._cursor = 0
 
     @property
     def replaying(self) -> bool:
         """True while syscalls before the last recorded one are being served."""
-        return self._cursor < max(self._by_seq, default=0)
+        return self._cursor < self._last_recorded
 
     @property
     def length(self) -> int:
-        return len(self._by_seq)
+        """How many outcomes the journal held when the process was loaded (0 for a new one)."""
+        return self._loaded
 
     @property
     def entries(self) -> tuple[JournalEntry, ...]:
+        """The recorded outcomes not yet served, in program order."""
         return tuple(self._by_seq[seq] for seq in sorted(self._by_seq))
 
     def take_slot(self, kind: str, fp: str, summary: str) -> tuple[int, dict[str, JSON] | None]:
@@ -67,10 +74,10 @@ class Journal:
                 f"but the resumed program now asks for {kind}({summary}); a program must make the "
                 "same syscalls in the same order when it is resumed"
             )
+        del self._by_seq[seq]
         return seq, entry.outcome
 
     async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> None:
         """Fill slot ``seq``; durable when this returns."""
-        entry = JournalEntry(seq, kind, fp, summary, outcome)
-        await self._store.append_journal(self._pid, entry)
-        self._by_seq[seq] = entry
+        await self._store.append_journal(self._pid, JournalEntry(seq, kind, fp, summary, outcome))
+        self._last_recorded = max(self._last_recorded, seq)

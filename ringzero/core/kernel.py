@@ -345,7 +345,7 @@ class Kernel:
             self._next_pid += 1
             record.pid = self._next_pid
             if not self.checkpointer.capabilities.claims:
-                await self.store.save_process(record)
+                await self.store.create_process(record)
                 return
             if await self.store.claim_process(record):
                 return

@@ -101,7 +101,7 @@ class Process:
         self._transition_seq += 1
         self.snapshot()
         await self.kernel.store.record_transition(self.pid, self._transition_seq, old, status, detail)
-        await self.kernel.store.save_process(self.record)
+        await self.kernel.store.save_status(self.record)
         self.kernel.emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
 
     def snapshot(self) -> None:
@@ -162,6 +162,8 @@ class Process:
             except NotSerializable:
                 self.record.result = repr(self.value)
         try:
+            # The result first: whoever reads an ended status finds what the process left.
+            await self.kernel.store.save_state(self.record)
             await self._set(status, reason.value)
         except BaseException as exc:
             if not self.finished.done():
@@ -215,7 +217,7 @@ class Process:
         self.record.paused = True
         self._resume.clear()
         self.snapshot()
-        await self.kernel.store.save_process(self.record)
+        await self.kernel.store.save_status(self.record)
 
     async def resume(self) -> None:
         self._check_alive("resume")
@@ -225,7 +227,7 @@ class Process:
         self._resume.set()
         if self.status is not ProcessStatus.PAUSED:  # paused before it reached a boundary
             self.snapshot()
-            await self.kernel.store.save_process(self.record)
+            await self.kernel.store.save_status(self.record)
 
     def _check_alive(self, what: str) -> None:
         if self.status.terminal:

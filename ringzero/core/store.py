@@ -6,13 +6,21 @@ checkpoints use, as compact JSON:
 =================================  ===========  ====================================
 thread                             namespace    one checkpoint per
 =================================  ===========  ====================================
-``ringzero/processes``             ``""``       process (its latest record, upserted)
+``ringzero/processes``             ``""``       process: what it is (written once, at spawn)
+``ringzero/processes``             status       process: where it is (small, per transition)
+``ringzero/processes``             state        process: ``ctx.state``, result, error (at
+                                                checkpoints and at exit)
 ``ringzero/process/<pid>``         transitions  lifecycle transition
 ``ringzero/process/<pid>``         journal      syscall result, in program order
 ``ringzero/process/<pid>``         mailbox      message delivered to the process
 =================================  ===========  ====================================
 
-Ids are zero-padded so that they sort in creation order, as the protocol requires.
+A process record is split so that what changes often is small: a transition writes two
+rows of a few hundred bytes, whatever the size of ``ctx.state``, which is written only when
+the program asks (``ctx.checkpoint()``) and when it ends. A record is read back by laying
+the status and state rows over the first one (a store written by an older ringzero, with
+whole records in the first row, reads the same). Ids are zero-padded so that they sort in
+creation order, as the protocol requires.
 """
 
 from __future__ import annotations
@@ -129,6 +137,10 @@ class JournalEntry:
     """``{"value": ...}`` for a result, or ``{"error": {"type", "message", ...}}``."""
 
 
+_STATUS_FIELDS = ("status", "stop_reason", "paused", "spent", "wall_seconds", "updated_at")
+_STATE_FIELDS = ("state", "result", "error")
+
+
 class KernelStore:
     """Reads and writes the kernel's records through any Checkpointer."""
 
@@ -136,29 +148,61 @@ class KernelStore:
         self.checkpointer = checkpointer
 
     async def save_process(self, record: ProcessRecord) -> None:
+        """Write the whole record (its three rows)."""
         await self.checkpointer.put(self._process_row(record))
+        await self.save_state(record)
+        await self.save_status(record)
+
+    async def save_status(self, record: ProcessRecord) -> None:
+        """Write where the process is: status, stop reason, pause flag, counters. Small."""
+        record.updated_at = time.time()
+        body = {name: value for name, value in record.to_json().items() if name in _STATUS_FIELDS}
+        await self.checkpointer.put(Checkpoint(thread_id=PROCESS_TABLE, namespace="status", id=_key(record.pid),
+                                               payload=dumps(body), metadata={"status": record.status.value}))
+
+    async def save_state(self, record: ProcessRecord) -> None:
+        """Write ``ctx.state``, the result and the error."""
+        body = {name: value for name, value in record.to_json().items() if name in _STATE_FIELDS}
+        await self.checkpointer.put(Checkpoint(thread_id=PROCESS_TABLE, namespace="state", id=_key(record.pid),
+                                               payload=dumps(body), metadata={}))
 
     async def claim_process(self, record: ProcessRecord) -> bool:
         """Write a new process's first record only if its pid is free in the store (False if
         another kernel on this store took the pid first). Needs ``capabilities.claims``."""
         return await self.checkpointer.claim(self._process_row(record))
 
+    async def create_process(self, record: ProcessRecord) -> None:
+        """Write a new process's first record (where the store cannot claim)."""
+        await self.checkpointer.put(self._process_row(record))
+
     @staticmethod
     def _process_row(record: ProcessRecord) -> Checkpoint:
         record.updated_at = time.time()
         return Checkpoint(thread_id=PROCESS_TABLE, namespace="", id=_key(record.pid), payload=dumps(record.to_json()),
-                          metadata={"status": record.status.value, "name": record.name})
+                          metadata={"name": record.name})
 
     async def load_processes(self) -> list[ProcessRecord]:
+        """Every process the store knows, by pid: three queries, whatever their number."""
+        layers: dict[str, dict[str, Any]] = {}
+        for namespace in ("status", "state"):
+            layers[namespace] = {cp.id: loads(cp.payload, f"process {namespace} {cp.id}")
+                                 async for cp in self.checkpointer.list(PROCESS_TABLE, namespace)}
         records = [
-            ProcessRecord.from_json(loads(cp.payload, f"process record {cp.id}"))
+            _merged(loads(cp.payload, f"process record {cp.id}"), layers["status"].get(cp.id),
+                    layers["state"].get(cp.id))
             async for cp in self.checkpointer.list(PROCESS_TABLE, "")
         ]
         return sorted(records, key=lambda r: r.pid)
 
     async def load_process(self, pid: int) -> ProcessRecord | None:
         cp = await self.checkpointer.get(PROCESS_TABLE, "", _key(pid))
-        return None if cp is None else ProcessRecord.from_json(loads(cp.payload, f"process record {pid}"))
+        if cp is None:
+            return None
+        status = await self.checkpointer.get(PROCESS_TABLE, "status", _key(pid))
+        state = await self.checkpointer.get(PROCESS_TABLE, "state", _key(pid))
+        return _merged(loads(cp.payload, f"process record {pid}"),
+                       None if status is None else loads(status.payload, f"process status {pid}"),
+                       None if state is None else loads(state.payload, f"process state {pid}"))
 
     async def max_pid(self) -> int:
         async for cp in self.checkpointer.list(PROCESS_TABLE, "", limit=1):
@@ -213,3 +257,8 @@ class KernelStore:
 
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
         return await self._read(pid, "mailbox")
+
+
+def _merged(first: dict[str, Any], status: dict[str, Any] | None, state: dict[str, Any] | None) -> ProcessRecord:
+    """A process record: its first row with the status and state rows laid over it."""
+    return ProcessRecord.from_json({**first, **(status or {}), **(state or {})})

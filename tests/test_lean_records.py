@@ -1,0 +1,73 @@
+"""Lean records (issue 13): what a transition writes, and what a finished process keeps in memory."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import tracemalloc
+
+from ringzero import Context, Kernel
+from ringzero.core.types import Checkpoint
+from ringzero.testing import MemoryCheckpointer, ScriptedProvider
+
+
+class CountsWrites(MemoryCheckpointer):
+    """Counts the checkpoints written and their payload bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+        self.bytes = 0
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        self.writes += 1
+        self.bytes += len(checkpoint.payload)
+        await super().put(checkpoint)
+
+
+async def holds_big_state(ctx: Context) -> int:
+    ctx.state["notes"] = "x" * 100_000
+    await ctx.sleep(0)
+    return 1
+
+
+async def test_a_transition_writes_a_small_row_whatever_the_size_of_ctx_state() -> None:
+    store = CountsWrites()
+    async with Kernel(checkpointer=store) as kernel:
+        assert await (await kernel.spawn(holds_big_state)).wait() == 1
+    # ctx.state is written once, at exit; the six transitions (ready, running, waiting,
+    # ready, running, exited) and the journal write a few hundred bytes each. Before the
+    # records were split, each transition rewrote the whole record: 404 KB for this process.
+    assert store.bytes < 110_000, f"{store.bytes} bytes written"
+    async with Kernel(checkpointer=store) as kernel:
+        [record] = await kernel.store.load_processes()
+        assert record.state == {"notes": "x" * 100_000} and record.result == 1
+
+
+async def chatty(ctx: Context, calls: int) -> int:
+    for _ in range(calls):
+        await ctx.llm("go")
+    return calls
+
+
+async def test_finished_processes_leave_their_llm_replies_in_the_store_not_in_memory() -> None:
+    replies = itertools.count()
+
+    def reply(request: object) -> str:  # a new 10 KB string per call, as from a real model
+        return f"{next(replies):08d}".ljust(10_000, "r")
+
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=ScriptedProvider(reply)) as kernel:
+        await (await kernel.spawn(chatty, 2)).wait()  # warm every code path up first
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        handles = [await kernel.spawn(chatty, 20) for _ in range(50)]
+        for handle in handles:
+            assert await handle.wait() == 20
+        del handles
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        in_store = 50 * 20 * 10_000  # what the store itself holds (it is in memory here)
+    # The replies (10 MB) are in the in-memory store; the kernel must not hold a second copy.
+    assert grown < in_store * 1.5, f"memory grew {grown / 1e6:.1f} MB for {in_store / 1e6:.1f} MB of replies"
