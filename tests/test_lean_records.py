@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import itertools
 import tracemalloc
+from pathlib import Path
 
-from ringzero import Context, Kernel
+from ringzero import Context, Kernel, ProcessStatus
+from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.types import Checkpoint
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
 
@@ -64,10 +67,48 @@ async def test_finished_processes_leave_their_llm_replies_in_the_store_not_in_me
         handles = [await kernel.spawn(chatty, 20) for _ in range(50)]
         for handle in handles:
             assert await handle.wait() == 20
-        del handles
+        del handles, handle
+        await asyncio.sleep(0)  # the loop lets go of the last callback it ran
         gc.collect()
+        assert kernel._procs == {} and len(kernel._ended) == 0
         grown = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         in_store = 50 * 20 * 10_000  # what the store itself holds (it is in memory here)
     # The replies (10 MB) are in the in-memory store; the kernel must not hold a second copy.
     assert grown < in_store * 1.5, f"memory grew {grown / 1e6:.1f} MB for {in_store / 1e6:.1f} MB of replies"
+
+
+async def test_a_finished_process_leaves_the_kernels_table_unless_something_holds_it(tmp_path: Path) -> None:
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db")) as kernel:
+        kept = await kernel.spawn(holds_big_state)
+        for _ in range(5):
+            await (await kernel.spawn(holds_big_state)).wait()
+        await kept.wait()
+        await asyncio.sleep(0)
+        gc.collect()
+        assert kernel._procs == {}  # nothing live
+        assert [row.pid for row in await kernel.ps()] == [kept.pid]  # held by its handle
+        assert kernel.get(kept.pid).result == 1
+        assert len(await kernel.ps(all=True)) == 6  # every record is still in the store
+        ended = await kernel.handle(2)  # read back from the store on demand
+        assert ended.status is ProcessStatus.EXITED and ended.result == 1
+
+
+async def test_recover_loads_only_unfinished_processes(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+        for _ in range(20):
+            await (await kernel.spawn(holds_big_state)).wait()
+        sleeper = await kernel.spawn(sleeps_long)
+        while sleeper.status is not ProcessStatus.WAITING:
+            await asyncio.sleep(0.005)
+    # the kernel shut down with the sleeper unfinished, as a host crash would leave it
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+        resumed = await kernel.recover()
+        assert [h.name for h in resumed] == ["sleeps_long"]
+        assert list(kernel._procs) == [resumed[0].pid]
+        await resumed[0].kill()
+
+
+async def sleeps_long(ctx: Context) -> None:
+    await ctx.sleep(3600)

@@ -342,9 +342,12 @@ class Context:
               "priority": child_priority, "limits": child_limits.to_dict()}
         outcome = await process.syscall("spawn", fp, fp["program"], live)  # type: ignore[arg-type]
         child_pid = int(outcome["value"])  # type: ignore[arg-type]
-        if not created:  # replayed after a crash: the child was loaded by recover()
+        if not created:  # replayed after a crash: the child was loaded by recover(), or has ended
             await kernel.adopt(process, child_pid, child_limits)
-        return kernel.get(child_pid)
+        handle = await kernel.handle(child_pid)
+        if not created:
+            process.offspring.append(handle._process)
+        return handle
 
     async def wait(self, child: ProcessHandle | int, timeout: float | None = None) -> JSON:
         """Wait for another process to end, without holding a run slot, and return its result.
@@ -356,11 +359,11 @@ class Context:
         process = self._process
         kernel = process.kernel
         pid = child if isinstance(child, int) else child.pid
-        target = kernel.get(pid)
+        target = child if not isinstance(child, int) else await kernel.handle(pid)
 
         async def live() -> dict[str, JSON]:
-            await asyncio.wait_for(asyncio.shield(kernel._process(pid).finished), timeout)
-            record = kernel._process(pid).record
+            await asyncio.wait_for(asyncio.shield(target._process.finished), timeout)
+            record = target._process.record
             if record.status is ProcessStatus.EXITED:
                 return {"value": record.result}
             reason = None if record.stop_reason is None else record.stop_reason.value

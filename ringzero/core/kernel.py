@@ -15,6 +15,7 @@ import asyncio
 import importlib
 import inspect
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,16 +86,13 @@ class ProcessInfo:
 class ProcessHandle:
     """What ``spawn`` returns: a process's pid and the calls that control it."""
 
-    def __init__(self, kernel: Kernel, pid: int) -> None:
+    def __init__(self, kernel: Kernel, process: Process) -> None:
         self._kernel = kernel
-        self.pid = pid
+        self._process = process  # a handle keeps its process's record in memory, the kernel does not
+        self.pid = process.pid
 
     def __repr__(self) -> str:
         return f"<ProcessHandle pid={self.pid} {self.name!r} {self.status.value}>"
-
-    @property
-    def _process(self) -> Process:
-        return self._kernel._process(self.pid)
 
     @property
     def name(self) -> str:
@@ -156,7 +154,7 @@ class ProcessHandle:
 
     async def kill(self) -> None:
         """Stop the process (and its live children) now, even mid-syscall; waits until recorded."""
-        await self._kernel.kill(self.pid)
+        await self._kernel._kill(self._process)
 
     async def send(self, message: JSON, *, priority: int = DEFAULT_PRIORITY) -> None:
         """Put a message in the process's mailbox (lower priority numbers are received first)."""
@@ -201,6 +199,10 @@ class Kernel:
         self.tools: dict[str, Tool] = dict(tools or {})
         self._gates = _gates(llm)
         self._procs: dict[int, Process] = {}
+        """Live processes. One that ends leaves this table for ``_ended``, where it stays only
+        while something holds it (a handle, its parent), so memory does not grow with the
+        number of processes a long-lived kernel has run."""
+        self._ended: weakref.WeakValueDictionary[int, Process] = weakref.WeakValueDictionary()
         self._listeners: list[Callable[[Event], None]] = []
         self._next_pid = 0
         self._started = False
@@ -232,7 +234,7 @@ class Kernel:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for process in self._procs.values():
+        for process in list(self._procs.values()):
             if not process.finished.done():
                 process.finished.set_exception(ProcessStateError(f"pid {process.pid}: the kernel shut down"))
             # Retrieved here, so that nobody is warned of it: a process stopped by the shutdown
@@ -276,13 +278,13 @@ class Kernel:
         self.check_program(program, args)
         if parent is None:
             process = await self.create(program, args, name=name, priority=priority, limits=limits, parent=None)
-            return ProcessHandle(self, process.pid)
+            return ProcessHandle(self, process)
         owner = self._process(parent)
         if owner.status.terminal:
             raise ProcessStateError(f"pid {parent} has {owner.status.value}; it cannot have new children")
         child_limits = owner.meter.carve(limits)  # as ctx.spawn does: a slice of the parent's budget
         process = await self.create(program, args, name=name, priority=priority, limits=child_limits, parent=parent)
-        return ProcessHandle(self, process.pid)
+        return ProcessHandle(self, process)
 
     def check_program(self, program: Any, args: Sequence[Any]) -> None:
         if not inspect.iscoroutinefunction(program):
@@ -333,6 +335,7 @@ class Kernel:
         self._procs[record.pid] = process
         if owner is not None:
             owner.children[record.pid] = record.limits
+            owner.offspring.append(process)
             if owner.record.stop_reason is StopReason.KILLED:
                 process.request_stop(StopReason.KILLED)
         process.start()
@@ -354,35 +357,62 @@ class Kernel:
     def _process(self, pid: int) -> Process:
         if isinstance(pid, bool) or not isinstance(pid, int):
             raise InvalidArgument(f"a pid is an integer, not {pid!r}")
-        try:
-            return self._procs[pid]
-        except KeyError:
-            raise ProcessNotFound(pid) from None
+        process = self._procs.get(pid) or self._ended.get(pid)
+        if process is None:
+            raise ProcessNotFound(pid)
+        return process
+
+    def retire(self, process: Process) -> None:
+        """A process has ended: it leaves the live table (see ``_procs``)."""
+        if self._procs.get(process.pid) is process:
+            del self._procs[process.pid]
+            self._ended[process.pid] = process
 
     def get(self, pid: int) -> ProcessHandle:
-        """The handle of a process this kernel runs or ran. Raises ProcessNotFound."""
-        self._process(pid)
-        return ProcessHandle(self, pid)
+        """The handle of a process this kernel runs, or ran and something still holds (a
+        handle, its parent). Raises ProcessNotFound; ``ps(all=True)`` reads every record."""
+        return ProcessHandle(self, self._process(pid))
+
+    async def handle(self, pid: int) -> ProcessHandle:
+        """Like ``get``, but a process that ended and is held by nothing is read from the store."""
+        try:
+            return self.get(pid)
+        except ProcessNotFound:
+            record = await self.store.load_process(pid)
+            if record is None or not record.status.terminal:
+                raise
+            return ProcessHandle(self, self._ended_process(record))
+
+    def _ended_process(self, record: ProcessRecord) -> Process:
+        ended = Process(self, record, _missing_program, Journal(self.store, record.pid))
+        ended.finished.set_result(None)
+        self._ended[record.pid] = ended
+        return ended
 
     async def ps(self, *, all: bool = False) -> list[ProcessInfo]:
-        """This kernel's processes by pid; with ``all``, every process the store knows."""
-        for process in self._procs.values():
+        """This kernel's live processes, and ended ones something still holds, by pid; with
+        ``all``, every process the store knows."""
+        held = {**self._ended, **self._procs}
+        for process in held.values():
             process.snapshot()
-        rows = {pid: ProcessInfo.of(p.record) for pid, p in self._procs.items()}
+        rows = {pid: ProcessInfo.of(p.record) for pid, p in held.items()}
         if all:
             for record in await self.store.load_processes():
                 rows.setdefault(record.pid, ProcessInfo.of(record))
         return [rows[pid] for pid in sorted(rows)]
 
     async def kill(self, pid: int) -> None:
-        process = self._process(pid)
+        """Stop process ``pid`` and its live children; waits until each end is recorded."""
+        await self._kill(self._process(pid))
+
+    async def _kill(self, process: Process) -> None:
         if not process.status.terminal:
             process.request_stop(StopReason.KILLED)  # first: from now on no child of it runs
         while process.spawning:  # children being created land (and stop) before we walk them
             await asyncio.gather(*process.spawning, return_exceptions=True)
         for child_pid in list(process.children):
-            if child_pid in self._procs and not self._procs[child_pid].status.terminal:
-                await self.kill(child_pid)
+            if child_pid in self._procs:
+                await self._kill(self._procs[child_pid])
         if not process.finished.done() and process.task is not None:
             await asyncio.shield(process.finished)
 
@@ -414,6 +444,7 @@ class Kernel:
 
     def child_finished(self, child: Process) -> None:
         parent = self._procs.get(child.record.parent) if child.record.parent is not None else None
+        self.retire(child)
         if parent is not None and child.pid in parent.children:
             parent.meter.settle(parent.children.pop(child.pid), child.meter.spent)
 
@@ -428,13 +459,8 @@ class Kernel:
         await self.start()
         to_start: list[Process] = []
         for record in await self.store.load_processes():
-            if record.pid in self._procs:
-                continue
-            if record.status.terminal:  # kept so that a resumed parent can still wait() on it
-                ended = Process(self, record, _missing_program, Journal(self.store, record.pid))
-                ended.finished.set_result(None)
-                self._procs[record.pid] = ended
-                continue
+            if record.pid in self._procs or record.status.terminal:
+                continue  # an ended one is read from the store if a resumed parent asks for it
             program = _resolve(record, programs or {})
             journal = Journal(self.store, record.pid, await self.store.journal(record.pid))
             process = Process(
@@ -455,7 +481,7 @@ class Kernel:
             to_start.append(process)
         for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
             process.start()
-        return [ProcessHandle(self, process.pid) for process in to_start]
+        return [ProcessHandle(self, process) for process in to_start]
 
 
 def _received_seq(outcome: Mapping[str, Any]) -> int:

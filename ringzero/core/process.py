@@ -56,6 +56,8 @@ class Process:
         self.value: Any = None
         self.children: dict[int, Limits] = {}
         """Live children's budget reservations, settled as each child ends."""
+        self.offspring: list[Process] = []
+        """The children it spawned, held so that their handles work while it is held."""
         self.spawning: set[asyncio.Future[Process]] = set()
         """Children whose creation is in flight (see ``Kernel.create``)."""
         self.task: asyncio.Task[None] | None = None
