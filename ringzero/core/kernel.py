@@ -324,6 +324,7 @@ class Kernel:
         # or stopped at once if the parent was killed meanwhile. Never a half-made child that
         # runs on unseen, or a record that recover() would bring back to life.
         creation = asyncio.ensure_future(self._create(record, program, owner))
+        creation.add_done_callback(_retrieved)  # its caller may be gone (killed) when it fails
         if owner is not None:
             owner.spawning.add(creation)
             creation.add_done_callback(owner.spawning.discard)
@@ -392,7 +393,8 @@ class Kernel:
     async def ps(self, *, all: bool = False) -> list[ProcessInfo]:
         """This kernel's live processes, and ended ones something still holds, by pid; with
         ``all``, every process the store knows."""
-        held = {**self._ended, **self._procs}
+        held = dict(self._ended.items())  # items() iterates safely while the collector runs
+        held.update(self._procs)
         for process in held.values():
             process.snapshot()
         rows = {pid: ProcessInfo.of(p.record) for pid, p in held.items()}
@@ -482,6 +484,12 @@ class Kernel:
         for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
             process.start()
         return [ProcessHandle(self, process) for process in to_start]
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a background future's exception as seen (whoever awaits it still gets it)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _received_seq(outcome: Mapping[str, Any]) -> int:
