@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ringzero.agents import CodeAgent, RecursiveAgent, TaskManager, ToolRegistry, create_agent, execute_task
-from ringzero.core.errors import InvalidArgument, NoProvider
+from ringzero.core.errors import Closed, InvalidArgument, NoProvider
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests import agent_tools
@@ -157,11 +157,13 @@ def test_tasks_run_in_the_background_and_report_their_status(tmp_path: Path) -> 
         results = [manager.wait_for_task(i) for i in ids]
         listing = manager.list_tasks()
         status = manager.get_status(ids[0])
+        with pytest.raises(InvalidArgument, match="looks like 'task-12'"):
+            TaskManager(agent).get_status("12")
     assert all(r.answer == expected_totals(1000) and r.error is None for r in results)
     assert [t["id"] for t in listing] == ids and all(t["status"] == "exited" for t in listing)
     assert status["task"] == "Sales by region, run 0" and status["done"] and status["llm_calls"] == 2
-    with pytest.raises(InvalidArgument, match="looks like 'task-12'"):
-        TaskManager(agent).get_status("12")
+    with pytest.raises(Closed, match="closed"):  # a closed agent says so; it does not start a new kernel
+        manager.get_status(ids[0])
 
 
 async def test_a_task_can_be_cancelled(tmp_path: Path) -> None:

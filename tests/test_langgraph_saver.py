@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 
 from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import RingzeroError
+from ringzero.core.errors import WrongEventLoop
 from ringzero.core.protocols import Checkpointer
 from tests.postgres import fresh_database
 
@@ -112,10 +112,11 @@ def test_a_sync_call_from_the_savers_own_loop_is_refused_not_deadlocked() -> Non
     async def inside() -> None:
         saver.get_tuple(config)
 
-    assert saver._bridge.loop is not None
-    future = asyncio.run_coroutine_threadsafe(inside(), saver._bridge.loop)
-    with pytest.raises(RingzeroError, match="its own event loop thread"):
+    assert saver._home.loop is not None
+    future = asyncio.run_coroutine_threadsafe(inside(), saver._home.loop)
+    with pytest.raises(WrongEventLoop, match="synchronously on the event loop it runs on"):
         future.result(timeout=5)
+    saver.close()
 
 
 class Count(TypedDict):

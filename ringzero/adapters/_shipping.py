@@ -12,13 +12,17 @@ import ast
 import builtins
 import inspect
 import textwrap
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
+from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, ToolFailed
+from ringzero.core.loops import LoopHome, run_on
 from ringzero.core.protocols import Executor
 
 __all__ = ["ExecutorChoice", "call_code", "run_shipped", "shippable_source"]
+
+T = TypeVar("T")
 
 ARGUMENTS = "ringzero_tool_arguments"
 """The input that carries a sandboxed call's keyword arguments into the sandbox."""
@@ -27,17 +31,20 @@ ARGUMENTS = "ringzero_tool_arguments"
 class ExecutorChoice:
     """The executor a tool runs in: the one it was given; else, inside a kernel process, the
     kernel's (so ``Kernel(executor=...)`` decides for a whole graph or crew); else a Monty
-    executor of its own, started when first needed."""
+    executor of its own, started when first needed.
 
-    def __init__(self, given: Executor | None) -> None:
+    Outside a kernel process the executor lives on the choice's one loop (``home``): sync
+    calls from any thread and async calls from any loop run there. ``close()`` stops that
+    loop's thread and the Monty executor the choice made (a given one is the caller's)."""
+
+    def __init__(self, given: Executor | None, owner: str) -> None:
         self.given = given
         self._own: Executor | None = None
+        self.home = LoopHome(owner)
 
     def get(self) -> Executor:
         if self.given is not None:
             return self.given
-        from ringzero.core.context import Context
-
         ctx = Context.current()
         if ctx is not None:
             return ctx.executor
@@ -46,6 +53,31 @@ class ExecutorChoice:
 
             self._own = MontyExecutor()
         return self._own
+
+    async def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Await ``make()``: inside a kernel process where the caller is, else on the home loop."""
+        if Context.current() is not None:
+            return await make()
+        return await self.home.run(make())
+
+    def run_sync(self, make: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
+        """``run`` for sync callers: on the kernel's loop inside a process, else the home loop."""
+        ctx = Context.current()
+        if ctx is not None:
+            return run_on(ctx.loop, make(), what)
+        return self.home.run_sync(make(), what)
+
+    def close(self) -> None:
+        own, self._own = self._own, None
+        if own is not None and not self.home.closed:
+            self.home.run_sync(own.aclose(), f"closing {self.home.owner}")
+        self.home.close()
+
+    async def aclose(self) -> None:
+        own, self._own = self._own, None
+        if own is not None and not self.home.closed:
+            await self.home.run(own.aclose())
+        await self.home.aclose()
 
 
 def call_code(source: str, function_name: str) -> str:

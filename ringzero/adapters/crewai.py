@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ringzero.adapters._bridge import LoopThread, run_in_process
 from ringzero.adapters._shipping import (
     ARGUMENTS,
     ExecutorChoice,
@@ -35,6 +34,7 @@ from ringzero.adapters._shipping import (
 from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed
 from ringzero.core.gate import LLMGate
+from ringzero.core.loops import LoopHome, forward, run_on
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
 from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message
 
@@ -49,15 +49,19 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = ["CodeExecutionTool", "KernelFlowPersistence", "KernelLLM", "SandboxedTool", "kickoff", "sandboxed"]
 
-_BRIDGE = LoopThread("ringzero-crewai")
-
-
 # ---------------------------------------------------------------- tools
 class SandboxedTool(BaseTool):
     """A CrewAI tool whose body runs in a ringzero executor (made by ``sandboxed``)."""
 
     _code: str = PrivateAttr()
     _runner: ExecutorChoice = PrivateAttr()
+
+    def close(self) -> None:
+        """Stop the tool's own loop thread and Monty executor, if it started them."""
+        self._runner.close()
+
+    async def aclose(self) -> None:
+        await self._runner.aclose()
 
     def _run(self, **arguments: Any) -> Any:
         result = _execute(self._code, {ARGUMENTS: arguments}, {}, self._runner, f"crewai_tool:{self.name}")
@@ -89,7 +93,7 @@ def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | None = N
     wrapped = SandboxedTool(name=template.name, description=_plain_description(template),
                             args_schema=template.args_schema)
     wrapped._code = code
-    wrapped._runner = ExecutorChoice(executor)
+    wrapped._runner = ExecutorChoice(executor, f"the sandboxed tool {template.name!r}")
     return wrapped
 
 
@@ -128,7 +132,14 @@ class CodeExecutionTool(BaseTool):
                         "print summaries.")
         super().__init__(**data)
         self._host = host
-        self._runner = ExecutorChoice(executor)
+        self._runner = ExecutorChoice(executor, "the run_python tool")
+
+    def close(self) -> None:
+        """Stop the tool's own loop thread and Monty executor, if it started them."""
+        self._runner.close()
+
+    async def aclose(self) -> None:
+        await self._runner.aclose()
 
     def _run(self, code: str) -> str:
         return _execute(code, {}, self._host, self._runner, "crewai_code").for_model(self.max_output)
@@ -148,20 +159,20 @@ def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: 
              journal_name: str) -> ExecResult:
     """Run code from a CrewAI worker thread: as a journaled syscall inside a kernel process
     (``ctx.exec`` in the kernel's executor, or a tool syscall around a given executor), else on
-    the private loop."""
+    the tool's own loop."""
     ctx = Context.current()
     what = f"the sandboxed tool {journal_name!r}"
     if ctx is None:
-        return _BRIDGE.run(runner.get().run(code, inputs=inputs, tools=tools), what)
+        return runner.run_sync(lambda: runner.get().run(code, inputs=inputs, tools=tools), what)
     if runner.given is None:
-        return run_in_process(ctx, ctx.exec(code, inputs=inputs, tools=tools), what)
+        return run_on(ctx.loop, ctx.exec(code, inputs=inputs, tools=tools), what)
     given = runner.given
 
     async def run_given() -> Any:
         return (await given.run(code, inputs=inputs, tools=tools)).to_dict()
 
     run_given.__qualname__ = journal_name
-    recorded: Any = run_in_process(ctx, ctx.tool(run_given), what)
+    recorded: Any = run_on(ctx.loop, ctx.tool(run_given), what)
     return ExecResult.from_dict(recorded)
 
 
@@ -188,6 +199,7 @@ class KernelLLM(BaseLLM):
     priority: int = 10
     context_window: int = 128_000
     _gate: LLMGate | None = PrivateAttr(default=None)
+    _owns_gate: bool = PrivateAttr(default=False)
 
     def __init__(self, provider: LLMProvider | LLMGate | None = None, **data: Any) -> None:
         inner = provider.provider if isinstance(provider, LLMGate) else provider
@@ -195,15 +207,25 @@ class KernelLLM(BaseLLM):
         super().__init__(**data)
         if provider is not None:
             self._gate = provider if isinstance(provider, LLMGate) else LLMGate(provider)
+            self._owns_gate = self._gate is not provider
+
+    def close(self) -> None:
+        """Close the gate this LLM made for its provider (a gate given is the caller's)."""
+        if self._owns_gate and self._gate is not None:
+            self._gate.close()
+
+    async def aclose(self) -> None:
+        if self._owns_gate and self._gate is not None:
+            await self._gate.aclose()
 
     def call(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
              from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> str:
         request = self._request(messages)
         ctx = Context.current()
         if ctx is not None:
-            response = run_in_process(ctx, self._ask_in_process(ctx, request), "KernelLLM.call")
+            response = run_on(ctx.loop, self._ask_in_process(ctx, request), "KernelLLM.call")
         else:
-            response = _BRIDGE.run(self._ask_gate(request), "KernelLLM.call")
+            response = self._own_gate().home.run_sync(self._ask_gate(request), "KernelLLM.call")
         return self._answer(response)
 
     async def acall(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
@@ -211,12 +233,11 @@ class KernelLLM(BaseLLM):
         request = self._request(messages)
         ctx = Context.current()
         if ctx is None:
-            response = await _BRIDGE.arun(self._ask_gate(request))
+            response = await self._ask_gate(request)  # the gate runs it on its own loop
         elif asyncio.get_running_loop() is ctx.loop:
             response = await self._ask_in_process(ctx, request)
         else:
-            future = asyncio.run_coroutine_threadsafe(self._ask_in_process(ctx, request), ctx.loop)
-            response = await asyncio.wrap_future(future)
+            response = await forward(ctx.loop, self._ask_in_process(ctx, request))
         return self._answer(response)
 
     def get_context_window_size(self) -> int:
@@ -244,11 +265,14 @@ class KernelLLM(BaseLLM):
         return await ctx.llm(list(request.messages), model=request.model, max_tokens=request.max_tokens,
                              temperature=request.temperature, stop=request.stop, provider=self.kernel_provider)
 
-    async def _ask_gate(self, request: LLMRequest) -> LLMResponse:
+    def _own_gate(self) -> LLMGate:
         if self._gate is None:
             raise NoProvider("KernelLLM has no provider and is not running inside a kernel process: "
                              "pass KernelLLM(provider) or run the crew with kickoff() in a kernel process")
-        return await self._gate.complete(request, priority=self.priority)
+        return self._gate
+
+    async def _ask_gate(self, request: LLMRequest) -> LLMResponse:
+        return await self._own_gate().complete(request, priority=self.priority)
 
     def _answer(self, response: LLMResponse) -> str:
         usage = response.usage
@@ -275,19 +299,26 @@ class KernelFlowPersistence(FlowPersistence):
 
     Each save is one checkpoint on thread ``crewai-flow:<flow id>``, so the newest one is what
     a restarted flow loads (``flow.kickoff(inputs={"id": ...})``). Pending human feedback is
-    kept in the same thread's ``pending`` namespace. Give it a checkpointer of its own (it runs
-    the store on a private event loop); several may share one SQLite file.
+    kept in the same thread's ``pending`` namespace. CrewAI calls it synchronously: the
+    checkpointer lives on one loop (``ringzero.core.loops``), a private thread unless a loop
+    already uses it, which ``close()`` stops (the checkpointer itself stays the caller's).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     persistence_type: str = "KernelFlowPersistence"
     _store: Checkpointer = PrivateAttr()
+    _home: LoopHome = PrivateAttr()
 
     def __init__(self, checkpointer: Checkpointer, **data: Any) -> None:
         if not callable(getattr(checkpointer, "put", None)):
             raise InvalidArgument(f"KernelFlowPersistence needs a ringzero Checkpointer, not {checkpointer!r}")
         super().__init__(**data)
         self._store = checkpointer
+        self._home = LoopHome("KernelFlowPersistence")
+
+    def close(self) -> None:
+        """Stop the private loop thread, if one was started."""
+        self._home.close()
 
     def init_db(self) -> None:
         """Nothing to create: the checkpointer makes its schema when first used."""
@@ -296,7 +327,7 @@ class KernelFlowPersistence(FlowPersistence):
         self._put(flow_uuid, "", _state_dict(state_data), {"method": method_name})
 
     def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
-        record = _BRIDGE.run(self._store.get(_thread(flow_uuid), ""), "KernelFlowPersistence.load_state")
+        record = self._home.run_sync(self._store.get(_thread(flow_uuid), ""), "KernelFlowPersistence.load_state")
         return None if record is None else dict(json.loads(record.payload))
 
     def save_pending_feedback(self, flow_uuid: str, context: Any, state_data: dict[str, Any] | BaseModel) -> None:
@@ -307,7 +338,7 @@ class KernelFlowPersistence(FlowPersistence):
     def load_pending_feedback(self, flow_uuid: str) -> tuple[dict[str, Any], Any] | None:
         from crewai.flow.async_feedback.types import PendingFeedbackContext
 
-        record = _BRIDGE.run(self._store.get(_thread(flow_uuid), "pending"), "KernelFlowPersistence")
+        record = self._home.run_sync(self._store.get(_thread(flow_uuid), "pending"), "KernelFlowPersistence")
         if record is None or not record.metadata.get("pending"):
             return None
         body = json.loads(record.payload)
@@ -320,7 +351,7 @@ class KernelFlowPersistence(FlowPersistence):
         checkpoint_id = f"{time.time_ns():020d}.{next(_SEQUENCE):08d}"  # newest sorts last, across processes
         payload = json.dumps(body, default=_json_default).encode()
         record = Checkpoint(_thread(flow_uuid), namespace, checkpoint_id, payload, metadata=metadata)
-        _BRIDGE.run(self._store.put(record), "KernelFlowPersistence")
+        self._home.run_sync(self._store.put(record), "KernelFlowPersistence")
 
 
 def _thread(flow_uuid: str) -> str:

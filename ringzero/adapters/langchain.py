@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ringzero.adapters._bridge import LoopThread
 from ringzero.core import errors
 from ringzero.core.context import Context
 from ringzero.core.errors import MissingExtra
 from ringzero.core.gate import LLMGate
+from ringzero.core.loops import run_on
 from ringzero.core.protocols import LLMProvider, ProviderCapabilities
 from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
 from ringzero.providers.llm._http import provider_error
@@ -27,14 +27,11 @@ try:
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.utils.function_calling import convert_to_openai_tool
-    from pydantic import ConfigDict, Field
+    from pydantic import ConfigDict, Field, PrivateAttr
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.langchain", "langgraph") from exc
 
 __all__ = ["ChatModelProvider", "KernelChatModel", "from_langchain", "to_langchain"]
-
-_BRIDGE = LoopThread("ringzero-chat-model")
-
 
 def _text(content: Any) -> str:
     if isinstance(content, str):
@@ -84,12 +81,38 @@ class KernelChatModel(BaseChatModel):
     max_tokens: int | None = None
     temperature: float | None = None
     priority: int = 10
+    _owns_gate: bool = PrivateAttr(default=False)
 
     def __init__(self, provider: LLMProvider | LLMGate | None = None, **kwargs: Any) -> None:
         """Inside a kernel process every call is ``ctx.llm`` (journaled, budgeted, through the
-        kernel's gate named ``kernel_provider``); outside one, it passes ``provider``'s gate."""
+        kernel's gate named ``kernel_provider``); outside one, it passes ``provider``'s gate
+        (a provider gets a gate of its own, which ``close()`` closes; a gate given is the
+        caller's to close). Sync and async calls, from any thread or loop, run on the gate's
+        one loop (see ``ringzero.core.loops``)."""
         gate = provider if isinstance(provider, LLMGate) or provider is None else LLMGate(provider)
         super().__init__(gate=gate, **kwargs)  # type: ignore[call-arg]  # pydantic fields as keywords
+        self._owns_gate = gate is not None and gate is not provider
+
+    def close(self) -> None:
+        """Close the gate this model made (its private loop thread and connections)."""
+        if self._owns_gate and self.gate is not None:
+            self.gate.close()
+
+    async def aclose(self) -> None:
+        if self._owns_gate and self.gate is not None:
+            await self.gate.aclose()
+
+    def __enter__(self) -> KernelChatModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> KernelChatModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     @property
     def _llm_type(self) -> str:
@@ -129,7 +152,12 @@ class KernelChatModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        return _BRIDGE.run(self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
+        ctx = Context.current()
+        if ctx is not None:  # a framework's worker thread inside a kernel process
+            return run_on(ctx.loop, self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
+        if self.gate is None:
+            raise errors.NoProvider("KernelChatModel has no provider and is not running inside a kernel process")
+        return self.gate.home.run_sync(self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
 
 
 class ChatModelProvider:

@@ -14,22 +14,55 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ringzero.adapters._bridge import LoopThread
 from ringzero.adapters._shipping import ExecutorChoice, call_code, run_shipped, shippable_source
 from ringzero.core.errors import InvalidArgument, MissingExtra, ToolFailed
 from ringzero.core.protocols import Executor
 
 try:
     from langchain_core.tools import BaseTool, StructuredTool, ToolException
+    from pydantic import PrivateAttr
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.langgraph tools", "langgraph") from exc
 
-__all__ = ["code_tool", "sandboxed", "shippable_source"]
-
-_BRIDGE = LoopThread("ringzero-langchain-tools")
+__all__ = ["ExecutorTool", "code_tool", "sandboxed", "shippable_source"]
 
 
-def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executor | None = None) -> StructuredTool:
+class ExecutorTool(StructuredTool):
+    """A LangChain tool that runs in a ringzero executor (made by ``sandboxed``/``code_tool``).
+
+    Outside a kernel process its executor lives on one loop of its own (a private thread once
+    it is called synchronously): ``close()``/``aclose()``, or ``with``, stop it and the Monty
+    executor the tool started; an executor you passed is yours to close.
+    """
+
+    _runner: ExecutorChoice = PrivateAttr()
+
+    def close(self) -> None:
+        self._runner.close()
+
+    async def aclose(self) -> None:
+        await self._runner.aclose()
+
+    def __enter__(self) -> ExecutorTool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> ExecutorTool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _executor_tool(runner: ExecutorChoice, **fields: Any) -> ExecutorTool:
+    tool = ExecutorTool(**fields)
+    tool._runner = runner
+    return tool
+
+
+def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executor | None = None) -> ExecutorTool:
     """A LangChain tool like ``tool_or_function`` whose body runs in ``executor`` (by default the
     kernel's executor inside a kernel process, Monty elsewhere).
 
@@ -48,24 +81,27 @@ def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executo
     template = tool_or_function if isinstance(tool_or_function, BaseTool) else StructuredTool.from_function(
         fn, description=fn.__doc__ or fn.__name__)
     code = call_code(source, fn.__name__)
-    runner = ExecutorChoice(executor)
+    runner = ExecutorChoice(executor, f"the sandboxed tool {template.name!r}")
 
-    async def arun(**kwargs: Any) -> Any:
+    async def call(**kwargs: Any) -> Any:
         try:
             return await run_shipped(runner.get(), code, kwargs, template.name)
         except ToolFailed as exc:
             raise ToolException(f"{exc.error_type}: {exc.error_message}") from exc
 
-    def run(**kwargs: Any) -> Any:
-        return _BRIDGE.run(arun(**kwargs), f"the sandboxed tool {template.name!r}")
+    async def arun(**kwargs: Any) -> Any:
+        return await runner.run(lambda: call(**kwargs))
 
-    return StructuredTool(name=template.name, description=template.description,
+    def run(**kwargs: Any) -> Any:
+        return runner.run_sync(lambda: call(**kwargs), f"the sandboxed tool {template.name!r}")
+
+    return _executor_tool(runner, name=template.name, description=template.description,
                           args_schema=template.get_input_schema(), func=run, coroutine=arun,
                           handle_tool_error=getattr(template, "handle_tool_error", False))
 
 
 def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor | None = None,
-              max_output: int = 4000) -> StructuredTool:
+              max_output: int = 4000) -> ExecutorTool:
     """A ``run_python(code)`` tool: the model's code calls ``tools`` as functions in the sandbox."""
     host: dict[str, Callable[..., Any]] = {}
     lines = []
@@ -75,18 +111,23 @@ def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor
         host[tool.name] = _host_call(tool)
         fields = _argument_names(tool)
         lines.append(f"- {tool.name}({', '.join(fields)}): {tool.description.strip().splitlines()[0]}")
-    runner = ExecutorChoice(executor)
+    runner = ExecutorChoice(executor, "the run_python tool")
     description = ("Run Python code. These functions are available inside it and return their results "
                    "directly:\n" + "\n".join(lines) + "\nOnly what the code prints and the value of its last "
                    "expression come back; keep large data inside the code and print summaries.")
 
-    async def arun(code: str) -> str:
+    async def call(code: str) -> str:
         return (await runner.get().run(code, tools=host)).for_model(max_output)
 
-    def run(code: str) -> str:
-        return _BRIDGE.run(arun(code), "run_python")
+    async def arun(code: str) -> str:
+        return await runner.run(lambda: call(code))
 
-    return StructuredTool.from_function(func=run, coroutine=arun, name="run_python", description=description)
+    def run(code: str) -> str:
+        return runner.run_sync(lambda: call(code), "run_python")
+
+    template = StructuredTool.from_function(func=run, coroutine=arun, name="run_python", description=description)
+    return _executor_tool(runner, name=template.name, description=template.description,
+                          args_schema=template.args_schema, func=run, coroutine=arun)
 
 
 def _host_call(tool: BaseTool) -> Callable[..., Any]:

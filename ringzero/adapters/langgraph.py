@@ -8,9 +8,12 @@ its payload the serializer's typed bytes of the checkpoint and its metadata, and
 of the metadata kept beside it for ``list(filter=...)``. Writes keep LangGraph's rules:
 special channels (errors, interrupts, resumes) are replaced, ordinary writes never are.
 
-Async methods run on the caller's loop. Sync methods (``graph.invoke``) run on a private
-event loop thread, so they never deadlock the caller's loop; called from inside that private
-loop itself they refuse with an error instead of waiting on themselves.
+The checkpointer lives on one event loop (``ringzero.core.loops``): the loop that first uses
+the saver, or, when a sync graph (``graph.invoke``) comes first, a private thread the saver
+owns. Calls from any other loop or thread run there; a blocking call on that loop's own
+thread is refused with ``WrongEventLoop`` instead of waiting on itself. ``close()``/``aclose()``
+(or ``with``/``async with``) stop the private thread, and close the checkpointer when the
+saver opened it (``KernelSaver.from_conn_string(...)``); later calls raise ``Closed``.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ringzero.adapters._bridge import LoopThread
+from ringzero.checkpointers import open_checkpointer
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.loops import LoopHome, forward
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.types import Checkpoint as Record
 from ringzero.core.types import PendingWrite
@@ -57,8 +61,47 @@ class KernelSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         if not callable(getattr(checkpointer, "put", None)):
             raise InvalidArgument(f"KernelSaver needs a ringzero Checkpointer, not {checkpointer!r}")
-        self.store = checkpointer
-        self._bridge = LoopThread("ringzero-kernelsaver")
+        self.checkpointer = checkpointer
+        """The ringzero Checkpointer the graph's checkpoints are kept in."""
+        self._home = LoopHome("KernelSaver")
+        self._owns_checkpointer = False
+
+    @classmethod
+    def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None) -> KernelSaver:
+        """A saver over a checkpointer it opens and closes itself, as LangGraph's savers'
+        ``from_conn_string``: a ``postgresql://`` DSN, ``:memory:``, or a SQLite file path.
+        Use it as ``with`` or ``async with`` (or call ``close()``/``aclose()``)."""
+        saver = cls(open_checkpointer(conn_string), serde=serde)
+        saver._owns_checkpointer = True
+        return saver
+
+    def close(self) -> None:
+        """Close what the saver opened: its private loop thread, and its checkpointer if it
+        opened that too. Later calls raise ``Closed``."""
+        if self._home.closed:
+            return
+        if self._owns_checkpointer:
+            self._home.run_sync(self.checkpointer.aclose(), "KernelSaver.close")
+        self._home.close()
+
+    async def aclose(self) -> None:
+        if self._home.closed:
+            return
+        if self._owns_checkpointer:
+            await self._home.run(self.checkpointer.aclose())
+        await self._home.aclose()
+
+    def __enter__(self) -> KernelSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> KernelSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     # ------------------------------------------------------------------ encoding
     def _encode(self, value: Any) -> bytes:
@@ -84,13 +127,14 @@ class KernelSaver(BaseCheckpointSaver[str]):
             pending_writes=[(w.task_id, w.channel, self._decode(w.value)) for w in writes],
         )
 
-    # ------------------------------------------------------------------ async API
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+    # ------------------------------------------------------------------ the work, on the saver's loop
+    async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        record = await self.store.get(conf["thread_id"], conf.get("checkpoint_ns", ""), get_checkpoint_id(config))
+        record = await self.checkpointer.get(conf["thread_id"], conf.get("checkpoint_ns", ""),
+                                             get_checkpoint_id(config))
         return None if record is None else self._tuple(record)
 
-    async def alist(
+    async def _records(
         self,
         config: RunnableConfig | None,
         *,
@@ -101,13 +145,13 @@ class KernelSaver(BaseCheckpointSaver[str]):
         conf = (config or {}).get("configurable", {})
         wanted_id = conf.get("checkpoint_id")
         before_id = None if before is None else get_checkpoint_id(before)
-        async for record in self.store.list(conf.get("thread_id"), conf.get("checkpoint_ns"),
+        async for record in self.checkpointer.list(conf.get("thread_id"), conf.get("checkpoint_ns"),
                                             filter=_jsonable(filter) if filter else None, before=before_id,
                                             limit=None if wanted_id else limit):
             if wanted_id is None or record.id == wanted_id:
                 yield self._tuple(record)
 
-    async def aput(
+    async def _put(
         self,
         config: RunnableConfig,
         checkpoint: LGCheckpoint,
@@ -117,19 +161,19 @@ class KernelSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
         full_metadata = get_checkpoint_metadata(config, metadata)
-        await self.store.put(Record(
+        await self.checkpointer.put(Record(
             thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=conf.get("checkpoint_id"),
             payload=self._encode({"checkpoint": checkpoint, "metadata": full_metadata}),
             metadata=_jsonable(dict(full_metadata)),
         ))
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint["id"]}}
 
-    async def aput_writes(
+    async def _put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
         conf = config["configurable"]
         thread_id, namespace, checkpoint_id = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-        existing = await self.store.get(thread_id, namespace, checkpoint_id)
+        existing = await self.checkpointer.get(thread_id, namespace, checkpoint_id)
         taken = {(w.task_id, w.idx) for w in existing.writes} if existing is not None else set()
         rows = []
         for idx, (channel, value) in enumerate(writes):
@@ -138,38 +182,38 @@ class KernelSaver(BaseCheckpointSaver[str]):
                 continue  # an ordinary write is recorded once; only special channels are replaced
             rows.append(PendingWrite(task_id, channel, self._encode(value), task_path, key))
         if rows:
-            await self.store.put_writes(thread_id, namespace, checkpoint_id, rows)
+            await self.checkpointer.put_writes(thread_id, namespace, checkpoint_id, rows)
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self.store.delete_thread(thread_id)
+    async def _delete_thread(self, thread_id: str) -> None:
+        await self.checkpointer.delete_thread(thread_id)
 
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = set(run_ids)
         doomed: dict[tuple[str, str], list[str]] = {}
-        async for record in self.store.list():
+        async for record in self.checkpointer.list():
             if record.metadata.get("run_id") in runs:
                 doomed.setdefault((record.thread_id, record.namespace), []).append(record.id)
         for (thread_id, namespace), ids in doomed.items():
             await self._delete(thread_id, namespace, ids)
 
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        records = [r async for r in self.store.list(source_thread_id)]
+    async def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        records = [r async for r in self.checkpointer.list(source_thread_id)]
         for record in reversed(records):  # oldest first, so that parents exist before children
-            await self.store.put(Record(target_thread_id, record.namespace, record.id, record.payload,
+            await self.checkpointer.put(Record(target_thread_id, record.namespace, record.id, record.payload,
                                         record.parent_id, dict(record.metadata)))
             if record.writes:
-                await self.store.put_writes(target_thread_id, record.namespace, record.id, list(record.writes))
+                await self.checkpointer.put_writes(target_thread_id, record.namespace, record.id, list(record.writes))
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+    async def _prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
             raise InvalidArgument(f"prune strategy must be 'keep_latest' or 'delete', not {strategy!r}")
         for thread_id in thread_ids:
             if strategy == "delete":
-                await self.store.delete_thread(thread_id)
+                await self.checkpointer.delete_thread(thread_id)
                 continue
             newest: dict[str, str] = {}
             others: dict[str, list[str]] = {}
-            async for record in self.store.list(thread_id):  # newest first
+            async for record in self.checkpointer.list(thread_id):  # newest first
                 if record.namespace not in newest:
                     newest[record.namespace] = record.id
                 else:
@@ -178,18 +222,61 @@ class KernelSaver(BaseCheckpointSaver[str]):
                 await self._delete(thread_id, namespace, ids)
 
     async def _delete(self, thread_id: str, namespace: str, ids: list[str]) -> None:
-        if not self.store.capabilities.delete_checkpoints:
-            raise RingzeroError(f"{type(self.store).__name__} cannot delete single checkpoints "
+        if not self.checkpointer.capabilities.delete_checkpoints:
+            raise RingzeroError(f"{type(self.checkpointer).__name__} cannot delete single checkpoints "
                                 "(capabilities.delete_checkpoints is False)")
-        await self.store.delete_checkpoints(thread_id, namespace, ids)
+        await self.checkpointer.delete_checkpoints(thread_id, namespace, ids)
+
+    # ------------------------------------------------------------------ async API (any loop)
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._home.run(self._get_tuple(config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        home = self._home.target()
+        if home is None:
+            async for found in self._records(config, filter=filter, before=before, limit=limit):
+                yield found
+            return
+        for found in await forward(home, self._collect(config, filter=filter, before=before, limit=limit)):
+            yield found
+
+    async def _collect(self, config: RunnableConfig | None, **options: Any) -> list[CheckpointTuple]:
+        return [t async for t in self._records(config, **options)]
+
+    async def aput(self, config: RunnableConfig, checkpoint: LGCheckpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return await self._home.run(self._put(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        await self._home.run(self._put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._home.run(self._delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._home.run(self._delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._home.run(self._copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._home.run(self._prune(thread_ids, strategy=strategy))
 
     # ------------------------------------------------------------------ sync API
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the private loop thread and wait for it."""
-        return self._bridge.run(coro, "a KernelSaver sync method")
+        """Run ``coro`` on the saver's loop and wait for it."""
+        return self._home.run_sync(coro, "a KernelSaver sync method")
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(self.aget_tuple(config))
+        return self._run(self._get_tuple(config))
 
     def list(
         self,
@@ -200,29 +287,29 @@ class KernelSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         async def collect() -> list[CheckpointTuple]:
-            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+            return [t async for t in self._records(config, filter=filter, before=before, limit=limit)]
 
         return iter(self._run(collect()))
 
     def put(self, config: RunnableConfig, checkpoint: LGCheckpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
-        return self._run(self.aput(config, checkpoint, metadata, new_versions))
+        return self._run(self._put(config, checkpoint, metadata, new_versions))
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
-        self._run(self.aput_writes(config, writes, task_id, task_path))
+        self._run(self._put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._run(self.adelete_thread(thread_id))
+        self._run(self._delete_thread(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._run(self.adelete_for_runs(run_ids))
+        self._run(self._delete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._run(self.acopy_thread(source_thread_id, target_thread_id))
+        self._run(self._copy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._run(self.aprune(thread_ids, strategy=strategy))
+        self._run(self._prune(thread_ids, strategy=strategy))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """Monotonic, sortable versions, as LangGraph's own savers make them."""

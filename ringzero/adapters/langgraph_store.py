@@ -9,7 +9,9 @@ Values are JSON dicts, durable through the Checkpointer. ``search`` filters as L
 stores do (``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, nested dicts); with a query it
 ranks every match by BM25 (or by the memory's ``embed`` function) and sets ``score``.
 
-Async methods run on the caller's loop; sync ones on a private loop thread, as KernelSaver's.
+The store lives on one event loop, as KernelSaver's does (``ringzero.core.loops``): calls
+from any loop or thread run there; ``close()``/``aclose()`` (or ``with``) stop the private
+thread it starts for sync callers, and later calls raise ``Closed``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from ringzero.adapters._bridge import LoopThread
 from ringzero.core.errors import MissingExtra
+from ringzero.core.loops import LoopHome
 from ringzero.core.memory import Memory, MemoryStore
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.ranking import bm25_scores, cosine
@@ -49,12 +51,35 @@ class KernelMemoryStore(BaseStore):
 
     def __init__(self, memory: MemoryStore | Checkpointer) -> None:
         self.memory = memory if isinstance(memory, MemoryStore) else MemoryStore(memory)
-        self._bridge = LoopThread("ringzero-kernel-memory-store")
+        self._home = LoopHome("KernelMemoryStore")
+
+    def close(self) -> None:
+        """Stop the private loop thread, if one was started (the memory's checkpointer stays
+        the caller's). Later calls raise ``Closed``."""
+        self._home.close()
+
+    async def aclose(self) -> None:
+        await self._home.aclose()
+
+    def __enter__(self) -> KernelMemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> KernelMemoryStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        return self._bridge.run(self.abatch(list(ops)), "KernelMemoryStore.batch")
+        return self._home.run_sync(self._batch(list(ops)), "KernelMemoryStore.batch")
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        return await self._home.run(self._batch(list(ops)))
+
+    async def _batch(self, ops: list[Op]) -> list[Result]:
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):

@@ -7,12 +7,11 @@ ever used from two loops.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ringzero.adapters._bridge import LoopThread
 from ringzero.core.kernel import Kernel
+from ringzero.core.loops import LoopHome
 
 __all__ = ["KernelHost"]
 
@@ -25,7 +24,7 @@ class KernelHost:
     def __init__(self, make_kernel: Callable[[], Kernel]) -> None:
         self._make = make_kernel
         self._kernel: Kernel | None = None
-        self._thread = LoopThread("ringzero-agent")
+        self._home = LoopHome("agent-kernel", private=True)
 
     async def _kernel_here(self) -> Kernel:
         if self._kernel is None:
@@ -36,11 +35,11 @@ class KernelHost:
 
     def call(self, work: Callable[[Kernel], Awaitable[T]], what: str) -> T:
         """Run ``work(kernel)`` on the kernel's loop and wait for it (sync callers)."""
-        return self._thread.run(self._with_kernel(work), what)
+        return self._home.run_sync(self._with_kernel(work), what)
 
     async def acall(self, work: Callable[[Kernel], Awaitable[T]]) -> T:
         """Run ``work(kernel)`` on the kernel's loop and await it (async callers on any loop)."""
-        return await self._thread.arun(self._with_kernel(work))
+        return await self._home.run(self._with_kernel(work))
 
     async def _with_kernel(self, work: Callable[[Kernel], Awaitable[T]]) -> T:
         return await work(await self._kernel_here())
@@ -50,14 +49,14 @@ class KernelHost:
         its loop thread."""
         if self._kernel is not None:
             kernel, self._kernel = self._kernel, None
-            self._thread.run(kernel.aclose(), "KernelHost.close")
-        self._thread.stop()
+            self._home.run_sync(kernel.aclose(), "KernelHost.close")
+        self._home.close()
 
     async def aclose(self) -> None:
         if self._kernel is not None:
             kernel, self._kernel = self._kernel, None
-            await self._thread.arun(kernel.aclose())
-        await asyncio.to_thread(self._thread.stop)
+            await self._home.run(kernel.aclose())
+        await self._home.aclose()
 
     def __enter__(self) -> Any:
         return self

@@ -24,6 +24,8 @@ The tree::
     │   └── AuthenticationFailed     missing or wrong credentials
     ├── ExecutorError                the executor itself failed (not the user's code)
     ├── CheckpointerError            the store failed, or holds something it cannot read
+    ├── Closed                       an object was used after its close()/aclose()
+    ├── WrongEventLoop               a call cannot reach the event loop its object lives on
     └── MissingExtra                 an optional dependency is not installed (also ImportError)
 
 An exception raised by user code inside an executor is *data* (``ExecResult.error``), never
@@ -43,6 +45,7 @@ __all__ = [
     "BadRequest",
     "BudgetExceeded",
     "CheckpointerError",
+    "Closed",
     "ContextTooLong",
     "ExecutorError",
     "InvalidArgument",
@@ -62,6 +65,7 @@ __all__ = [
     "RingzeroError",
     "ToolFailed",
     "ToolNotFound",
+    "WrongEventLoop",
 ]
 
 
@@ -180,6 +184,16 @@ class ExecutorError(RingzeroError):
 
 class CheckpointerError(RingzeroError):
     """The checkpointer failed, or found data it cannot read."""
+
+
+class Closed(RingzeroError):
+    """The object was closed (``close()``/``aclose()``); make a new one to go on."""
+
+
+class WrongEventLoop(RingzeroError, RuntimeError):
+    """A call cannot reach the event loop its object lives on: a blocking call made on that
+    loop's own thread (it would wait on itself forever), or a loop that stopped running while
+    the object was busy on it. Raised at once, instead of a hang."""
 
 
 class MissingExtra(RingzeroError, ImportError):

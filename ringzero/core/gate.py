@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ringzero.core.errors import InvalidArgument, ProviderError, ProviderUnavailable, RateLimited
+from ringzero.core.loops import LoopHome, forward
 from ringzero.core.protocols import LLMProvider
 from ringzero.core.types import LLMRequest, LLMResponse, Usage
 
@@ -151,6 +152,12 @@ class LLMGate:
         self._closed_until = 0.0
         self._line: list[tuple[int, int, _Waiter]] = []
         self._arrival = itertools.count()
+        self.home = LoopHome(f"the LLM gate of {type(provider).__name__}", self._idle)
+        """The one event loop the gate's waiting line lives on: calls from other loops and
+        from threads (``home.run_sync(gate.complete(...))``) are run there."""
+
+    def _idle(self) -> bool:
+        return not self._line and self._in_flight == 0
 
     def _bucket(self, per_minute: float | None, burst: float | None) -> _Bucket | None:
         if per_minute is None:
@@ -166,7 +173,11 @@ class LLMGate:
         """Send ``request`` when the gate allows, retrying what is worth retrying.
 
         Raises the provider's last ProviderError when retries run out or the error is final.
+        Called from a loop other than the gate's home, the call runs on the home loop.
         """
+        home = self.home.target()
+        if home is not None:
+            return await forward(home, self.complete(request, pid=pid, priority=priority))
         self.stats.calls += 1
         estimate = estimate_tokens(request)
         policy = self.retry
@@ -274,6 +285,26 @@ class LLMGate:
             self._requests.take(1)
         if self._tokens is not None:
             self._tokens.take(estimate)
+
+    def close(self) -> None:
+        """``aclose()`` for sync callers: closes the provider's connections on the gate's private
+        loop (if it started one; connections on other loops close with those loops) and stops it."""
+        if self.home.closed:
+            return
+        close = getattr(self.provider, "aclose", None)
+        if close is not None and self.home.owns_loop:
+            self.home.run_sync(close(), "LLMGate.close")
+        self.home.close()
+
+    async def aclose(self) -> None:
+        """Close the provider's connections (it reopens them if used again) and stop the private
+        loop the gate started for sync callers, if it did."""
+        if self.home.closed:
+            return
+        close = getattr(self.provider, "aclose", None)
+        if close is not None:
+            await self.home.run(close())
+        await self.home.aclose()
 
     def _wake_head(self) -> None:
         if self._line:

@@ -30,6 +30,7 @@ from ringzero.core.errors import (
     ProcessFailed,
     ProcessNotFound,
     ProcessStateError,
+    WrongEventLoop,
 )
 from ringzero.core.gate import LLMGate
 from ringzero.core.journal import Journal
@@ -205,6 +206,7 @@ class Kernel:
         self._ended: weakref.WeakValueDictionary[int, Process] = weakref.WeakValueDictionary()
         self._listeners: list[Callable[[Event], None]] = []
         self._next_pid = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._closed = False
 
@@ -220,9 +222,20 @@ class Kernel:
 
     async def start(self) -> None:
         """Open the store and continue pid numbering after what it already holds."""
+        self._check_loop()
         if not self._started:
             self._started = True
             self._next_pid = await self.store.max_pid()
+
+    def _check_loop(self) -> None:
+        """A kernel lives on one event loop: the one it is started on (its processes are tasks
+        there). Another loop gets a named error instead of a hang."""
+        running = asyncio.get_running_loop()
+        if self._loop is None or self._loop.is_closed():
+            self._loop = running
+        elif self._loop is not running:
+            raise WrongEventLoop("this kernel runs on the event loop it was started on; call it there (from "
+                                 "another thread, asyncio.run_coroutine_threadsafe(..., loop) reaches it)")
 
     async def aclose(self) -> None:
         """Stop running processes as a host shutdown would (``recover()`` resumes them), then
@@ -242,10 +255,8 @@ class Kernel:
             process.finished.exception()
         await self.executor.aclose()
         await self.checkpointer.aclose()
-        for gate in self._gates.values():  # HTTP providers close their connections (and reopen if reused)
-            close = getattr(gate.provider, "aclose", None)
-            if close is not None:
-                await close()
+        for gate in self._gates.values():  # HTTP providers close their connections
+            await gate.aclose()
 
     def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``listener`` for every event; returns a function that unsubscribes it."""
@@ -275,6 +286,7 @@ class Kernel:
         parent: int | None = None,
     ) -> ProcessHandle:
         """Start ``program(ctx, *args)`` as a new process and return its handle at once."""
+        self._check_loop()
         self.check_program(program, args)
         if parent is None:
             process = await self.create(program, args, name=name, priority=priority, limits=limits, parent=None)
