@@ -59,7 +59,7 @@ async def run_agents_demo(state_dir: Path, console: Console) -> int:
     failures = 0
     console.rule("[bold]Programmatic tool calling: CodeAgent")
     model = ScriptedProvider(ptc_model)
-    with CodeAgent(["ringzero.demo_agents:sales_table"], llm=model, state_dir=state_dir) as agent:
+    async with CodeAgent(["ringzero.demo_agents:sales_table"], llm=model, state_dir=state_dir) as agent:
         result = await agent.aexecute_task("Total sales amount by region?")
     rows_as_text = str(sales_table(10000))
     sent = sum(count_tokens(m.content) for r in model.requests for m in r.messages)
@@ -74,7 +74,7 @@ async def run_agents_demo(state_dir: Path, console: Console) -> int:
              for i in range(20_000)]
     await asyncio.to_thread(log.write_text, "\n".join(lines))
     model = ScriptedProvider(recursive_model)
-    with RecursiveAgent(llm=model, state_dir=state_dir) as recursive:
+    async with RecursiveAgent(llm=model, state_dir=state_dir) as recursive:
         found = await recursive.aanalyze(log, "How many errors are in the log?")
     expected = sum("ERROR" in line for line in lines)
     console.print(f"  answer: {found.answer} (the file has {expected} ERROR lines)")

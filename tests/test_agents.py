@@ -135,7 +135,7 @@ def test_an_error_is_shown_to_the_model_which_fixes_its_code(tmp_path: Path) -> 
 
 def test_a_plain_reply_is_the_answer_and_the_step_limit_holds(tmp_path: Path) -> None:
     with create_agent([get_weather], llm=ScriptedProvider(["It is sunny."]), state_dir=tmp_path) as agent:
-        assert agent.execute_task("Weather?") == ("It is sunny.", "", None)
+        assert tuple(agent.execute_task("Weather?")) == ("It is sunny.", "", None)
     looping = ScriptedProvider(lambda r: code("print('still thinking')"))
     with create_agent([get_weather], llm=looping, state_dir=tmp_path, max_steps=3) as agent:
         answer, output, error = agent.execute_task("Weather?")
@@ -178,7 +178,7 @@ async def test_a_task_can_be_cancelled(tmp_path: Path) -> None:
     while provider.calls == 0:
         await asyncio.sleep(0.01)
     assert await manager.acancel_task(task) is True
-    result = await manager.await_task(task, timeout=5)
+    result = await manager.await_for_task(task, timeout=5)
     assert result.answer is None and "killed" in str(result.error)
     assert (await manager.aget_status(task))["status"] == "killed"
     assert await manager.acancel_task(task) is False

@@ -10,7 +10,22 @@ import pytest
 
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.compat.checkpointer import CheckpointerConformance, cp
-from ringzero.core.errors import CheckpointerError
+from ringzero.core.errors import CheckpointerError, Closed
+
+
+async def test_a_closed_sqlite_checkpointer_refuses_instead_of_reopening(tmp_path: Path) -> None:
+    store = SqliteCheckpointer(tmp_path / "s.db")
+    await store.put(cp("t", "1"))
+    await store.aclose()
+    with pytest.raises(Closed, match="is closed"):
+        await store.get("t")
+    with pytest.raises(Closed):
+        await store.put(cp("t", "2"))
+    await store.aclose()  # closing twice is fine
+    again = SqliteCheckpointer(tmp_path / "s.db")
+    got = await again.get("t")
+    assert got is not None and got.payload == b"1"  # nothing was written after the close
+    await again.aclose()
 
 
 async def test_sqlite_records_survive_reopening(tmp_path: Path) -> None:

@@ -8,6 +8,9 @@ import subprocess
 import sys
 import time
 
+import pytest
+
+from ringzero.core.errors import Closed
 from ringzero.core.types import ExecLimits
 from ringzero.providers.executors import MontyExecutor
 
@@ -45,17 +48,19 @@ async def test_tool_calls_from_one_run_resume_on_whatever_worker_is_free() -> No
 
 async def test_a_session_keeps_its_variables_between_runs() -> None:
     executor = MontyExecutor(max_workers=1)
-    async with await executor.session() as session:
+    async with executor.session() as session:
         await session.run("counter = 40\ndef bump(n):\n    return n + 1")
         assert (await session.run("bump(counter) + 1")).value == 42
     other = await executor.run("counter")  # another run never sees a session's state
     assert other.error is not None and other.error.type == "NameError"
+    with pytest.raises(Closed, match="not open"):
+        await session.run("counter")
     await executor.aclose()
 
 
 async def test_a_limit_hit_discards_the_sessions_state() -> None:
     executor = MontyExecutor(max_workers=1, limits=ExecLimits(wall_seconds=0.3))
-    async with await executor.session() as session:
+    async with executor.session() as session:
         await session.run("kept = 1")
         hit = await session.run("while True:\n    pass")
         assert hit.error is not None and hit.error.type == "TimeoutError"

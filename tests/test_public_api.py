@@ -51,6 +51,15 @@ def test_every_error_descends_from_ringzero_error_and_appears_in_the_tree() -> N
         assert cls.__name__ in (errors.__doc__ or ""), f"{cls.__name__} is missing from the tree in the docstring"
 
 
+def test_every_error_is_importable_from_ringzero() -> None:
+    import ringzero
+    from ringzero.core import errors
+
+    for name in errors.__all__:
+        assert getattr(ringzero, name) is getattr(errors, name), name
+        assert name in ringzero.__all__
+
+
 def test_importing_ringzero_pulls_in_no_framework() -> None:
     import subprocess
     import sys

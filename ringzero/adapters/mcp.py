@@ -77,7 +77,7 @@ def create_server(agent: CodeAgent, *, name: str = "ringzero", host: str = "127.
     async def wait_for_background_task(task_id: str, timeout_seconds: float = 60.0) -> dict[str, JSON]:
         """Wait (up to timeout_seconds) for a background task to end and return its result."""
         try:
-            return (await tasks.await_task(task_id, timeout_seconds)).to_dict()
+            return (await tasks.await_for_task(task_id, timeout_seconds)).to_dict()
         except TimeoutError:
             return {**await tasks.aget_status(task_id), "timed_out": True}
 

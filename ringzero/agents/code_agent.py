@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -93,8 +93,16 @@ class AgentResult:
     steps: int
 
     def as_tuple(self) -> tuple[JSON, str, str | None]:
-        """``(result, output, error)``, the shape ``execute_task`` returns."""
+        """``(result, output, error)``."""
         return self.answer, self.output, self.error
+
+    def __iter__(self) -> Iterator[Any]:
+        """Unpacks as ``result, output, error = agent.execute_task(...)``, the shape the
+        code-execution agents ringzero grew from return."""
+        return iter(self.as_tuple())
+
+    def __getitem__(self, index: int) -> Any:
+        return self.as_tuple()[index]
 
     def to_dict(self) -> dict[str, JSON]:
         return asdict(self)
@@ -245,9 +253,10 @@ class CodeAgent:
         handle = await kernel.spawn(code_run_program, code, self.config.to_dict(), name="code", limits=self.limits)
         return str(await handle.wait())
 
-    def execute_task(self, task: str) -> tuple[JSON, str, str | None]:
-        """Run ``task``; returns ``(result, output, error)``."""
-        return self.host.call(lambda kernel: self._run_task(kernel, task), "CodeAgent.execute_task").as_tuple()
+    def execute_task(self, task: str) -> AgentResult:
+        """Run ``task`` to its end (the sync twin of ``aexecute_task``); the result unpacks as
+        ``result, output, error``."""
+        return self.host.call(lambda kernel: self._run_task(kernel, task), "CodeAgent.execute_task")
 
     async def _run_task(self, kernel: Kernel, task: str) -> AgentResult:
         handle = await kernel.spawn(code_agent_program, task, self.config.to_dict(), name="task", limits=self.limits)
@@ -265,6 +274,12 @@ class CodeAgent:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
 
 def create_agent(tools: Iterable[Callable[..., Any] | str] = (), *, llm: LLMProvider | None = None,
                  **options: Any) -> CodeAgent:
@@ -279,7 +294,7 @@ def create_agent(tools: Iterable[Callable[..., Any] | str] = (), *, llm: LLMProv
     return CodeAgent(tools, llm=llm, **options)
 
 
-def execute_task(task: str, **options: Any) -> tuple[JSON, str, str | None]:
-    """One task with a fresh agent: ``(result, output, error)``."""
+def execute_task(task: str, **options: Any) -> AgentResult:
+    """One task with a fresh agent; the result unpacks as ``result, output, error``."""
     with create_agent(**options) as agent:
         return agent.execute_task(task)

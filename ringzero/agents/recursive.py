@@ -53,10 +53,10 @@ async def recursive_agent_program(ctx: Context, question: str, source: str, conf
 class RecursiveAgent(CodeAgent):
     """A CodeAgent whose task is a question about data kept out of the model's context."""
 
-    def analyze(self, data: str | Path, question: str) -> tuple[JSON, str, str | None]:
-        """Answer ``question`` about ``data`` (a path); returns ``(result, output, error)``."""
+    def analyze(self, data: str | Path, question: str) -> AgentResult:
+        """Answer ``question`` about ``data`` (a path); the result unpacks as ``result, output, error``."""
         source = _source(data)
-        return self.host.call(lambda k: self._run(k, source, question), "RecursiveAgent.analyze").as_tuple()
+        return self.host.call(lambda k: self._run(k, source, question), "RecursiveAgent.analyze")
 
     async def aanalyze(self, data: str | Path, question: str) -> AgentResult:
         source = _source(data)

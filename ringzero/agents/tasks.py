@@ -55,7 +55,7 @@ class TaskManager:
     async def aget_status(self, task_id: str) -> dict[str, JSON]:
         return await self.agent.host.acall(lambda k: self._status(k, task_id))
 
-    async def await_task(self, task_id: str, timeout: float | None = None) -> AgentResult:
+    async def await_for_task(self, task_id: str, timeout: float | None = None) -> AgentResult:
         return await self.agent.host.acall(lambda k: self._wait(k, task_id, timeout))
 
     async def alist_tasks(self) -> list[dict[str, JSON]]:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ringzero.checkpointers._filters import list_query, selected
-from ringzero.core.errors import CheckpointerError, MissingExtra
+from ringzero.core.errors import CheckpointerError, Closed, MissingExtra
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
 
@@ -65,6 +65,7 @@ class PostgresCheckpointer:
         self.dsn = dsn
         self._min, self._max, self._timeout = min_connections, max_connections, connect_timeout
         self._pool: AsyncConnectionPool[Any] | None = None
+        self._closed = False
 
     @property
     def where(self) -> str:
@@ -87,6 +88,8 @@ class PostgresCheckpointer:
             raise CheckpointerError(f"PostgreSQL at {self.where}: {doing} failed: {exc}") from exc
 
     async def _get_pool(self) -> AsyncConnectionPool[Any]:
+        if self._closed:
+            raise Closed(f"the PostgresCheckpointer for {self.where} is closed; open a new one to go on")
         if self._pool is None:
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn, min_size=self._min, max_size=self._max, open=False, timeout=self._timeout,
@@ -213,7 +216,8 @@ class PostgresCheckpointer:
                                    "AND checkpoint_id = ANY(%s)", (thread_id, namespace, list(ids)))
 
     async def aclose(self) -> None:
-        """Close the pool; a later call opens it again."""
+        """Close the pool; a later call raises ``Closed``."""
+        self._closed = True
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import aiosqlite
 
 from ringzero.checkpointers._filters import list_query, selected
-from ringzero.core.errors import CheckpointerError
+from ringzero.core.errors import CheckpointerError, Closed
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
 
@@ -85,6 +85,7 @@ class SqliteCheckpointer:
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout * 1000)
         self._db: aiosqlite.Connection | None = None
+        self._closed = False
         self._opening = asyncio.Lock()
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()
@@ -104,6 +105,8 @@ class SqliteCheckpointer:
     async def _conn(self) -> aiosqlite.Connection:
         if self._db is not None:
             return self._db
+        if self._closed:
+            raise Closed(f"{self!r} is closed; open a new SqliteCheckpointer on the same file to go on")
         async with self._opening:
             if self._db is None:
                 self._db = await self._open()
@@ -292,7 +295,8 @@ class SqliteCheckpointer:
                 ("DELETE FROM writes WHERE thread_id=? AND namespace=? AND checkpoint_id=?", rows)])
 
     async def aclose(self) -> None:
-        """Close the connection; a later call opens it again."""
+        """Close the connection; a later call raises ``Closed``."""
+        self._closed = True
         if self._db is not None:
             db, self._db = self._db, None
             await db.close()

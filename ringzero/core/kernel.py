@@ -239,7 +239,8 @@ class Kernel:
 
     async def aclose(self) -> None:
         """Stop running processes as a host shutdown would (``recover()`` resumes them), then
-        close the executor and checkpointer (a closed SqliteCheckpointer reopens if reused)."""
+        close the executor, the checkpointer and the gates (the kernel owns what it was given:
+        a later use of them raises ``Closed``)."""
         if self._closed:
             return
         self._closed = True

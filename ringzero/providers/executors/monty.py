@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.errors import Closed, ExecutorError, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord, ensure_json
 from ringzero.providers.executors._host import (
@@ -110,9 +110,10 @@ class MontyExecutor:
         run = _Run(self, pool, merged, tools or {})
         return await run.execute(code, dict(inputs or {}), session=None)
 
-    async def session(self) -> MontySession:
-        """A session whose variables persist between runs (it holds one worker while open)."""
-        return MontySession(self, await self._get_pool())
+    def session(self) -> MontySession:
+        """A session whose variables persist between runs (it holds one worker while open):
+        ``async with executor.session() as s: await s.run(...)``."""
+        return MontySession(self)
 
     async def aclose(self) -> None:
         if self._pool is not None:
@@ -122,11 +123,11 @@ class MontyExecutor:
 
 
 class MontySession:
-    """Runs that share variables: ``async with await executor.session() as s: await s.run(...)``."""
+    """Runs that share variables: ``async with executor.session() as s: await s.run(...)``."""
 
-    def __init__(self, executor: MontyExecutor, pool: pm.AsyncMonty) -> None:
+    def __init__(self, executor: MontyExecutor) -> None:
         self._executor = executor
-        self._pool = pool
+        self._pool: pm.AsyncMonty | None = None
         self._session: pm.AsyncMontySession | None = None
 
     async def __aenter__(self) -> MontySession:
@@ -137,14 +138,16 @@ class MontySession:
         await self.aclose()
 
     async def _open(self) -> None:
+        if self._pool is None:
+            self._pool = await self._executor._get_pool()
         limits = self._executor._resource_limits(self._executor.limits)
         self._session = self._pool.checkout(limits=limits)  # type: ignore[arg-type]
         await self._session.__aenter__()
 
     async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
                   tools: Mapping[str, Tool] | None = None) -> ExecResult:
-        if self._session is None:
-            raise InvalidArgument("this Monty session is closed")
+        if self._session is None or self._pool is None:
+            raise Closed("this Monty session is not open: use it inside `async with executor.session() as s:`")
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
