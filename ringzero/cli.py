@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,6 +14,7 @@ from rich.console import Console
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import InvalidArgument, RingzeroError
+from ringzero.core.references import import_reference
 
 if TYPE_CHECKING:
     from ringzero import Kernel
@@ -83,11 +83,7 @@ def _kernel_factory(spec: str | None) -> Callable[[Path], Kernel]:
 
     if spec is None:
         return lambda db: Kernel(checkpointer=SqliteCheckpointer(db))
-    module_name, _, attr = spec.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise InvalidArgument(f"--kernel {spec!r}: cannot import it ({exc})") from exc
+    factory = import_reference(spec, "--kernel")
     if not callable(factory):
         raise InvalidArgument(f"--kernel {spec!r} is not a function")
     return factory  # type: ignore[no-any-return]

@@ -70,7 +70,7 @@ async def test_resume_finishes_a_process_whose_host_was_killed(tmp_path: Path, m
 def test_resume_with_a_bad_kernel_factory_names_it(tmp_path: Path) -> None:
     (tmp_path / "state.db").touch()
     out = ringzero_cli("resume", "--db", "state.db", "--kernel", "no_such_module:make", cwd=tmp_path)
-    assert out.returncode == 2 and "--kernel 'no_such_module:make': cannot import it" in out.stdout
+    assert out.returncode == 2 and "cannot import --kernel 'no_such_module:make'" in out.stdout
 
 
 def test_doctor_reports_each_executor_as_probed(tmp_path: Path) -> None:

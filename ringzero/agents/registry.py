@@ -8,7 +8,6 @@ registered by reference too (``module:qualname``), so a resumed agent finds them
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from typing import Any
 
 from ringzero.core.errors import InvalidArgument
 from ringzero.core.ranking import Embed, bm25_scores, cosine
+from ringzero.core.references import import_reference, importable_reference
 
 __all__ = ["ToolRegistry", "ToolSpec", "import_tool", "signature_of"]
 
@@ -43,13 +43,7 @@ class ToolSpec:
 
 def import_tool(reference: str) -> Callable[..., Any]:
     """The function named by ``module:qualname``."""
-    module_name, _, qualname = reference.partition(":")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidArgument(f"cannot import the tool {reference!r}: {exc}") from exc
+    target = import_reference(reference, "the tool")
     if not callable(target):
         raise InvalidArgument(f"the tool {reference!r} is not callable")
     return target  # type: ignore[no-any-return]
@@ -65,13 +59,6 @@ def signature_of(fn: Callable[..., Any]) -> str:
             return str(inspect.signature(fn)).replace("'", "")
         except (TypeError, ValueError):
             return "(...)"
-
-
-def _reference(fn: Callable[..., Any]) -> str | None:
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if not module or module == "__main__" or "<locals>" in qualname or "<lambda>" in qualname:
-        return None
-    return f"{module}:{qualname}"
 
 
 class ToolRegistry:
@@ -100,7 +87,8 @@ class ToolRegistry:
             raise InvalidArgument(f"a tool named {name!r} is already registered")
         signature = signature_of(fn)
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
-        spec = ToolSpec(name, signature, doc[0] if doc else "", fn, tool if isinstance(tool, str) else _reference(fn))
+        reference = tool if isinstance(tool, str) else importable_reference(fn)
+        spec = ToolSpec(name, signature, doc[0] if doc else "", fn, reference)
         self._tools[name] = spec
         return spec
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 from ringzero.agents.code_agent import AgentResult, CodeAgent, code_agent_program
 from ringzero.core.errors import InvalidArgument, ProcessFailed, ProcessNotFound
 from ringzero.core.kernel import Kernel, ProcessHandle
+from ringzero.core.references import reference_of
 from ringzero.core.types import JSON
 
 __all__ = ["TaskManager"]
 
-_PROGRAM = Kernel.program_ref(code_agent_program)
+_PROGRAM = reference_of(code_agent_program)
 
 
 class TaskManager:

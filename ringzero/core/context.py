@@ -24,6 +24,7 @@ from ringzero.core.errors import (
     ToolNotFound,
 )
 from ringzero.core.protocols import Executor, Tool
+from ringzero.core.references import reference_of
 from ringzero.core.types import (
     JSON,
     ExecLimits,
@@ -101,7 +102,7 @@ class Context:
 
     def emit(self, kind: str, data: Mapping[str, JSON]) -> None:
         """Send an event from this process to the kernel's subscribers (``kernel.subscribe``)."""
-        self._process.kernel.emit(kind, self._process.pid, data)
+        self._process.kernel._emit(kind, self._process.pid, data)
 
     def count_tokens(self, messages: Sequence[Message], provider: str = "default") -> tuple[int, bool]:
         """Tokens in ``messages`` by the provider's own tokenizer when it has one (``count_tokens``),
@@ -292,10 +293,10 @@ class Context:
     async def send(self, pid: int, message: JSON, *, priority: int = 10) -> None:
         """Deliver ``message`` to process ``pid``'s mailbox (lower priority numbers first)."""
         kernel = self._process.kernel
-        kernel.check_message(pid, message, priority)
+        kernel._check_message(pid, message, priority)
 
         async def live() -> dict[str, JSON]:
-            await kernel.deliver(pid, message, priority, sender=self.pid)
+            await kernel._deliver(pid, message, priority, sender=self.pid)
             return {"value": None}
 
         await self._process.syscall("send", {"to": pid, "message": message, "priority": priority}, f"to {pid}", live)
@@ -326,24 +327,24 @@ class Context:
         """Start a child process with a slice of this one's budget (refunded when it ends)."""
         process = self._process
         kernel = process.kernel
-        kernel.check_program(program, args)
+        kernel._check_program(program, args)
         child_limits = process.meter.carve(limits)
         child_priority = process.record.priority if priority is None else priority
 
         created: list[int] = []
 
         async def live() -> dict[str, JSON]:
-            child = await kernel.create(program, args, name=name, priority=child_priority,
+            child = await kernel._spawn_process(program, args, name=name, priority=child_priority,
                                         limits=child_limits, parent=process.pid)
             created.append(child.pid)  # create() registered it with this process already
             return {"value": child.pid}
 
-        fp = {"program": kernel.program_ref(program), "args": list(args), "name": name,
+        fp = {"program": reference_of(program), "args": list(args), "name": name,
               "priority": child_priority, "limits": child_limits.to_dict()}
         outcome = await process.syscall("spawn", fp, fp["program"], live)  # type: ignore[arg-type]
         child_pid = int(outcome["value"])  # type: ignore[arg-type]
         if not created:  # replayed after a crash: the child was loaded by recover(), or has ended
-            await kernel.adopt(process, child_pid, child_limits)
+            await kernel._adopt(process, child_pid, child_limits)
         handle = await kernel.handle(child_pid)
         if not created:
             process.offspring.append(handle._process)

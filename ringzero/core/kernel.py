@@ -12,7 +12,6 @@ the Monty executor (a sandboxed Python subset in worker processes, started on fi
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import time
 import weakref
@@ -38,6 +37,7 @@ from ringzero.core.mailbox import Mail
 from ringzero.core.memory import MemoryStore
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
+from ringzero.core.references import import_reference, reference_of
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
 
@@ -159,12 +159,20 @@ class ProcessHandle:
 
     async def send(self, message: JSON, *, priority: int = DEFAULT_PRIORITY) -> None:
         """Put a message in the process's mailbox (lower priority numbers are received first)."""
-        self._kernel.check_message(self.pid, message, priority)
-        await self._kernel.deliver(self.pid, message, priority, sender=None)
+        self._kernel._check_message(self.pid, message, priority)
+        await self._kernel._deliver(self.pid, message, priority, sender=None)
 
 
 class Kernel:
-    """Agents as processes: pid, lifecycle, budgets, mailboxes, syscalls, durable execution."""
+    """Agents as processes: pid, lifecycle, budgets, mailboxes, syscalls, durable execution.
+
+    The public surface is what users call: ``spawn``, ``recover``, ``get``/``handle``, ``ps``,
+    ``kill``, ``subscribe``, ``gate``, ``start``/``aclose``. The methods with a leading
+    underscore that ``Context`` and ``Process`` call (``_spawn_process``, ``_deliver``,
+    ``_adopt``, ``_emit``, ``_child_finished``, ``_retire``, ``_check_program``,
+    ``_check_message``) are the kernel's side of the syscalls: internal to ``ringzero.core``,
+    free to change, and not for programs or frameworks to call.
+    """
 
     def __init__(
         self,
@@ -264,7 +272,7 @@ class Kernel:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def emit(self, kind: str, pid: int, data: Mapping[str, JSON]) -> None:
+    def _emit(self, kind: str, pid: int, data: Mapping[str, JSON]) -> None:
         event = Event(kind, pid, data, time.time())
         for listener in list(self._listeners):
             listener(event)
@@ -288,29 +296,26 @@ class Kernel:
     ) -> ProcessHandle:
         """Start ``program(ctx, *args)`` as a new process and return its handle at once."""
         self._check_loop()
-        self.check_program(program, args)
+        self._check_program(program, args)
         if parent is None:
-            process = await self.create(program, args, name=name, priority=priority, limits=limits, parent=None)
+            process = await self._spawn_process(program, args, name=name, priority=priority, limits=limits, parent=None)
             return ProcessHandle(self, process)
         owner = self._process(parent)
         if owner.status.terminal:
             raise ProcessStateError(f"pid {parent} has {owner.status.value}; it cannot have new children")
         child_limits = owner.meter.carve(limits)  # as ctx.spawn does: a slice of the parent's budget
-        process = await self.create(program, args, name=name, priority=priority, limits=child_limits, parent=parent)
+        process = await self._spawn_process(program, args, name=name, priority=priority, limits=child_limits,
+                                            parent=parent)
         return ProcessHandle(self, process)
 
-    def check_program(self, program: Any, args: Sequence[Any]) -> None:
+    def _check_program(self, program: Any, args: Sequence[Any]) -> None:
         if not inspect.iscoroutinefunction(program):
             raise NotAProgram(
                 f"a program must be an 'async def' function taking a Context first, not {program!r}"
             )
         ensure_json(list(args), f"the arguments of {getattr(program, '__qualname__', program)}")
 
-    @staticmethod
-    def program_ref(program: Program) -> str:
-        return f"{program.__module__}:{program.__qualname__}"
-
-    async def create(
+    async def _spawn_process(
         self,
         program: Program,
         args: Sequence[JSON],
@@ -328,7 +333,7 @@ class Kernel:
             raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(limits).__name__}")
         await self.start()
         record = ProcessRecord(
-            pid=0, name=name or program.__name__, program=self.program_ref(program),
+            pid=0, name=name or program.__name__, program=reference_of(program),
             args=list(args), priority=priority, limits=limits or Limits(), parent=parent,
         )
         owner = None if parent is None else self._process(parent)
@@ -376,7 +381,7 @@ class Kernel:
             raise ProcessNotFound(pid)
         return process
 
-    def retire(self, process: Process) -> None:
+    def _retire(self, process: Process) -> None:
         """A process has ended: it leaves the live table (see ``_procs``)."""
         if self._procs.get(process.pid) is process:
             del self._procs[process.pid]
@@ -432,14 +437,14 @@ class Kernel:
             await asyncio.shield(process.finished)
 
     # ------------------------------------------------------------------ messages
-    def check_message(self, pid: int, message: JSON, priority: int) -> None:
+    def _check_message(self, pid: int, message: JSON, priority: int) -> None:
         ensure_json(message, f"a message to pid {pid}")
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
             raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
         if self._process(pid).status.terminal:
             raise ProcessStateError(f"pid {pid} has {self._process(pid).status.value}; it receives no messages")
 
-    async def deliver(self, pid: int, message: JSON, priority: int, sender: int | None) -> None:
+    async def _deliver(self, pid: int, message: JSON, priority: int, sender: int | None) -> None:
         """Store the message durably, then put it in the live mailbox."""
         target = self._process(pid)
         seq = target.next_mail_seq()
@@ -447,7 +452,7 @@ class Kernel:
         target.mailbox.put(Mail(priority, seq, message, sender))
 
     # ------------------------------------------------------------------ budgets
-    async def adopt(self, parent: Process, child_pid: int, child_limits: Limits) -> None:
+    async def _adopt(self, parent: Process, child_pid: int, child_limits: Limits) -> None:
         """Attach a child's reservation to its parent; settle at once if the child is done."""
         parent.children[child_pid] = child_limits
         child = self._procs.get(child_pid)
@@ -457,9 +462,9 @@ class Kernel:
 
             parent.meter.settle(parent.children.pop(child_pid), Spend.from_dict(record.spent))
 
-    def child_finished(self, child: Process) -> None:
+    def _child_finished(self, child: Process) -> None:
         parent = self._procs.get(child.record.parent) if child.record.parent is not None else None
-        self.retire(child)
+        self._retire(child)
         if parent is not None and child.pid in parent.children:
             parent.meter.settle(parent.children.pop(child.pid), child.meter.spent)
 
@@ -519,14 +524,9 @@ def _resolve(record: ProcessRecord, programs: Mapping[str, Program]) -> Program 
         return programs[record.program]
     if record.name in programs:
         return programs[record.name]
-    module_name, _, qualname = record.program.partition(":")
-    if "<locals>" in qualname:
-        return None
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError):
+        target = import_reference(record.program, "the program")
+    except InvalidArgument:
         return None
     return target if inspect.iscoroutinefunction(target) else None
 

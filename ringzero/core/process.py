@@ -104,7 +104,7 @@ class Process:
         self.snapshot()
         await self.kernel.store.record_transition(self.pid, self._transition_seq, old, status, detail)
         await self.kernel.store.save_status(self.record)
-        self.kernel.emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
+        self.kernel._emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
 
     def snapshot(self) -> None:
         """Copy the live counters into the record before it is saved."""
@@ -171,7 +171,7 @@ class Process:
             if not self.finished.done():
                 self.finished.set_exception(exc)
             raise
-        self.kernel.child_finished(self)
+        self.kernel._child_finished(self)
         if not self.finished.done():
             self.finished.set_result(None)
 
@@ -277,7 +277,7 @@ class Process:
     def check_budget(self) -> None:
         """Warn at 90% and stop the process once a budget is crossed."""
         for resource, used, limit in self.meter.new_warnings():
-            self.kernel.emit("budget_warning", self.pid, {"resource": resource, "used": used, "limit": limit})
+            self.kernel._emit("budget_warning", self.pid, {"resource": resource, "used": used, "limit": limit})
         reason = self.meter.first_crossed()
         if reason is not None:
             self._stop(reason)
