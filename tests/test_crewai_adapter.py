@@ -143,10 +143,15 @@ async def test_a_crew_over_its_budget_is_stopped_by_the_kernel(tmp_path: Path) -
 
 async def test_a_crew_waiting_on_its_model_is_killed_at_once(tmp_path: Path) -> None:
     import asyncio
-    import time
+
+    cancelled = asyncio.Event()
 
     async def never_answers(request: LLMRequest) -> str:
-        await asyncio.sleep(60)
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
         return "Final Answer: too late"
 
     provider = ScriptedProvider(never_answers)
@@ -154,11 +159,10 @@ async def test_a_crew_waiting_on_its_model_is_killed_at_once(tmp_path: Path) -> 
         process = await kernel.spawn(crew_program, "a b c", secret_file(tmp_path))
         while provider.calls == 0:  # the crew's first model call is under way, in its worker thread
             await asyncio.sleep(0.02)
-        started = time.monotonic()
         await process.kill()
         with pytest.raises(ProcessFailed):
             await process.wait()
-        assert time.monotonic() - started < 1.0 and process.status is ProcessStatus.KILLED
+        assert cancelled.is_set() and process.status is ProcessStatus.KILLED  # the model call was cut off
 
 
 async def test_a_persisted_flow_runs_as_a_kernel_process(tmp_path: Path) -> None:

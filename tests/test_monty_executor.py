@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -16,19 +15,21 @@ from ringzero.providers.executors import MontyExecutor
 
 
 async def test_a_slow_tool_call_does_not_hold_the_only_worker() -> None:
+    """The slow tool does not return until the quick run has finished: were the quick run
+    queued behind it on the one worker, the test would never end (no clock involved)."""
     executor = MontyExecutor(max_workers=1, park_after=0.02)
+    entered, release = asyncio.Event(), asyncio.Event()
 
     async def slow_lookup(key: str) -> str:
-        await asyncio.sleep(0.5)
+        entered.set()
+        await release.wait()
         return key.upper()
 
-    started = time.perf_counter()
     slow = asyncio.create_task(executor.run("slow_lookup('a') + '!'", tools={"slow_lookup": slow_lookup}))
-    await asyncio.sleep(0.1)  # the slow run is parked in its tool call by now
+    await entered.wait()
     quick = await executor.run("sum(range(10))")
-    quick_done = time.perf_counter() - started
-    assert quick.value == 45
-    assert quick_done < 0.4, f"the quick run waited {quick_done:.2f} s behind a parked tool call"
+    assert quick.value == 45 and not slow.done()
+    release.set()
     assert (await slow).value == "A!"
     await executor.aclose()
 
@@ -73,16 +74,20 @@ async def test_a_limit_hit_discards_the_sessions_state() -> None:
 async def test_async_tools_gathered_by_async_style_code_overlap() -> None:
     executor = MontyExecutor(max_workers=1)
 
+    in_flight = peak = 0
+
     async def fetch(n: int) -> int:
-        await asyncio.sleep(0.3)
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.05)
+        in_flight -= 1
         return n * 10
 
     code = "import asyncio\nresults = await asyncio.gather(fetch(1), fetch(2), fetch(3))\nresults"
-    started = time.perf_counter()
     result = await executor.run(code, tools={"fetch": fetch})
-    elapsed = time.perf_counter() - started
     assert result.value == [10, 20, 30], result.error
-    assert elapsed < 0.8, f"three 0.3 s calls took {elapsed:.2f} s: they did not overlap"
+    assert peak == 3, f"only {peak} of the three gathered calls were in flight at once"
     single = await executor.run("x = await fetch(4)\nx", tools={"fetch": fetch})
     assert single.value == 40
     await executor.aclose()

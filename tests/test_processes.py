@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable
 
 import pytest
@@ -97,16 +96,27 @@ async def slow_llm(ctx: Context) -> str:
     return reply.content
 
 
-async def test_kill_cancels_within_100ms_while_the_program_awaits_a_slow_llm_call() -> None:
-    provider = ScriptedProvider(["never seen"], latency=60)
+async def test_kill_cancels_the_llm_call_the_program_is_waiting_on() -> None:
+    """kill() does not wait for the model: the call in flight is cancelled, and kill() returns
+    once the process is recorded as killed (no clock involved: a kill that waited for the
+    model's 60 s would hit the test's timeout)."""
+    cancelled = asyncio.Event()
+
+    async def a_minute(request: object) -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never seen"
+
+    provider = ScriptedProvider(a_minute)
     async with Kernel(checkpointer=MemoryCheckpointer(), llm=provider) as kernel:
         p = await kernel.spawn(slow_llm)
         while provider.calls == 0:
             await asyncio.sleep(0.005)
-        started = time.perf_counter()
         await p.kill()
-        elapsed = time.perf_counter() - started
-        assert elapsed < 0.1, f"kill took {elapsed * 1000:.1f} ms"
+        assert cancelled.is_set(), "kill returned while the model call was still running"
         assert p.status is ProcessStatus.KILLED and p.stop_reason is StopReason.KILLED
         with pytest.raises(ProcessFailed, match="killed"):
             await p.wait()

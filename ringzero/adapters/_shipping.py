@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, ToolFailed
-from ringzero.core.loops import LoopHome, run_on
+from ringzero.core.loops import LoopHome
 from ringzero.core.protocols import Executor
 
 __all__ = ["ExecutorChoice", "call_code", "run_shipped", "shippable_source"]
@@ -64,7 +64,7 @@ class ExecutorChoice:
         """``run`` for sync callers: on the kernel's loop inside a process, else the home loop."""
         ctx = Context.current()
         if ctx is not None:
-            return run_on(ctx.loop, make(), what)
+            return ctx.call_from_thread(make(), what)
         return self.home.run_sync(make(), what)
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ from ringzero.adapters._shipping import (
 from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed
 from ringzero.core.gate import LLMGate
-from ringzero.core.loops import LoopHome, forward, run_on
+from ringzero.core.loops import LoopHome, forward
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
 from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message
 
@@ -165,14 +165,14 @@ def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: 
     if ctx is None:
         return runner.run_sync(lambda: runner.get().run(code, inputs=inputs, tools=tools), what)
     if runner.given is None:
-        return run_on(ctx.loop, ctx.exec(code, inputs=inputs, tools=tools), what)
+        return ctx.call_from_thread(ctx.exec(code, inputs=inputs, tools=tools), what)
     given = runner.given
 
     async def run_given() -> Any:
         return (await given.run(code, inputs=inputs, tools=tools)).to_dict()
 
     run_given.__qualname__ = journal_name
-    recorded: Any = run_on(ctx.loop, ctx.tool(run_given), what)
+    recorded: Any = ctx.call_from_thread(ctx.tool(run_given), what)
     return ExecResult.from_dict(recorded)
 
 
@@ -223,7 +223,7 @@ class KernelLLM(BaseLLM):
         request = self._request(messages)
         ctx = Context.current()
         if ctx is not None:
-            response = run_on(ctx.loop, self._ask_in_process(ctx, request), "KernelLLM.call")
+            response = ctx.call_from_thread(self._ask_in_process(ctx, request), "KernelLLM.call")
         else:
             response = self._own_gate().home.run_sync(self._ask_gate(request), "KernelLLM.call")
         return self._answer(response)

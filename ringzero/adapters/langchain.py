@@ -16,7 +16,6 @@ from ringzero.core import errors
 from ringzero.core.context import Context
 from ringzero.core.errors import MissingExtra
 from ringzero.core.gate import LLMGate
-from ringzero.core.loops import run_on
 from ringzero.core.protocols import LLMProvider, ProviderCapabilities
 from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
 from ringzero.providers.llm._http import provider_error
@@ -154,7 +153,7 @@ class KernelChatModel(BaseChatModel):
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         ctx = Context.current()
         if ctx is not None:  # a framework's worker thread inside a kernel process
-            return run_on(ctx.loop, self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
+            return ctx.call_from_thread(self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
         if self.gate is None:
             raise errors.NoProvider("KernelChatModel has no provider and is not running inside a kernel process")
         return self.gate.home.run_sync(self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")

@@ -11,8 +11,8 @@ import asyncio
 import contextvars
 import dataclasses
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ringzero.core import errors
 from ringzero.core.errors import (
@@ -23,6 +23,7 @@ from ringzero.core.errors import (
     ToolFailed,
     ToolNotFound,
 )
+from ringzero.core.loops import run_on
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.references import reference_of
 from ringzero.core.types import (
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from ringzero.core.process import Process, Program
 
 __all__ = ["Context"]
+
+T = TypeVar("T")
 
 _LLM_NEEDS = (("llm_calls", 1.0), ("tokens", 1.0), ("cost", 1e-12))
 
@@ -121,6 +124,29 @@ class Context:
         if self._loop is None:
             raise RuntimeError("this process has not started running yet")
         return self._loop
+
+    def call_from_thread(self, coro: Coroutine[Any, Any, T], what: str) -> T:
+        """Run a syscall (``ctx.llm(...)``, ``ctx.tool(...)``) from a framework's worker thread
+        (CrewAI, a sync LangChain call) on the process's loop, and block until it is done.
+
+        The syscall is a task of its own there; stopping the process (kill, a budget, the wall
+        clock) cancels it too, so a killed crew does not leave its model call running.
+        """
+        process = self._process
+
+        async def tracked() -> T:
+            task = asyncio.current_task()
+            assert task is not None
+            if process.record.stop_reason is not None:
+                coro.close()
+                raise asyncio.CancelledError(process.record.stop_reason.value)
+            process.from_threads.add(task)
+            try:
+                return await coro
+            finally:
+                process.from_threads.discard(task)
+
+        return run_on(self.loop, tracked(), what)
 
     @property
     def executor(self) -> Executor:

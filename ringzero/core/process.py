@@ -59,6 +59,9 @@ class Process:
         self.offspring: list[Process] = []
         """The children it spawned, held so that their handles work while it is held."""
         self.spawning: set[asyncio.Future[Process]] = set()
+        self.from_threads: set[asyncio.Task[Any]] = set()
+        """Syscalls a framework's worker thread sent to the loop (``Context.call_from_thread``):
+        tasks of their own, so a stop cancels them along with the process's task."""
         """Children whose creation is in flight (see ``Kernel.create``)."""
         self.task: asyncio.Task[None] | None = None
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -188,6 +191,8 @@ class Process:
         # reason on entry instead); one that is finishing is already stopping.
         if self.task is not None and not self.task.done() and self._entered and not self._finishing:
             self.task.cancel()
+            for syscall in list(self.from_threads):
+                syscall.cancel()
             asyncio.get_running_loop().call_later(_RECANCEL_AFTER, self._cancel_again)
 
     def _cancel_again(self) -> None:
