@@ -16,6 +16,7 @@ from ringzero.core import errors
 from ringzero.core.context import Context
 from ringzero.core.errors import MissingExtra
 from ringzero.core.gate import LLMGate
+from ringzero.core.loops import Closing
 from ringzero.core.protocols import LLMProvider, ProviderCapabilities
 from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
 from ringzero.providers.llm._http import provider_error
@@ -69,7 +70,7 @@ def _schema(tool: dict[str, Any]) -> ToolSchema:
                       function.get("parameters") or {"type": "object", "properties": {}})
 
 
-class KernelChatModel(BaseChatModel):
+class KernelChatModel(Closing, BaseChatModel):
     """A LangChain chat model whose calls pass a ringzero LLM gate."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -100,18 +101,6 @@ class KernelChatModel(BaseChatModel):
     async def aclose(self) -> None:
         if self._owns_gate and self.gate is not None:
             await self.gate.aclose()
-
-    def __enter__(self) -> KernelChatModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> KernelChatModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     @property
     def _llm_type(self) -> str:

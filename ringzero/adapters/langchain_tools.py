@@ -16,6 +16,7 @@ from typing import Any
 
 from ringzero.adapters._shipping import ExecutorChoice, call_code, run_shipped, shippable_source
 from ringzero.core.errors import InvalidArgument, MissingExtra, ToolFailed
+from ringzero.core.loops import Closing
 from ringzero.core.protocols import Executor
 
 try:
@@ -27,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = ["ExecutorTool", "code_tool", "sandboxed", "shippable_source"]
 
 
-class ExecutorTool(StructuredTool):
+class ExecutorTool(Closing, StructuredTool):
     """A LangChain tool that runs in a ringzero executor (made by ``sandboxed``/``code_tool``).
 
     Outside a kernel process its executor lives on one loop of its own (a private thread once
@@ -42,18 +43,6 @@ class ExecutorTool(StructuredTool):
 
     async def aclose(self) -> None:
         await self._runner.aclose()
-
-    def __enter__(self) -> ExecutorTool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> ExecutorTool:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 def _executor_tool(runner: ExecutorChoice, **fields: Any) -> ExecutorTool:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from ringzero.checkpointers import open_checkpointer
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
-from ringzero.core.loops import LoopHome, forward
+from ringzero.core.loops import Closing, LoopHome, forward
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.types import Checkpoint as Record
 from ringzero.core.types import PendingWrite
@@ -54,7 +54,7 @@ __all__ = ["KernelMemoryStore", "KernelSaver", "KernelToolNode", "code_tool", "s
 T = TypeVar("T")
 
 
-class KernelSaver(BaseCheckpointSaver[str]):
+class KernelSaver(Closing, BaseCheckpointSaver[str]):
     """A LangGraph ``BaseCheckpointSaver`` (sync and async) over a ringzero Checkpointer."""
 
     def __init__(self, checkpointer: Checkpointer, *, serde: SerializerProtocol | None = None) -> None:
@@ -90,18 +90,6 @@ class KernelSaver(BaseCheckpointSaver[str]):
         if self._owns_checkpointer:
             await self._home.run(self.checkpointer.aclose())
         await self._home.aclose()
-
-    def __enter__(self) -> KernelSaver:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> KernelSaver:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # ------------------------------------------------------------------ encoding
     def _encode(self, value: Any) -> bytes:

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ringzero.core.errors import MissingExtra
-from ringzero.core.loops import LoopHome
+from ringzero.core.loops import Closing, LoopHome
 from ringzero.core.memory import Memory, MemoryStore
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.ranking import bm25_scores, cosine
@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = ["KernelMemoryStore"]
 
 
-class KernelMemoryStore(BaseStore):
+class KernelMemoryStore(Closing, BaseStore):
     """A LangGraph ``BaseStore`` whose items are the kernel's long-term memories."""
 
     def __init__(self, memory: MemoryStore | Checkpointer) -> None:
@@ -60,18 +60,6 @@ class KernelMemoryStore(BaseStore):
 
     async def aclose(self) -> None:
         await self._home.aclose()
-
-    def __enter__(self) -> KernelMemoryStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> KernelMemoryStore:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         return self._home.run_sync(self._batch(list(ops)), "KernelMemoryStore.batch")

@@ -20,13 +20,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from typing_extensions import Self
-
 from ringzero.agents.host import KernelHost
 from ringzero.agents.registry import ToolRegistry, signature_of
 from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, NoProvider
 from ringzero.core.kernel import Kernel
+from ringzero.core.loops import Closing
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider
 from ringzero.core.types import JSON, ExecResult, Limits, Message
 
@@ -189,7 +188,7 @@ async def code_run_program(ctx: Context, code: str, config: dict[str, JSON]) -> 
     return result.for_model(settings.max_observation)
 
 
-class CodeAgent:
+class CodeAgent(Closing):
     """A code agent with a kernel of its own: ``execute_task`` runs one task as a kernel process.
 
     The kernel (its LLM gate, executor and SQLite store) lives on a private event loop, so the
@@ -267,18 +266,6 @@ class CodeAgent:
 
     async def aclose(self) -> None:
         await self.host.aclose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 def create_agent(tools: Iterable[Callable[..., Any] | str] = (), *, llm: LLMProvider | None = None,

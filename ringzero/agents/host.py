@@ -8,17 +8,17 @@ ever used from two loops.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ringzero.core.kernel import Kernel
-from ringzero.core.loops import LoopHome
+from ringzero.core.loops import Closing, LoopHome
 
 __all__ = ["KernelHost"]
 
 T = TypeVar("T")
 
 
-class KernelHost:
+class KernelHost(Closing):
     """Makes the kernel (with ``make_kernel``) on its own loop when first used."""
 
     def __init__(self, make_kernel: Callable[[], Kernel]) -> None:
@@ -57,9 +57,3 @@ class KernelHost:
             kernel, self._kernel = self._kernel, None
             await self._home.run(kernel.aclose())
         await self._home.aclose()
-
-    def __enter__(self) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -32,9 +32,32 @@ from typing import Any, TypeVar
 
 from ringzero.core.errors import Closed, WrongEventLoop
 
-__all__ = ["LoopHome", "LoopThread", "forward", "run_on"]
+__all__ = ["Closing", "LoopHome", "LoopThread", "forward", "run_on"]
 
 T = TypeVar("T")
+Self_ = TypeVar("Self_", bound="Closing")
+
+
+class Closing:
+    """``with`` and ``async with`` for an object that has ``close()`` and ``aclose()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: Self_) -> Self_:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self: Self_) -> Self_:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def _running() -> asyncio.AbstractEventLoop | None:
