@@ -181,3 +181,28 @@ async def test_what_cannot_fit_is_sent_with_an_event_never_silently() -> None:
         assert await (await kernel.spawn(over_budget)).wait() == "hi"
     [event] = events
     assert event.data["tokens"] > event.data["budget"] == 100 and event.data["estimated"] is False
+
+
+class RecordsOnly:
+    """Someone else's Checkpointer: the protocol and nothing more (no ``memory_index``)."""
+
+    def __init__(self) -> None:
+        self._inner = MemoryCheckpointer()
+        self.capabilities = self._inner.capabilities
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "memory_index":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_memory_on_a_store_without_an_index_of_its_own_is_kept_as_records() -> None:
+    store = MemoryStore(RecordsOnly())  # type: ignore[arg-type]
+    await store.put("agent", "favourite", {"food": "ramen"})
+    await store.put("agent", "favourite", {"food": "udon"})
+    await store.put("agent.team", "pet", "a cat called Miso")
+    assert [m.value for m in await store.search("agent", "food")] == [{"food": "udon"}]
+    assert await store.namespaces() == ["agent", "agent.team"]
+    assert [m.key for m in await store.items("agent", prefix=True)] == ["pet", "favourite"]
+    assert await store.delete("agent.team", "pet") and await store.namespaces() == ["agent"]
+    assert all(t.startswith("ringzero-memory:") for t in [r.thread_id async for r in store.checkpointer.list()])

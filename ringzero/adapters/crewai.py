@@ -19,9 +19,7 @@ set ``CREWAI_DISABLE_TELEMETRY=true`` (and ``OTEL_SDK_DISABLED=true``) before im
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +32,7 @@ from ringzero.adapters._shipping import (
 from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed
 from ringzero.core.gate import LLMGate
+from ringzero.core.ids import time_ordered_id
 from ringzero.core.loops import LoopHome, forward
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
 from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message
@@ -291,7 +290,6 @@ def _text(content: Any) -> str:
 
 
 # ---------------------------------------------------------------- Flow persistence
-_SEQUENCE = itertools.count()
 
 
 class KernelFlowPersistence(FlowPersistence):
@@ -348,7 +346,7 @@ class KernelFlowPersistence(FlowPersistence):
         self._put(flow_uuid, "pending", {}, {"pending": False})
 
     def _put(self, flow_uuid: str, namespace: str, body: dict[str, Any], metadata: dict[str, Any]) -> None:
-        checkpoint_id = f"{time.time_ns():020d}.{next(_SEQUENCE):08d}"  # newest sorts last, across processes
+        checkpoint_id = time_ordered_id()  # newest sorts last, across processes
         payload = json.dumps(body, default=_json_default).encode()
         record = Checkpoint(_thread(flow_uuid), namespace, checkpoint_id, payload, metadata=metadata)
         self._home.run_sync(self._store.put(record), "KernelFlowPersistence")

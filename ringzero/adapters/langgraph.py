@@ -161,14 +161,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
     ) -> None:
         conf = config["configurable"]
         thread_id, namespace, checkpoint_id = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-        existing = await self.checkpointer.get(thread_id, namespace, checkpoint_id)
-        taken = {(w.task_id, w.idx) for w in existing.writes} if existing is not None else set()
-        rows = []
-        for idx, (channel, value) in enumerate(writes):
-            key = WRITES_IDX_MAP.get(channel, idx)
-            if key >= 0 and (task_id, key) in taken:
-                continue  # an ordinary write is recorded once; only special channels are replaced
-            rows.append(PendingWrite(task_id, channel, self._encode(value), task_path, key))
+        rows = [PendingWrite(task_id, channel, self._encode(value), task_path, WRITES_IDX_MAP.get(channel, idx))
+                for idx, (channel, value) in enumerate(writes)]
         if rows:
             await self.checkpointer.put_writes(thread_id, namespace, checkpoint_id, rows)
 
@@ -176,10 +170,9 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         await self.checkpointer.delete_thread(thread_id)
 
     async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        runs = set(run_ids)
         doomed: dict[tuple[str, str], list[str]] = {}
-        async for record in self.checkpointer.list():
-            if record.metadata.get("run_id") in runs:
+        for run_id in dict.fromkeys(run_ids):  # each run found through the store's run_id index
+            async for record in self.checkpointer.list(filter={"run_id": run_id}):
                 doomed.setdefault((record.thread_id, record.namespace), []).append(record.id)
         for (thread_id, namespace), ids in doomed.items():
             await self._delete(thread_id, namespace, ids)

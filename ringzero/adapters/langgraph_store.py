@@ -5,9 +5,10 @@
 A LangGraph namespace ``("users", "alice")`` is the kernel memory namespace ``users.alice``
 (LangGraph forbids periods in labels, so the mapping is exact both ways): what a graph puts
 under ``("team",)`` is what a kernel program reads with ``ctx.memory.namespace("team")``.
-Values are JSON dicts, durable through the Checkpointer. ``search`` filters as LangGraph's own
-stores do (``$eq``, ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``, nested dicts); with a query it
-ranks every match by BM25 (or by the memory's ``embed`` function) and sets ``score``.
+Values are JSON dicts, durable through the Checkpointer. ``search`` reads the namespaces under
+its prefix with one query and filters as LangGraph's own stores do (``$eq``, ``$ne``, ``$gt``,
+``$gte``, ``$lt``, ``$lte``, nested dicts); with a query it ranks every match by the store's
+full-text index (or by the memory's ``embed`` function) and sets ``score``.
 
 The store lives on one event loop, as KernelSaver's does (``ringzero.core.loops``): calls
 from any loop or thread run there; ``close()``/``aclose()`` (or ``with``) stop the private
@@ -25,7 +26,6 @@ from ringzero.core.errors import MissingExtra
 from ringzero.core.loops import Closing, LoopHome
 from ringzero.core.memory import Memory, MemoryStore
 from ringzero.core.protocols import Checkpointer
-from ringzero.core.ranking import bm25_scores, cosine
 
 try:
     from langgraph.store.base import (
@@ -88,21 +88,15 @@ class KernelMemoryStore(Closing, BaseStore):
         return results
 
     async def _search(self, op: SearchOp) -> list[SearchItem]:
-        prefix = tuple(op.namespace_prefix)
-        candidates: list[Memory] = []
-        for name in await self.memory.namespaces():
-            if _labels(name)[:len(prefix)] == prefix:
-                candidates += [m for m in await self.memory.items(name)
-                               if not op.filter or all(_matches(_field(m.value, k), v) for k, v in op.filter.items())]
+        namespace = _name(tuple(op.namespace_prefix))
+        candidates = [m for m in await self.memory.items(namespace, prefix=True)
+                      if not op.filter or all(_matches(_field(m.value, k), v) for k, v in op.filter.items())]
         candidates.sort(key=lambda m: (m.created_at, m.namespace, m.key))  # the order they were first written
         scores: list[float | None] = [None] * len(candidates)
-        if op.query and candidates:
-            texts = [json.dumps(m.value) for m in candidates]
-            if self.memory.embed is not None:
-                vectors = list(self.memory.embed([op.query, *texts]))
-                ranked = [cosine(vectors[0], v) for v in vectors[1:]]
-            else:
-                ranked = bm25_scores(op.query, texts)
+        if op.query and candidates:  # every match is ranked: those the index does not find score 0
+            found = {(m.namespace, m.key): m.score or 0.0
+                     for m in await self.memory.search(namespace, op.query, None, prefix=True)}
+            ranked = [found.get((m.namespace, m.key), 0.0) for m in candidates]
             order = sorted(range(len(candidates)), key=lambda i: -ranked[i])
             candidates, scores = [candidates[i] for i in order], [ranked[i] for i in order]
         window = slice(op.offset, op.offset + op.limit)

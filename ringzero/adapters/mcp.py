@@ -15,11 +15,11 @@ survive a server restart.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from ringzero.agents import CodeAgent, TaskManager
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.ids import time_ordered_id
 from ringzero.core.kernel import Kernel
 from ringzero.core.types import JSON, Checkpoint
 
@@ -99,7 +99,7 @@ def create_server(agent: CodeAgent, *, name: str = "ringzero", host: str = "127.
         payload = json.dumps(value).encode()
 
         async def put(kernel: Kernel) -> None:
-            await kernel.checkpointer.put(Checkpoint(_STATE_THREAD, key, f"{time.time_ns():020d}", payload))
+            await kernel.checkpointer.put(Checkpoint(_STATE_THREAD, key, time_ordered_id(), payload))
 
         await agent.host.acall(put)
         return f"saved {key!r}"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringzero.core.errors import InvalidArgument
-from ringzero.core.ranking import Embed, bm25_scores, cosine
+from ringzero.core.ranking import Embed, rank
 from ringzero.core.references import import_reference, importable_reference
 
 __all__ = ["ToolRegistry", "ToolSpec", "import_tool", "signature_of"]
@@ -126,15 +126,7 @@ class ToolRegistry:
         if limit < 1 or not self._tools:
             return []
         specs = list(self)
-        scores = self._cosine(query, specs) if self.embed is not None else bm25_scores(query, [s.text for s in specs])
+        scores = rank(query, [s.text for s in specs], self.embed)
         ranked = sorted(range(len(specs)), key=lambda i: -scores[i])
         return [specs[i] for i in ranked[:limit] if scores[i] > 0]
-
-    def _cosine(self, query: str, specs: list[ToolSpec]) -> list[float]:
-        assert self.embed is not None
-        vectors = list(self.embed([query, *(spec.text for spec in specs)]))
-        if len(vectors) != len(specs) + 1:
-            raise InvalidArgument(f"embed returned {len(vectors)} vectors for {len(specs) + 1} texts")
-        target = vectors[0]
-        return [cosine(target, vector) for vector in vectors[1:]]
 

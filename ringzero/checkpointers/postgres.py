@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ringzero.checkpointers._filters import list_query, selected
+from ringzero.checkpointers._filters import list_query, pushable, selected
 from ringzero.core.errors import CheckpointerError, Closed, MissingExtra
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
@@ -27,9 +27,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("PostgresCheckpointer", "postgres") from exc
 
+from ringzero.checkpointers.postgres_memory import MEMORY_SCHEMA, PostgresMemoryIndex, move_record_memories
+
 __all__ = ["PostgresCheckpointer"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ringzero_schema (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS ringzero_checkpoints (
@@ -53,6 +55,19 @@ CREATE TABLE IF NOT EXISTS ringzero_writes (
     PRIMARY KEY (thread_id, namespace, checkpoint_id, task_id, idx)
 )
 """
+_SCHEMA_2 = """
+CREATE INDEX IF NOT EXISTS ringzero_checkpoints_run_id ON ringzero_checkpoints ((metadata->>'run_id'))
+    WHERE metadata ? 'run_id';
+""" + MEMORY_SCHEMA
+_MIGRATIONS = {0: _SCHEMA.split(";", 1)[1] + ";" + _SCHEMA_2, 1: _SCHEMA_2}
+"""What brings a database of each older version to SCHEMA_VERSION (0: a new one)."""
+
+_WRITES = ("(SELECT coalesce(json_agg(json_build_array(w.task_id, w.channel, encode(w.value, 'hex'), w.task_path, "
+           "w.idx)), '[]') FROM ringzero_writes w WHERE w.thread_id=c.thread_id AND w.namespace=c.namespace "
+           "AND w.checkpoint_id=c.id)")
+_SELECT = ("SELECT c.thread_id, c.namespace, c.id, c.parent_id, c.payload, c.metadata, "
+           f"{_WRITES} FROM ringzero_checkpoints c")
+"""A checkpoint with its writes, in one statement (the writes as JSON, their values in hex)."""
 
 
 class PostgresCheckpointer:
@@ -114,9 +129,11 @@ class PostgresCheckpointer:
             if version > SCHEMA_VERSION:
                 raise CheckpointerError(f"PostgreSQL at {self.where} has ringzero schema version {version}, newer "
                                         f"than this ringzero ({SCHEMA_VERSION}); upgrade ringzero to use it")
-            if version < SCHEMA_VERSION:  # migrations from older versions go here, in order
-                for statement in _SCHEMA.split(";")[1:]:
+            if version < SCHEMA_VERSION:
+                for statement in filter(str.strip, _MIGRATIONS[version].split(";")):
                     await conn.execute(statement)
+                if version == 1:
+                    await move_record_memories(conn)
                 await conn.execute("DELETE FROM ringzero_schema")
                 await conn.execute("INSERT INTO ringzero_schema VALUES (%s)", (SCHEMA_VERSION,))
 
@@ -148,37 +165,27 @@ class PostgresCheckpointer:
         pool = await self._get_pool()
         rows = [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path)
                 for w in writes]
-        with self._errors("put_writes"):
+        special, ordinary = [r for r in rows if r[4] < 0], [r for r in rows if r[4] >= 0]
+        with self._errors("put_writes"):  # a special (negative idx) write replaces, others are kept first
             async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                await cur.executemany(
-                    "INSERT INTO ringzero_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (thread_id, namespace, checkpoint_id, task_id, idx) DO UPDATE SET "
-                    "channel = EXCLUDED.channel, value = EXCLUDED.value, task_path = EXCLUDED.task_path", rows)
+                if special:
+                    await cur.executemany(
+                        "INSERT INTO ringzero_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                        "ON CONFLICT (thread_id, namespace, checkpoint_id, task_id, idx) DO UPDATE SET "
+                        "channel = EXCLUDED.channel, value = EXCLUDED.value, task_path = EXCLUDED.task_path",
+                        special)
+                if ordinary:
+                    await cur.executemany("INSERT INTO ringzero_writes VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                                          "ON CONFLICT DO NOTHING", ordinary)
 
     async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
-        pool = await self._get_pool()
-        with self._errors("get"):
-            async with pool.connection() as conn:
-                if checkpoint_id is None:
-                    cur = await conn.execute(
-                        "SELECT * FROM ringzero_checkpoints WHERE thread_id=%s AND namespace=%s "
-                        "ORDER BY id DESC LIMIT 1", (thread_id, namespace))
-                else:
-                    cur = await conn.execute(
-                        "SELECT * FROM ringzero_checkpoints WHERE thread_id=%s AND namespace=%s AND id=%s",
-                        (thread_id, namespace, checkpoint_id))
-                row = await cur.fetchone()
-                return None if row is None else await self._with_writes(conn, row)
-
-    async def _with_writes(self, conn: Any, row: Any) -> Checkpoint:
-        thread_id, namespace, cid, parent_id, payload, metadata = row
-        cur = await conn.execute(
-            "SELECT task_id, channel, value, task_path, idx FROM ringzero_writes "
-            "WHERE thread_id=%s AND namespace=%s AND checkpoint_id=%s ORDER BY task_id, idx",
-            (thread_id, namespace, cid))
-        writes = tuple(PendingWrite(t, c, bytes(v), p, i) for t, c, v, p, i in await cur.fetchall())
-        return Checkpoint(thread_id=thread_id, namespace=namespace, id=cid, parent_id=parent_id,
-                          payload=bytes(payload), metadata=metadata, writes=writes)
+        if checkpoint_id is None:
+            rows = await self.read(f"{_SELECT} WHERE thread_id=%s AND namespace=%s ORDER BY id DESC LIMIT 1",
+                                   (thread_id, namespace), "get")
+        else:
+            rows = await self.read(f"{_SELECT} WHERE thread_id=%s AND namespace=%s AND id=%s",
+                                   (thread_id, namespace, checkpoint_id), "get")
+        return next((_checkpoint(row) for row in rows), None)
 
     async def list(
         self,
@@ -189,15 +196,29 @@ class PostgresCheckpointer:
         before: str | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[Checkpoint]:
+        # JSONB containment narrows what the server returns; a plain key's text is compared where an
+        # index can serve it (run_id: LangGraph's delete_for_runs); exact equality is checked after.
+        prefilter = [("c.metadata @> %s::jsonb", json.dumps(dict(filter)))] if filter else []
+        prefilter += [(f"c.metadata ? '{key}' AND c.metadata->>'{key}' = %s", value)
+                      for key, value in pushable(filter) if isinstance(value, str)]
+        sql, params = list_query(_SELECT, "%s", thread_id, namespace, before, prefilter)
+        if limit is not None and not filter:
+            sql += f" LIMIT {int(limit)}"
+        rows = await self.read(sql, params, "list")
+        for row in selected(rows, lambda r: r[5], filter, limit):
+            yield _checkpoint(row)
+
+    async def read(self, sql: str, params: Sequence[Any], doing: str = "reading") -> Sequence[Any]:
+        """The rows of one statement (it commits: a write with RETURNING reads here too)."""
         pool = await self._get_pool()
-        # JSONB containment is an index-friendly prefilter; exact equality is checked after it.
-        prefilter = [("metadata @> %s::jsonb", json.dumps(dict(filter)))] if filter else []
-        sql, params = list_query("ringzero_checkpoints", "%s", thread_id, namespace, before, prefilter)
-        with self._errors("list"):
+        with self._errors(doing):
             async with pool.connection() as conn:
-                rows = await (await conn.execute(sql, params)).fetchall()
-                for row in selected(rows, lambda r: r[5], filter, limit):
-                    yield await self._with_writes(conn, row)
+                cursor = await conn.execute(sql, params)
+                return list(await cursor.fetchall()) if cursor.description is not None else []
+
+    def memory_index(self) -> PostgresMemoryIndex:
+        """Long-term memory in this database, searched through its full-text index (``ringzero.core.memory``)."""
+        return PostgresMemoryIndex(self)
 
     async def delete_thread(self, thread_id: str) -> None:
         pool = await self._get_pool()
@@ -221,3 +242,10 @@ class PostgresCheckpointer:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+
+
+def _checkpoint(row: Any) -> Checkpoint:
+    thread_id, namespace, cid, parent_id, payload, metadata, writes = row
+    return Checkpoint(thread_id=thread_id, namespace=namespace, id=cid, parent_id=parent_id, payload=bytes(payload),
+                      metadata=metadata,
+                      writes=tuple(PendingWrite(t, c, bytes.fromhex(v), p, i) for t, c, v, p, i in writes))

@@ -25,14 +25,15 @@ from typing import Any, Literal
 
 import aiosqlite
 
-from ringzero.checkpointers._filters import list_query, selected
+from ringzero.checkpointers._filters import list_query, pushable, selected
+from ringzero.checkpointers.sqlite_memory import MEMORY_SCHEMA, SqliteMemoryIndex, move_record_memories
 from ringzero.core.errors import CheckpointerError, Closed
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
 
 __all__ = ["SqliteCheckpointer"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
     thread_id TEXT NOT NULL,
@@ -55,6 +56,17 @@ CREATE TABLE IF NOT EXISTS writes (
     PRIMARY KEY (thread_id, namespace, checkpoint_id, task_id, idx)
 ) WITHOUT ROWID;
 """
+_SCHEMA_2 = """
+CREATE INDEX IF NOT EXISTS checkpoints_run_id ON checkpoints (json_extract(metadata, '$.run_id'))
+    WHERE json_extract(metadata, '$.run_id') IS NOT NULL;
+""" + MEMORY_SCHEMA
+_MIGRATIONS = {0: _SCHEMA + _SCHEMA_2, 1: _SCHEMA_2}
+"""What brings a file of each older version to SCHEMA_VERSION (0: a new file)."""
+
+_WRITES = ("(SELECT json_group_array(json_array(w.task_id, w.channel, hex(w.value), w.task_path, w.idx)) "
+           "FROM writes w WHERE w.thread_id=c.thread_id AND w.namespace=c.namespace AND w.checkpoint_id=c.id)")
+_SELECT = f"SELECT c.thread_id, c.namespace, c.id, c.parent_id, c.payload, c.metadata, {_WRITES} FROM checkpoints c"
+"""A checkpoint with its writes, in one statement (the writes as JSON, their values in hex)."""
 
 
 class _Pending:
@@ -62,7 +74,7 @@ class _Pending:
 
     __slots__ = ("changed", "error", "statements")
 
-    def __init__(self, statements: list[tuple[str, list[Any]]]) -> None:
+    def __init__(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         self.statements = statements
         self.error: BaseException | None = None
         self.changed = 0
@@ -130,7 +142,7 @@ class SqliteCheckpointer:
             raise
         return db
 
-    async def _transaction(self, db: aiosqlite.Connection, statements: list[tuple[str, list[Any]]]) -> _Pending:
+    async def _transaction(self, db: aiosqlite.Connection, statements: Sequence[tuple[str, Sequence[Any]]]) -> _Pending:
         """Commit ``(sql, rows)`` pairs atomically, grouped with whatever else is waiting.
 
         The statements join a shared list, and a job goes onto aiosqlite's thread, which runs
@@ -200,9 +212,11 @@ class SqliteCheckpointer:
                 raise CheckpointerError(
                     f"{self.path} has ringzero schema version {version}, newer than this ringzero "
                     f"({SCHEMA_VERSION}); upgrade ringzero to open it")
-            if version < SCHEMA_VERSION:  # migrations from older versions go here, in order
-                for statement in filter(str.strip, _SCHEMA.split(";")):
+            if version < SCHEMA_VERSION:
+                for statement in filter(str.strip, _MIGRATIONS[version].split(";")):
                     conn.execute(statement)
+                if version == 1:
+                    move_record_memories(conn)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -228,39 +242,23 @@ class SqliteCheckpointer:
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
     ) -> None:
         db = await self._conn()
-        rows = [
-            (thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path) for w in writes
-        ]
-        with self._errors("put_writes"):
-            await self._transaction(db, [("INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)])
+        rows = [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path)
+                for w in writes]
+        with self._errors("put_writes"):  # a special (negative idx) write replaces, others are kept first
+            await self._transaction(db, [
+                ("INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [r for r in rows if r[4] < 0]),
+                ("INSERT OR IGNORE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [r for r in rows if r[4] >= 0])])
 
     async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
         db = await self._conn()
         with self._errors("get"):
             if checkpoint_id is None:
                 rows = await db.execute_fetchall(
-                    "SELECT * FROM checkpoints WHERE thread_id=? AND namespace=? ORDER BY id DESC LIMIT 1",
-                    (thread_id, namespace),
-                )
+                    f"{_SELECT} WHERE thread_id=? AND namespace=? ORDER BY id DESC LIMIT 1", (thread_id, namespace))
             else:
                 rows = await db.execute_fetchall(
-                    "SELECT * FROM checkpoints WHERE thread_id=? AND namespace=? AND id=?",
-                    (thread_id, namespace, checkpoint_id),
-                )
-            rows = list(rows)
-            return None if not rows else await self._with_writes(db, rows[0])
-
-    async def _with_writes(self, db: aiosqlite.Connection, row: Any) -> Checkpoint:
-        thread_id, namespace, cid, parent_id, payload, metadata = row
-        writes = await db.execute_fetchall(
-            "SELECT task_id, channel, value, task_path, idx FROM writes "
-            "WHERE thread_id=? AND namespace=? AND checkpoint_id=? ORDER BY task_id, idx",
-            (thread_id, namespace, cid),
-        )
-        return Checkpoint(
-            thread_id=thread_id, namespace=namespace, id=cid, parent_id=parent_id, payload=bytes(payload),
-            metadata=json.loads(metadata), writes=tuple(PendingWrite(*w) for w in writes),
-        )
+                    f"{_SELECT} WHERE thread_id=? AND namespace=? AND id=?", (thread_id, namespace, checkpoint_id))
+            return next((_checkpoint(row) for row in rows), None)
 
     async def list(
         self,
@@ -272,13 +270,18 @@ class SqliteCheckpointer:
         limit: int | None = None,
     ) -> AsyncIterator[Checkpoint]:
         db = await self._conn()
-        sql, params = list_query("checkpoints", "?", thread_id, namespace, before)
+        pushed = [(f"json_extract(c.metadata, '$.{key}')=?", value) for key, value in pushable(filter)]
+        sql, params = list_query(_SELECT, "?", thread_id, namespace, before, pushed)
         if limit is not None and not filter:
             sql += f" LIMIT {int(limit)}"
         with self._errors("list"):
             rows = list(await db.execute_fetchall(sql, params))
-            for row in selected(rows, lambda r: json.loads(r[5]), filter, limit):
-                yield await self._with_writes(db, row)
+        for row in selected(rows, lambda r: json.loads(r[5]), filter, limit):
+            yield _checkpoint(row)
+
+    def memory_index(self) -> SqliteMemoryIndex:
+        """Long-term memory in this file, searched through its FTS5 index (``ringzero.core.memory``)."""
+        return SqliteMemoryIndex(self)
 
     async def delete_thread(self, thread_id: str) -> None:
         db = await self._conn()
@@ -294,9 +297,30 @@ class SqliteCheckpointer:
                 ("DELETE FROM checkpoints WHERE thread_id=? AND namespace=? AND id=?", rows),
                 ("DELETE FROM writes WHERE thread_id=? AND namespace=? AND checkpoint_id=?", rows)])
 
+    async def write(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
+        """Run ``(sql, rows)`` statements in one transaction (grouped with other writers); the
+        number of rows they changed. For the file's other tables (long-term memory)."""
+        db = await self._conn()
+        with self._errors("writing"):
+            return (await self._transaction(db, statements)).changed
+
+    async def read(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
+        """The rows of one query, for the file's other tables."""
+        db = await self._conn()
+        with self._errors("reading"):
+            return list(await db.execute_fetchall(sql, params))
+
     async def aclose(self) -> None:
         """Close the connection; a later call raises ``Closed``."""
         self._closed = True
         if self._db is not None:
             db, self._db = self._db, None
             await db.close()
+
+
+def _checkpoint(row: Any) -> Checkpoint:
+    thread_id, namespace, cid, parent_id, payload, metadata, writes = row
+    return Checkpoint(
+        thread_id=thread_id, namespace=namespace, id=cid, parent_id=parent_id, payload=bytes(payload),
+        metadata=json.loads(metadata),
+        writes=tuple(PendingWrite(t, c, bytes.fromhex(v), p, i) for t, c, v, p, i in json.loads(writes)))

@@ -59,16 +59,23 @@ class CheckpointerConformance:
         assert [c.id async for c in checkpointer.list("t", filter={"source": "loop"})] == ["005", "003", "001"]
         assert [c.id async for c in checkpointer.list("t", before="004", limit=2)] == ["003", "002"]
         assert [c.id async for c in checkpointer.list(filter={"source": "loop"}, limit=1)] == ["005"]
+        assert [c.id async for c in checkpointer.list(filter={"source": "loop", "absent": None})] == []
         assert len([c async for c in checkpointer.list()]) == 6
 
     async def test_writes_come_back_with_their_checkpoint(self, checkpointer: Checkpointer) -> None:
         await checkpointer.put(cp("t", "1"))
-        writes = [PendingWrite("task-a", "messages", b"hello", "", 0), PendingWrite("task-a", "count", b"1", "", 1)]
+        writes = [PendingWrite("task-a", "messages", b"hello", "", 0), PendingWrite("task-a", "count", b"1", "", 1),
+                  PendingWrite("task-a", "__error__", b"first", "", -1)]
         await checkpointer.put_writes("t", "", "1", writes)
-        await checkpointer.put_writes("t", "", "1", [PendingWrite("task-a", "count", b"2", "", 1)])
+        await checkpointer.put_writes("t", "", "1", [PendingWrite("task-a", "count", b"2", "", 1),
+                                                     PendingWrite("task-a", "__error__", b"second", "", -1)])
         got = await checkpointer.get("t")
         assert got is not None
-        assert sorted((w.channel, w.value) for w in got.writes) == [("count", b"2"), ("messages", b"hello")]
+        # An ordinary write is kept as first recorded; a special one (negative idx) is replaced.
+        assert sorted((w.channel, w.value) for w in got.writes) == [
+            ("__error__", b"second"), ("count", b"1"), ("messages", b"hello")]
+        listed = [c async for c in checkpointer.list("t")]
+        assert [sorted(w.value for w in c.writes) for c in listed] == [[b"1", b"hello", b"second"]]
 
     async def test_delete_thread_removes_only_that_thread(self, checkpointer: Checkpointer) -> None:
         await checkpointer.put(cp("t", "1"))

@@ -133,7 +133,12 @@ class Checkpointer(Protocol):
     async def put_writes(
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
     ) -> None:
-        """Store the writes tasks made against a checkpoint. Raises CheckpointerError."""
+        """Store the writes tasks made against a checkpoint, each addressed by (task_id, idx).
+
+        A write with a negative ``idx`` (a special channel: error, interrupt, resume) replaces
+        the one at its address; any other is stored only if its address is free, so a retried
+        task never overwrites what its first attempt recorded. One statement per kind, with no
+        read first (LangGraph's ``put_writes`` rule, kept by the store). Raises CheckpointerError."""
         ...
 
     async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
