@@ -19,6 +19,7 @@ from typing import Any, Union
 from ringzero.checkpointers.memory import MemoryCheckpointer
 from ringzero.core.errors import BadRequest, InvalidArgument, ProviderError
 from ringzero.core.protocols import ExecutorCapabilities, ProviderCapabilities, Tool
+from ringzero.core.timeouts import fail_after
 from ringzero.core.types import (
     JSON,
     ExecError,
@@ -31,8 +32,9 @@ from ringzero.core.types import (
     Usage,
     ensure_json,
 )
+from ringzero.providers.executors._host import run_host_tool
 
-__all__ = ["InProcessExecutor", "MemoryCheckpointer", "ScriptedProvider", "count_tokens"]
+__all__ = ["InProcessExecutor", "ManualClock", "MemoryCheckpointer", "ScriptedProvider", "count_tokens"]
 
 Reply = Union[str, Message, LLMResponse, Mapping[str, Any], ProviderError]
 Script = Union[Sequence[Reply], Callable[[LLMRequest], Union[Reply, Awaitable[Reply]]]]
@@ -143,9 +145,10 @@ class InProcessExecutor:
             namespace[name] = _bridge(name, fn, loop, calls)
         started = time.perf_counter()
         try:
-            value = await asyncio.wait_for(asyncio.to_thread(_execute, code, namespace), wall)
+            async with fail_after(wall):
+                value = await asyncio.to_thread(_execute, code, namespace)
             error = None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             value, error = None, ExecError("TimeoutError", f"code ran longer than {wall} s")
         except Exception as exc:
             value = None
@@ -175,17 +178,67 @@ def _execute(code: str, namespace: dict[str, Any]) -> Any:
 
 
 def _bridge(name: str, fn: Tool, loop: asyncio.AbstractEventLoop, calls: list[ToolCallRecord]) -> Callable[..., Any]:
+    """The tool as a plain function for code running in a worker thread: the call crosses back
+    to the loop and runs as every executor runs a host tool (``run_host_tool``)."""
     def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            if inspect.iscoroutinefunction(fn):
-                result = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), loop).result()
-            else:
-                result = fn(*args, **kwargs)
-        except Exception as exc:
-            calls.append(ToolCallRecord(name, list(args), dict(kwargs), None, f"{type(exc).__name__}: {exc}"))
-            raise
-        calls.append(ToolCallRecord(name, list(args), dict(kwargs), result))
-        return result
+        ok, outcome = asyncio.run_coroutine_threadsafe(
+            run_host_tool(name, fn, list(args), dict(kwargs), calls, None), loop).result()
+        if not ok:
+            raise outcome
+        return outcome
 
     call.__name__ = name
     return call
+
+
+class ManualClock:
+    """A ``Clock`` (``ringzero.core.timeouts``) that moves only when the test says so.
+
+    ``LLMGate(provider, limits, clock=ManualClock())``: the gate's pacing waits and back-offs
+    end when ``advance()`` passes their deadline, so a test checks what the gate let through
+    at each moment instead of measuring how long it took.
+    """
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+        self._timers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def now(self) -> float:
+        return self._now
+
+    @property
+    def waiting(self) -> int:
+        """How many sleeps and waits are pending on this clock."""
+        return sum(1 for _, timer in self._timers if not timer.done())
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock on; every wait whose deadline is now passed ends."""
+        self._now += seconds
+        for deadline, timer in self._timers:
+            if deadline <= self._now and not timer.done():
+                timer.set_result(None)
+        self._timers = [(d, t) for d, t in self._timers if not t.done()]
+
+    def _timer(self, seconds: float) -> asyncio.Future[None]:
+        timer: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if seconds <= 0:
+            timer.set_result(None)
+        else:
+            self._timers.append((self._now + seconds, timer))
+        return timer
+
+    async def sleep(self, seconds: float) -> None:
+        await self._timer(seconds)
+
+    async def wait(self, event: asyncio.Event, seconds: float | None) -> bool:
+        if event.is_set() or seconds is None:
+            await event.wait()
+            return True
+        timer = self._timer(seconds)
+        setter: asyncio.Future[Any] = asyncio.ensure_future(event.wait())
+        try:
+            await asyncio.wait([setter, timer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            setter.cancel()
+            timer.cancel()
+        return event.is_set()

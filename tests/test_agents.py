@@ -14,6 +14,7 @@ import pytest
 
 from ringzero.agents import CodeAgent, RecursiveAgent, TaskManager, ToolRegistry, create_agent, execute_task
 from ringzero.core.errors import Closed, InvalidArgument, NoProvider
+from ringzero.core.ranking import rank
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests import agent_tools
@@ -75,7 +76,7 @@ def test_search_can_rank_by_embeddings() -> None:
 
     registry = ToolRegistry(ALL_TOOLS, embed=embed)
     assert registry.search("translate this text to French", 1)[0].name == "translate_text"
-    assert all(not math.isnan(x) for x in registry._cosine("x", list(registry)))
+    assert all(not math.isnan(x) for x in rank("x", [spec.text for spec in registry], embed))
 
 
 def test_the_registry_refuses_what_a_resumed_agent_could_not_find() -> None:

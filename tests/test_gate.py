@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from ringzero import Context, Kernel, LLMGate, Pricing, RateLimit, RetryPolicy
 from ringzero.core.errors import BadRequest, InvalidArgument, ProviderUnavailable, RateLimited
 from ringzero.core.types import LLMRequest, Message, Usage
-from ringzero.testing import MemoryCheckpointer, ScriptedProvider
+from ringzero.testing import ManualClock, MemoryCheckpointer, ScriptedProvider
 from tests.conftest import RateLimitedServer
 
 
@@ -34,20 +33,41 @@ async def test_concurrency_cap_is_never_exceeded() -> None:
     assert peak == 3
 
 
+async def settle() -> None:
+    """Let every task that can run, run (the manual clock does not move meanwhile)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
 async def test_requests_per_minute_paces_calls() -> None:
-    gate = LLMGate(ScriptedProvider(lambda r: "ok"), RateLimit(requests_per_minute=600))  # 10/s, burst 10
-    started = time.monotonic()
-    await asyncio.gather(*(gate.complete(request()) for _ in range(20)))
-    elapsed = time.monotonic() - started
-    assert elapsed >= 0.9, elapsed  # 10 at once, then 10 more at 10/s (a busy machine may take longer)
+    clock = ManualClock()
+    gate = LLMGate(ScriptedProvider(lambda r: "ok"), RateLimit(requests_per_minute=480), clock=clock)  # 8/s, burst 8
+    calls = [asyncio.ensure_future(gate.complete(request())) for _ in range(16)]
+    await settle()
+    assert sum(c.done() for c in calls) == 8  # the burst goes at once, the rest wait on the clock
+    for passed in range(1, 9):
+        clock.advance(0.125)  # one request's worth of the rate (a binary fraction: no rounding)
+        await settle()
+        assert sum(c.done() for c in calls) == 8 + passed
+    assert all(c.result().content == "ok" for c in calls)
 
 
 async def test_tokens_per_minute_paces_calls_by_estimated_size() -> None:
-    gate = LLMGate(ScriptedProvider(lambda r: "ok"), RateLimit(tokens_per_minute=6000, burst_tokens=100))
-    started = time.monotonic()
-    for _ in range(3):
-        await gate.complete(LLMRequest(messages=(Message("user", "word " * 100),)))  # 100 tokens each
-    assert time.monotonic() - started >= 1.5  # 100 tokens refill in 1 s at 100 tokens/s
+    clock = ManualClock()
+    gate = LLMGate(ScriptedProvider(lambda r: "ok"), RateLimit(tokens_per_minute=6000, burst_tokens=100), clock=clock)
+    calls = [asyncio.ensure_future(gate.complete(LLMRequest(messages=(Message("user", "word " * 100),))))
+             for _ in range(3)]  # about 100 tokens each; 100 tokens refill in 1 s at 100 tokens/s
+    await settle()
+    assert sum(c.done() for c in calls) == 1
+    clock.advance(0.5)
+    await settle()
+    assert sum(c.done() for c in calls) == 1  # half the tokens back: not yet
+    clock.advance(0.6)
+    await settle()
+    assert sum(c.done() for c in calls) == 2
+    clock.advance(1.1)
+    await settle()
+    assert sum(c.done() for c in calls) == 3
 
 
 async def test_waiting_calls_are_admitted_in_priority_order() -> None:
@@ -66,17 +86,23 @@ async def test_waiting_calls_are_admitted_in_priority_order() -> None:
 
 
 async def test_a_429_is_retried_after_its_retry_after() -> None:
+    clock = ManualClock()
     stamps: list[float] = []
-    replies: list[object] = [RateLimited("slow down", retry_after=0.3), "ok"]
+    replies: list[object] = [RateLimited("slow down", retry_after=30.0), "ok"]
 
     def answer(req: LLMRequest) -> object:
-        stamps.append(time.monotonic())
+        stamps.append(clock.now())
         return replies.pop(0)
 
-    gate = LLMGate(ScriptedProvider(answer))  # type: ignore[arg-type]
-    response = await gate.complete(request())
-    assert response.content == "ok"
-    assert stamps[1] - stamps[0] >= 0.3
+    gate = LLMGate(ScriptedProvider(answer), retry=RetryPolicy(base_delay=0.25), clock=clock)  # type: ignore[arg-type]
+    call = asyncio.ensure_future(gate.complete(request()))
+    await settle()
+    clock.advance(29.9)
+    await settle()
+    assert not call.done() and len(stamps) == 1  # the server said 30 s: no retry before that
+    clock.advance(0.4)  # past Retry-After plus the most jitter the policy adds
+    await settle()
+    assert (await call).content == "ok" and stamps[1] >= 30.0
     assert (gate.stats.rate_limited, gate.stats.retries, gate.stats.failures) == (1, 1, 0)
 
 

@@ -35,6 +35,7 @@ from ringzero.core.gate import LLMGate
 from ringzero.core.ids import time_ordered_id
 from ringzero.core.loops import LoopHome, forward
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
+from ringzero.core.tokens import estimate_text_tokens
 from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message
 
 try:
@@ -246,7 +247,7 @@ class KernelLLM(BaseLLM):
         """An estimate (four characters a token), as CrewAI's own fallback makes, without its
         warning on every call: the provider's real count arrives with each answer's usage."""
         text = messages if isinstance(messages, str) else "".join(_text(m.get("content")) for m in messages)
-        return (len(text) + 3) // 4
+        return estimate_text_tokens(text)
 
     def _request(self, messages: Any) -> LLMRequest:
         if isinstance(messages, str):

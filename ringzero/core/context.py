@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import inspect
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,9 +22,12 @@ from ringzero.core.errors import (
     ToolFailed,
     ToolNotFound,
 )
+from ringzero.core.host_tools import call_tool
 from ringzero.core.loops import run_on
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.references import reference_of
+from ringzero.core.timeouts import fail_after
+from ringzero.core.tokens import estimate_message_tokens
 from ringzero.core.types import (
     JSON,
     ExecLimits,
@@ -113,9 +115,7 @@ class Context:
         counter = getattr(self._process.kernel.gate(provider).provider, "count_tokens", None)
         if callable(counter):
             return int(counter(messages)), False
-        characters = sum(len(m.content) + sum(len(c.name) + len(str(c.arguments)) for c in m.tool_calls)
-                         for m in messages)
-        return (characters + 3) // 4 + 4 * len(messages), True
+        return estimate_message_tokens(messages), True
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -291,9 +291,7 @@ class Context:
 
         async def live() -> dict[str, JSON]:
             try:
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    value = await value
+                value = await call_tool(fn, list(args), kwargs)
             except Exception as exc:
                 return {"error": {"type": type(exc).__name__, "message": str(exc)}}
             return {"value": ensure_json(value, f"the result of tool {name!r}")}
@@ -389,7 +387,8 @@ class Context:
         target = child if not isinstance(child, int) else await kernel.handle(pid)
 
         async def live() -> dict[str, JSON]:
-            await asyncio.wait_for(asyncio.shield(target._process.finished), timeout)
+            async with fail_after(timeout):
+                await asyncio.shield(target._process.finished)
             record = target._process.record
             if record.status is ProcessStatus.EXITED:
                 return {"value": record.result}

@@ -11,22 +11,19 @@ accounted per process and in total.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import heapq
-import itertools
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ringzero.core.errors import InvalidArgument, ProviderError, ProviderUnavailable, RateLimited
 from ringzero.core.loops import LoopHome, forward
 from ringzero.core.protocols import LLMProvider
+from ringzero.core.timeouts import Clock, MonotonicClock, fail_after
+from ringzero.core.tokens import estimate_message_tokens, estimate_text_tokens
 from ringzero.core.types import LLMRequest, LLMResponse, Usage
+from ringzero.core.waitline import PriorityLine
 
 __all__ = ["GateStats", "LLMGate", "Pricing", "RateLimit", "RetryPolicy", "estimate_tokens"]
-
-_timeout = getattr(asyncio, "timeout", None)
 
 
 @dataclass(frozen=True)
@@ -88,10 +85,10 @@ class GateStats:
 
 
 def estimate_tokens(request: LLMRequest) -> int:
-    """A rough count (four characters a token) used only to pace the tokens bucket."""
-    chars = sum(len(m.content) + sum(len(str(c.arguments)) for c in m.tool_calls) for m in request.messages)
-    chars += sum(len(t.name) + len(t.description) + len(str(t.parameters)) for t in request.tools)
-    return max(1, chars // 4) + (request.max_tokens or 0)
+    """A rough count (``ringzero.core.tokens``) used only to pace the tokens bucket: messages,
+    tool schemas and the most the answer may take."""
+    schemas = "".join(t.name + t.description + str(t.parameters) for t in request.tools)
+    return max(1, estimate_message_tokens(request.messages) + estimate_text_tokens(schemas)) + (request.max_tokens or 0)
 
 
 class _Bucket:
@@ -136,7 +133,7 @@ class LLMGate:
         retry: RetryPolicy | None = None,
         pricing: Pricing | None = None,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | None = None,
     ) -> None:
         self.provider = provider
         self.rate_limit = rate_limit or RateLimit()
@@ -145,13 +142,14 @@ class LLMGate:
         self.stats = GateStats()
         self.total_usage = Usage()
         self._usage_by_pid: dict[int, Usage] = {}
-        self._clock = clock
+        self.clock = clock or MonotonicClock()
+        """What the gate paces and backs off by (``ringzero.testing.ManualClock`` in tests)."""
+        self._clock = self.clock.now
         self._requests = self._bucket(self.rate_limit.requests_per_minute, self.rate_limit.burst_requests)
         self._tokens = self._bucket(self.rate_limit.tokens_per_minute, self.rate_limit.burst_tokens)
         self._in_flight = 0
         self._closed_until = 0.0
-        self._line: list[tuple[int, int, _Waiter]] = []
-        self._arrival = itertools.count()
+        self._line: PriorityLine[_Waiter] = PriorityLine()
         self.home = LoopHome(f"the LLM gate of {type(provider).__name__}", self._idle)
         """The one event loop the gate's waiting line lives on: calls from other loops and
         from threads (``home.run_sync(gate.complete(...))``) are run there."""
@@ -197,7 +195,7 @@ class LLMGate:
             finally:
                 self._in_flight -= 1
                 self._wake_head()
-            await asyncio.sleep(delay)
+            await self.clock.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _attempt(self, request: LLMRequest) -> LLMResponse:
@@ -205,11 +203,9 @@ class LLMGate:
         try:
             if timeout is None:
                 return await self.provider.complete(request)
-            if _timeout is not None:  # Python 3.11+: no extra task per call
-                async with _timeout(timeout):
-                    return await self.provider.complete(request)
-            return await asyncio.wait_for(self.provider.complete(request), timeout)
-        except asyncio.TimeoutError as exc:
+            async with fail_after(timeout):
+                return await self.provider.complete(request)
+        except TimeoutError as exc:
             raise ProviderUnavailable(f"the provider did not answer within {timeout} s") from exc
 
     def _on_failure(self, exc: ProviderError, attempt: int) -> float:
@@ -244,25 +240,21 @@ class LLMGate:
             self._grant(estimate)
             return
         me = _Waiter()
-        entry = (priority, next(self._arrival), me)
-        heapq.heappush(self._line, entry)
+        entry = self._line.push(priority, me)
         self._wake_head()
         try:
             while True:
                 delay: float | None = None
-                if self._line[0][2] is me:
+                if self._line.head() is entry:
                     delay = self._delay(estimate)
                     if delay == 0.0:
-                        heapq.heappop(self._line)
+                        self._line.pop()
                         self._grant(estimate)
                         return
                 me.wake.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(me.wake.wait(), delay)
+                await self.clock.wait(me.wake, delay)
         except BaseException:
-            if entry in self._line:
-                self._line.remove(entry)
-                heapq.heapify(self._line)
+            self._line.leave(entry)
             raise
         finally:
             self._wake_head()
@@ -307,5 +299,6 @@ class LLMGate:
         await self.home.aclose()
 
     def _wake_head(self) -> None:
-        if self._line:
-            self._line[0][2].wake.set()
+        head = self._line.head()
+        if head is not None:
+            head.item.wake.set()

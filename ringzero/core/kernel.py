@@ -39,6 +39,7 @@ from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
 from ringzero.core.references import import_reference, reference_of
 from ringzero.core.store import KernelStore, ProcessRecord
+from ringzero.core.timeouts import fail_after
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
 
 __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
@@ -139,7 +140,8 @@ class ProcessHandle:
         """The program's return value. Raises ProcessFailed (BudgetExceeded for a budget stop)
         when it raised or was killed."""
         process = self._process
-        await asyncio.wait_for(asyncio.shield(process.finished), timeout)
+        async with fail_after(timeout):
+            await asyncio.shield(process.finished)
         record = process.record
         if record.status is ProcessStatus.EXITED:
             return process.value if process.task is not None else record.result

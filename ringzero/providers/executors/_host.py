@@ -9,19 +9,17 @@ so a slow tool stalls only its own run (whose wall limit still holds), never the
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
-import inspect
 import json
 import struct
 from typing import Any
 
+from ringzero.core.host_tools import call_tool
 from ringzero.core.protocols import Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ToolCallRecord
 
 __all__ = ["MAX_DEPTH", "FrameBuffer", "ProtocolViolation", "answer_tool_call", "check_value", "deeper_than",
-           "executor_error", "finished", "merge_limits", "message_limit"]
+           "executor_error", "finished", "merge_limits", "message_limit", "run_host_tool"]
 
 MAX_DEPTH = 100
 """How deeply lists and dicts may nest in anything that crosses the sandbox boundary."""
@@ -144,33 +142,26 @@ async def answer_tool_call(message: dict[str, Any], tools: dict[str, Tool], call
     if refused is not None:
         calls.append(ToolCallRecord(name, [], {}, None, f"ValueError: {refused}"))
         return {"op": "error", "type": "ValueError", "args": [refused]}
+    ok, outcome = await run_host_tool(name, tools[name], args, kwargs, calls, tool_bytes)
+    if ok:
+        return {"op": "result", "value": outcome}
+    exc_args = [a if isinstance(a, (str, int, float, bool)) or a is None else str(a) for a in outcome.args]
+    return {"op": "error", "type": type(outcome).__name__, "args": exc_args}
+
+
+async def run_host_tool(name: str, tool: Tool, args: list[Any], kwargs: dict[str, Any], calls: list[ToolCallRecord],
+                        tool_bytes: int | None) -> tuple[bool, Any]:
+    """Call a host tool for code in a sandbox and record the call: ``(True, result)``, or
+    ``(False, exception)`` for a tool that raised or a result that may not cross the boundary.
+    Every executor's tool calls go through here."""
     try:
-        result = await call_tool(tools[name], args, kwargs)
+        result = await call_tool(tool, args, kwargs)
     except Exception as exc:
         calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
-        exc_args = [a if isinstance(a, (str, int, float, bool)) or a is None else str(a) for a in exc.args]
-        return {"op": "error", "type": type(exc).__name__, "args": exc_args}
+        return False, exc
     refused = check_value(result, f"the result of {name}()", tool_bytes)
     if refused is not None:
         calls.append(ToolCallRecord(name, args, kwargs, None, f"ValueError: {refused}"))
-        return {"op": "error", "type": "ValueError", "args": [refused]}
+        return False, ValueError(refused)
     calls.append(ToolCallRecord(name, args, kwargs, result))
-    return {"op": "result", "value": result}
-
-
-async def call_tool(tool: Tool, args: list[JSON], kwargs: dict[str, JSON]) -> Any:
-    """Call a host tool off the event loop: awaited if it is async, else in a worker thread
-    (the thread's context carries the caller's, so a kernel process's ``ctx`` is seen there).
-
-    A keyword the host bound with :func:`functools.partial` (``partial(search, api_key=KEY)``)
-    is the host's: the code naming it gets a ``TypeError`` rather than overriding it, so such a
-    keyword is a safe place for a secret. Any other parameter, defaults included, is the code's."""
-    fixed = sorted(set(kwargs) & set(tool.keywords)) if isinstance(tool, functools.partial) else []
-    if fixed:
-        raise TypeError(f"argument {fixed[0]!r} is fixed by the host and cannot be passed")
-    if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
-        return await tool(*args, **kwargs)
-    result = await asyncio.to_thread(tool, *args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+    return True, result

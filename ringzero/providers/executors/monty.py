@@ -27,14 +27,15 @@ from typing import Any
 
 from ringzero.core.errors import Closed, ExecutorError, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.protocols import ExecutorCapabilities, Tool
+from ringzero.core.timeouts import fail_after
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord, ensure_json
 from ringzero.providers.executors._host import (
     MAX_DEPTH,
-    call_tool,
     check_value,
     deeper_than,
     executor_error,
     merge_limits,
+    run_host_tool,
 )
 from ringzero.providers.executors._runner import CappedOutput
 
@@ -191,7 +192,7 @@ class _Run:
         # this host-side deadline, a little later, bounds the whole run, tool calls included.
         backstop = None if self.limits.wall_seconds is None else self.limits.wall_seconds + 1.0
         try:
-            async with asyncio.timeout(backstop) if hasattr(asyncio, "timeout") else _no_timeout():
+            async with fail_after(backstop):
                 value = await self._drive(code, inputs, session)
             value = self._final(value)
         except pm.MontyCrashedError as exc:
@@ -199,7 +200,7 @@ class _Run:
         except pm.MontyError as exc:
             error = _exec_error(exc)
             self.session_broken = error.type in ("TimeoutError", "MemoryError")
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             error = executor_error("TimeoutError", f"the run took longer than {self.limits.wall_seconds} s")
             self.session_broken = True
         except _ValueRefused as exc:
@@ -311,17 +312,8 @@ class _Run:
     async def _call(
         self, name: str, args: list[Any], kwargs: dict[str, Any]
     ) -> pm.ExternalReturnValue | pm.ExternalException:
-        try:
-            result = await call_tool(self.tools[name], args, kwargs)
-        except Exception as exc:
-            self.calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
-            return {"exception": exc}
-        refused = check_value(result, f"the result of {name}()", self.limits.tool_bytes)
-        if refused is not None:
-            self.calls.append(ToolCallRecord(name, args, kwargs, None, f"ValueError: {refused}"))
-            return {"exception": ValueError(refused)}
-        self.calls.append(ToolCallRecord(name, args, kwargs, result))
-        return {"return_value": result}
+        ok, outcome = await run_host_tool(name, self.tools[name], args, kwargs, self.calls, self.limits.tool_bytes)
+        return {"return_value": outcome} if ok else {"exception": outcome}
 
 
 @functools.cache
@@ -344,14 +336,6 @@ async def _let_monty_threads_finish() -> None:
 
 class _ValueRefused(Exception):
     """The code's final value cannot leave the sandbox (too deep or too large)."""
-
-
-class _no_timeout:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 def _awaits(code: str) -> bool:

@@ -36,6 +36,7 @@ from typing import Any
 
 from ringzero.core.errors import ExecutorError, InvalidArgument
 from ringzero.core.protocols import ExecutorCapabilities, Tool
+from ringzero.core.timeouts import fail_after
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
 from ringzero.providers.executors._confine import CONTROLS, NOBODY
 from ringzero.providers.executors._host import (
@@ -58,7 +59,6 @@ SANDBOX_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"
                        "OMP_NUM_THREADS": "1"}
 """The environment every run starts from; ``HOME`` and ``TMPDIR`` are its scratch, and
 ``env=`` adds to it. Nothing else of the host's environment enters."""
-_timeout = getattr(asyncio, "timeout", None)
 
 
 def _prepare_workspace(path: str) -> None:
@@ -156,8 +156,9 @@ class ProcessExecutor:
         host_end.sendall(frame(config))
         channel = _Channel(host_end.dup(), 1 << 20, sender=self._server.pid)
         try:
-            ready = await asyncio.wait_for(channel.read(), 60)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ProtocolViolation) as exc:
+            async with fail_after(60):
+                ready = await channel.read()
+        except (TimeoutError, asyncio.IncompleteReadError, ProtocolViolation) as exc:
             await self.aclose()
             raise ExecutorError("the ProcessExecutor's fork server did not start") from exc
         finally:
@@ -232,7 +233,7 @@ class ProcessExecutor:
                         greeting: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
         wall = limits.wall_seconds
         try:
-            async with (_timeout(wall) if _timeout is not None else _WaitFor(wall)):
+            async with fail_after(wall):
                 greeting.update(await channel.read())  # from the fork server itself, before any user code
                 if greeting["op"] == "failed":
                     raise ExecutorError(f"the sandbox could not be set up: {greeting.get('message')}")
@@ -254,7 +255,7 @@ class ProcessExecutor:
         except ProtocolViolation as exc:
             return None, "", executor_error("SandboxProtocolError",
                                             f"the sandbox broke the protocol and was killed: {exc}")
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             return None, "", executor_error("TimeoutError", f"the run took longer than {wall} s and was killed")
         except (asyncio.IncompleteReadError, ConnectionError):
             return None, "", executor_error("SandboxKilled", "the sandboxed process died before it answered "
@@ -267,8 +268,9 @@ class ProcessExecutor:
         if self._server is not None:
             server, self._server = self._server, None
             try:
-                await asyncio.wait_for(server.wait(), 5)
-            except asyncio.TimeoutError:
+                async with fail_after(5):
+                    await server.wait()
+            except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     server.kill()
                 await server.wait()
@@ -375,28 +377,3 @@ def remove_tree(path: str) -> None:
                 os.rmdir(name, dir_fd=stack[-1][0])
     with contextlib.suppress(OSError):
         os.rmdir(path)
-
-
-class _WaitFor:
-    """asyncio.timeout for Python 3.10: cancels the body after ``delay`` seconds."""
-
-    def __init__(self, delay: float | None) -> None:
-        self._delay = delay
-        self._handle: asyncio.TimerHandle | None = None
-        self._expired = False
-
-    async def __aenter__(self) -> None:
-        if self._delay is not None:
-            task = asyncio.current_task()
-            assert task is not None
-            self._handle = asyncio.get_running_loop().call_later(self._delay, self._expire, task)
-
-    def _expire(self, task: asyncio.Task[Any]) -> None:
-        self._expired = True
-        task.cancel()
-
-    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        if self._expired and exc_type is asyncio.CancelledError:
-            raise asyncio.TimeoutError

@@ -22,6 +22,7 @@ from typing import Any
 
 from ringzero.core.errors import InvalidArgument, ProviderUnavailable
 from ringzero.core.protocols import ProviderCapabilities
+from ringzero.core.tokens import MESSAGE_FRAMING
 from ringzero.core.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.providers.llm._client import ClientPerLoop
 from ringzero.providers.llm._http import post_json
@@ -115,7 +116,7 @@ def _tokenizer(model: str) -> Callable[[Sequence[Message]], int] | None:
         encoding = _encoding(name)
         total = 0
         for message in messages:
-            total += len(encoding.encode(message.content)) + 4
+            total += len(encoding.encode(message.content)) + MESSAGE_FRAMING
             total += sum(len(encoding.encode(c.name + json.dumps(c.arguments))) for c in message.tool_calls)
         return total
 

@@ -9,11 +9,10 @@ rotate equal-priority processes at syscall boundaries when slots are scarce.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 
 from ringzero.core.errors import InvalidArgument
 from ringzero.core.protocols import SchedulerCapabilities
+from ringzero.core.waitline import PriorityLine
 
 __all__ = ["LocalScheduler"]
 
@@ -28,8 +27,7 @@ class LocalScheduler:
             raise InvalidArgument(f"max_running must be a positive integer or None, got {max_running!r}")
         self.max_running = max_running
         self._running: set[int] = set()
-        self._ready: list[tuple[int, int, int, asyncio.Future[None]]] = []
-        self._arrival = itertools.count()
+        self._ready: PriorityLine[tuple[int, asyncio.Future[None]]] = PriorityLine()
 
     @property
     def running(self) -> frozenset[int]:
@@ -37,7 +35,7 @@ class LocalScheduler:
 
     @property
     def ready_count(self) -> int:
-        return sum(1 for *_, fut in self._ready if not fut.done())
+        return len(self._ready)
 
     def _has_slot(self) -> bool:
         return self.max_running is None or len(self._running) < self.max_running
@@ -47,10 +45,11 @@ class LocalScheduler:
             self._running.add(pid)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._ready, (priority, next(self._arrival), pid, fut))
+        entry = self._ready.push(priority, (pid, fut))
         try:
             await fut
         except asyncio.CancelledError:
+            self._ready.leave(entry)
             if fut.done() and not fut.cancelled():
                 # The slot was handed over just as we were cancelled: pass it on.
                 self.release(pid)
@@ -62,8 +61,8 @@ class LocalScheduler:
 
     def _dispatch(self) -> None:
         while self._ready and self._has_slot():
-            _, _, pid, fut = heapq.heappop(self._ready)
-            if fut.done():  # its waiter was cancelled
+            pid, fut = self._ready.pop()
+            if fut.done():  # its waiter was cancelled and has not left the line yet
                 continue
             self._running.add(pid)
             fut.set_result(None)
@@ -71,6 +70,8 @@ class LocalScheduler:
     def should_yield(self, pid: int, priority: int) -> bool:
         if self._has_slot():
             return False
-        while self._ready and self._ready[0][3].done():
-            heapq.heappop(self._ready)
-        return bool(self._ready) and self._ready[0][0] <= priority
+        head = self._ready.head()
+        while head is not None and head.item[1].done():  # a cancelled waiter that has not left yet
+            self._ready.leave(head)
+            head = self._ready.head()
+        return head is not None and head.priority <= priority

@@ -1,0 +1,35 @@
+"""How ringzero calls a host tool: the one place that decides how a tool runs.
+
+A coroutine function is awaited; a plain function runs in a worker thread (its context is the
+caller's, so a kernel process's ``ctx`` is seen there), so a slow tool stalls only its caller,
+never the event loop. Used by ``ctx.tool`` and by every executor's tool calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from typing import Any
+
+from ringzero.core.protocols import Tool
+
+__all__ = ["call_tool"]
+
+
+async def call_tool(tool: Tool, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call a host tool off the event loop: awaited if it is async, else in a worker thread
+    (the thread's context carries the caller's, so a kernel process's ``ctx`` is seen there).
+
+    A keyword the host bound with :func:`functools.partial` (``partial(search, api_key=KEY)``)
+    is the host's: the code naming it gets a ``TypeError`` rather than overriding it, so such a
+    keyword is a safe place for a secret. Any other parameter, defaults included, is the code's."""
+    fixed = sorted(set(kwargs) & set(tool.keywords)) if isinstance(tool, functools.partial) else []
+    if fixed:
+        raise TypeError(f"argument {fixed[0]!r} is fixed by the host and cannot be passed")
+    if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
+        return await tool(*args, **kwargs)
+    result = await asyncio.to_thread(tool, *args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
