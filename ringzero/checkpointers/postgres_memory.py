@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.memory import RECORD_PREFIX, Memory, newest_memories
+from ringzero.core.memory import RECORD_PREFIX, Memory, memory_from_row, newest_memories
 from ringzero.core.types import JSON
 
 if TYPE_CHECKING:
@@ -46,11 +46,6 @@ def _below(namespace: str, prefix: bool) -> tuple[str, list[Any]]:
     return "(namespace=%s OR starts_with(namespace, %s))", [namespace, namespace + "."]
 
 
-def _memory(row: Any, score: float | None = None) -> Memory:
-    namespace, key, value, created_at, updated_at = row[:5]
-    return Memory(namespace, key, json.loads(value), created_at, updated_at, score)
-
-
 class PostgresMemoryIndex:
     """A ``MemoryIndex`` in a PostgresCheckpointer's database."""
 
@@ -60,12 +55,12 @@ class PostgresMemoryIndex:
     async def put(self, namespace: str, key: str, value: JSON, indexed_words: str, now: float) -> Memory:
         rows = await self.checkpointer.read(
             f"{_UPSERT} RETURNING {_COLUMNS}", (namespace, key, json.dumps(value), now, now, indexed_words))
-        return _memory(rows[0])
+        return memory_from_row(rows[0])
 
     async def get(self, namespace: str, key: str) -> Memory | None:
         rows = await self.checkpointer.read(
             f"SELECT {_COLUMNS} FROM ringzero_memories WHERE namespace=%s AND key=%s", (namespace, key))
-        return _memory(rows[0]) if rows else None
+        return memory_from_row(rows[0]) if rows else None
 
     async def delete(self, namespace: str, key: str) -> bool:
         rows = await self.checkpointer.read(
@@ -76,7 +71,7 @@ class PostgresMemoryIndex:
         where, params = _below(namespace, prefix)
         rows = await self.checkpointer.read(
             f"SELECT {_COLUMNS} FROM ringzero_memories WHERE {where} ORDER BY updated_at DESC, key", params)
-        return [_memory(row) for row in rows]
+        return [memory_from_row(row) for row in rows]
 
     async def namespaces(self) -> list[str]:
         rows = await self.checkpointer.read("SELECT DISTINCT namespace FROM ringzero_memories ORDER BY namespace", ())
@@ -92,7 +87,7 @@ class PostgresMemoryIndex:
             f"to_tsquery('simple', %s) AS query WHERE words @@ query AND {where} "
             "ORDER BY score DESC, namespace, key LIMIT %s",
             [" | ".join(query_words), *params, limit])
-        return [_memory(row, float(row[5])) for row in rows]
+        return [memory_from_row(row, float(row[5])) for row in rows]
 
 
 async def move_record_memories(conn: Any) -> None:

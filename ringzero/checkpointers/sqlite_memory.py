@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.memory import RECORD_PREFIX, Memory, newest_memories
+from ringzero.core.memory import RECORD_PREFIX, Memory, memory_from_row, newest_memories
 from ringzero.core.types import JSON
 
 if TYPE_CHECKING:
@@ -57,11 +57,6 @@ def _below(namespace: str, prefix: bool) -> tuple[str, list[Any]]:
     return "(m.namespace=? OR (m.namespace>? AND m.namespace<?))", [namespace, namespace + ".", namespace + "/"]
 
 
-def _memory(row: Any, score: float | None = None) -> Memory:
-    namespace, key, value, created_at, updated_at = row[:5]
-    return Memory(namespace, key, json.loads(value), created_at, updated_at, score)
-
-
 class SqliteMemoryIndex:
     """A ``MemoryIndex`` in a SqliteCheckpointer's file."""
 
@@ -81,7 +76,7 @@ class SqliteMemoryIndex:
     async def get(self, namespace: str, key: str) -> Memory | None:
         rows = await self.checkpointer.read(f"SELECT {_COLUMNS} FROM memories m WHERE namespace=? AND key=?",
                                             (namespace, key))
-        return _memory(rows[0]) if rows else None
+        return memory_from_row(rows[0]) if rows else None
 
     async def delete(self, namespace: str, key: str) -> bool:
         changed = await self.checkpointer.write([
@@ -94,7 +89,7 @@ class SqliteMemoryIndex:
         where, params = _below(namespace, prefix)
         rows = await self.checkpointer.read(
             f"SELECT {_COLUMNS} FROM memories m WHERE {where} ORDER BY updated_at DESC, rowid DESC", params)
-        return [_memory(row) for row in rows]
+        return [memory_from_row(row) for row in rows]
 
     async def namespaces(self) -> list[str]:
         return [row[0] for row in await self.checkpointer.read("SELECT DISTINCT namespace FROM memories "
@@ -112,7 +107,7 @@ class SqliteMemoryIndex:
             f"SELECT {_COLUMNS}, -bm25(memory_words, 0.0, 1.0) AS score FROM memory_words "
             f"JOIN memories m ON m.rowid = memory_words.rowid WHERE memory_words MATCH ? AND {where} "
             f"ORDER BY score DESC, m.rowid LIMIT ?", [wanted, *params, -1 if limit is None else limit])
-        return [_memory(row, row[5]) for row in rows]
+        return [memory_from_row(row, row[5]) for row in rows]
 
 
 def move_record_memories(conn: sqlite3.Connection) -> None:

@@ -333,15 +333,15 @@ class Kernel:
             raise InvalidArgument(f"priority must be a non-negative integer (0 is most urgent), got {priority!r}")
         if limits is not None and not isinstance(limits, Limits):
             raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(limits).__name__}")
-        await self.start()
         record = ProcessRecord(
             pid=0, name=name or program.__name__, program=reference_of(program),
             args=list(args), priority=priority, limits=limits or Limits(), parent=parent,
         )
         owner = None if parent is None else self._process(parent)
         # The child is created in a task of its own that a kill of the parent cannot cut
-        # short: once its record is written it is in the table and in its parent's children,
-        # or stopped at once if the parent was killed meanwhile. Never a half-made child that
+        # short, and that task is in the parent's ``spawning`` before this call awaits anything:
+        # once its record is written it is in the table and in its parent's children, or
+        # stopped at once if the parent was killed meanwhile. Never a half-made child that
         # runs on unseen, or a record that recover() would bring back to life.
         creation = asyncio.ensure_future(self._create(record, program, owner))
         creation.add_done_callback(_retrieved)  # its caller may be gone (killed) when it fails
@@ -351,6 +351,7 @@ class Kernel:
         return await asyncio.shield(creation)
 
     async def _create(self, record: ProcessRecord, program: Program, owner: Process | None) -> Process:
+        await self.start()
         await self._write_new(record)
         process = Process(self, record, program, Journal(self.store, record.pid))
         self._procs[record.pid] = process

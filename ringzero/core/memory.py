@@ -213,6 +213,13 @@ class RecordMemoryIndex:
                                                metadata={"deleted": bool(body.get("deleted"))}))
 
 
+def memory_from_row(row: Sequence[Any], score: float | None = None) -> Memory:
+    """A memory from a store's memory table: ``(namespace, key, value as JSON text, created_at,
+    updated_at, ...)``."""
+    namespace, key, value, created_at, updated_at = row[:5]
+    return Memory(namespace, key, json.loads(value), created_at, updated_at, score)
+
+
 def memory_from_record(namespace: str, key: str, payload: bytes) -> Memory | None:
     """The memory a protocol record holds (None for a tombstone)."""
     body = json.loads(payload)
