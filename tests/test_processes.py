@@ -67,19 +67,23 @@ async def test_a_crashing_program_fails_with_its_traceback_and_others_keep_runni
     assert await (await kernel.spawn(returns_value, 4)).wait() == 8
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait (without an upper bound of its own: the per-test timeout is that) for ``condition``."""
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
 async def test_pause_takes_effect_at_the_next_syscall_and_resume_continues(kernel: Kernel) -> None:
     p = await kernel.spawn(ticker, 1000)
-    await asyncio.sleep(0.05)
+    await until(lambda: p.state.get("ticks", 0) > 0)
     await p.pause()
-    await asyncio.sleep(0.05)
-    assert p.status is ProcessStatus.PAUSED
+    await until(lambda: p.status is ProcessStatus.PAUSED)
     frozen = p.state["ticks"]
     await asyncio.sleep(0.1)
-    assert p.state["ticks"] == frozen
+    assert p.state["ticks"] == frozen and p.status is ProcessStatus.PAUSED
     await p.resume()
-    await asyncio.sleep(0.05)
+    await until(lambda: p.state["ticks"] > frozen)
     assert p.status in (ProcessStatus.WAITING, ProcessStatus.RUNNING, ProcessStatus.READY)
-    assert p.state["ticks"] > frozen
     await p.kill()
     assert "paused" in [t["to"] for t in await kernel.store.transitions(p.pid)]
 
