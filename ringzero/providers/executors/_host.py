@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import struct
 from typing import Any
 
 from ringzero.core.host_tools import call_tool
 from ringzero.core.protocols import Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ToolCallRecord
+from ringzero.providers.executors._runner import HEADER
 
 __all__ = ["MAX_DEPTH", "FrameBuffer", "ProtocolViolation", "answer_tool_call", "check_value", "deeper_than",
            "executor_error", "finished", "merge_limits", "message_limit", "run_host_tool"]
@@ -106,14 +106,15 @@ class FrameBuffer:
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         self._buffer += data
         messages = []
-        while len(self._buffer) >= 4:
-            (length,) = struct.unpack("!I", self._buffer[:4])
+        size = HEADER.size
+        while len(self._buffer) >= size:
+            (length,) = HEADER.unpack(self._buffer[:size])
             if length > self.limit:
                 raise ProtocolViolation(f"a {length}-byte message (the limit is {self.limit})")
-            if len(self._buffer) < 4 + length:
+            if len(self._buffer) < size + length:
                 break
-            payload = bytes(self._buffer[4:4 + length])
-            del self._buffer[:4 + length]
+            payload = bytes(self._buffer[size:size + length])
+            del self._buffer[:size + length]
             try:
                 message = json.loads(payload)
             except (ValueError, RecursionError) as exc:

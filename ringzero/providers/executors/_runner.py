@@ -19,19 +19,23 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CappedOutput", "frame", "read_frame", "run_code"]
+__all__ = ["HEADER", "CappedOutput", "frame", "read_frame", "run_code"]
+
+HEADER = struct.Struct("!I")
+"""A frame's header: the body's length, 4 bytes, network order. The one framing codec: this
+file writes and reads frames in the sandbox; the host reads them with ``_host.FrameBuffer``."""
 
 
 def frame(message: Any) -> bytes:
     """One length-prefixed message: compact UTF-8 JSON (a lone surrogate travels as its JSON
     escape, so any Python str survives)."""
     data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
-    return struct.pack("!I", len(data)) + data
+    return HEADER.pack(len(data)) + data
 
 
 def read_frame(read: Callable[[int], bytes]) -> Any:
     """One message, with ``read(n)`` returning exactly n bytes (EOFError at the end)."""
-    (length,) = struct.unpack("!I", read(4))
+    (length,) = HEADER.unpack(read(HEADER.size))
     return json.loads(read(length))
 
 
@@ -101,7 +105,7 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
         error = {"type": type(exc).__name__, "message": _clip(str(exc)),
                  "traceback": _clip("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))}
     try:
-        encoded = len(frame(value)) - 4
+        encoded = len(frame(value)) - HEADER.size
     except RecursionError:
         value, encoded = None, 4
         error = error or {"type": "OutputLimitExceeded", "traceback": "",
@@ -111,7 +115,7 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
             value = repr(value)
         except RecursionError:
             value = "<a value nested too deeply to show>"
-        encoded = len(frame(value)) - 4
+        encoded = len(frame(value)) - HEADER.size
     if encoded > output_limit:
         message = f"the final value is {encoded} bytes of JSON, over the limit of {output_limit}"
         value, error = None, {"type": "OutputLimitExceeded", "traceback": "", "message": message}
