@@ -40,6 +40,7 @@ bench: sync
 	$(VENV)/bin/python benchmarks/tool_node.py
 	$(VENV)/bin/python benchmarks/rate_limited_agents.py
 	$(VENV)/bin/python benchmarks/idle_processes.py
+	$(VENV)/bin/python benchmarks/finished_processes_memory.py
 	$(VENV)/bin/python benchmarks/ptc_tokens.py
 	$(VENV)/bin/python benchmarks/context_folding.py
 

@@ -167,6 +167,12 @@ class LLMGate:
         """Everything process ``pid`` has spent through this gate."""
         return self._usage_by_pid.get(pid, Usage())
 
+    def forget(self, pid: int) -> None:
+        """Let go of what the gate keeps about ``pid`` (its usage): the kernel calls this when the
+        process ends, so a long-lived gate does not grow with every process it served. The
+        process's spend stays on its own record."""
+        self._usage_by_pid.pop(pid, None)
+
     async def complete(self, request: LLMRequest, *, pid: int = 0, priority: int = 10) -> LLMResponse:
         """Send ``request`` when the gate allows, retrying what is worth retrying.
 

@@ -389,6 +389,8 @@ class Kernel:
         if self._procs.get(process.pid) is process:
             del self._procs[process.pid]
             self._ended[process.pid] = process
+            for gate in self._gates.values():
+                gate.forget(process.pid)
 
     def get(self, pid: int) -> ProcessHandle:
         """The handle of a process this kernel runs, or ran and something still holds (a
