@@ -96,7 +96,7 @@ def react_graph(tools: list[Any]) -> Any:
 
     graph = StateGraph(MessagesState)
     graph.add_node("agent", agent)
-    graph.add_node("tools", KernelToolNode(tools))
+    graph.add_node("tools", KernelToolNode(tools, handle_tool_errors=True))  # errors go back to the model
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")

@@ -51,7 +51,7 @@ def three_tools_at_once(request: LLMRequest) -> Any:
             {"id": "r", "name": "read_file", "arguments": {"path": last.content}},
             {"id": "w", "name": "word_stats", "arguments": {"text": "to be or not to be", "top": 1}},
             {"id": "d", "name": "divide", "arguments": {"a": 1, "b": 0}}]}
-    return "\n".join(f"{m.name}: {m.content}" for m in request.messages if m.role == "tool")
+    return "\x1e".join(f"{m.name}: {m.content}" for m in request.messages if m.role == "tool")  # errors span lines
 
 
 def secret_file(tmp_path: Path) -> str:
@@ -68,7 +68,7 @@ async def test_a_react_graph_runs_its_tools_in_the_sandbox_in_parallel_with_erro
         process = await kernel.spawn(sandboxed_graph_agent, secret_file(tmp_path))
         answer = str(await process.wait())
         journal = [e.kind for e in await kernel.store.journal(process.pid)]
-    lines = dict(line.split(": ", 1) for line in answer.splitlines())
+    lines = dict(line.split(": ", 1) for line in answer.split("\x1e"))
     assert lines["word_stats"] == json.dumps({"words": 6, "top": ["be"]})
     assert "the host's secret" not in answer
     assert lines["read_file"].startswith("Error: ") and ("PermissionError" in lines["read_file"]

@@ -18,9 +18,8 @@ saver opened it (``KernelSaver.from_conn_string(...)``); later calls raise ``Clo
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ringzero.checkpointers import open_checkpointer
@@ -48,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ringzero.adapters.langchain_tools import code_tool, sandboxed
 from ringzero.adapters.langgraph_store import KernelMemoryStore
+from ringzero.adapters.langgraph_tools import KernelToolNode
 
 __all__ = ["KernelMemoryStore", "KernelSaver", "KernelToolNode", "code_tool", "sandboxed"]
 
@@ -301,59 +301,3 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 def _jsonable(value: Any) -> Any:
     """A JSON copy (values that are not JSON become their repr) for filtering in the store."""
     return json.loads(json.dumps(value, default=repr))
-
-
-class KernelToolNode:
-    """A drop-in for ``langgraph.prebuilt.ToolNode`` that runs each tool call as a kernel syscall.
-
-    Same shapes: it reads the tool calls of the last AI message in ``state["messages"]`` and
-    returns ``{"messages": [ToolMessage, ...]}``, one per call, run in parallel. Inside a kernel
-    process every call goes through ``ctx.tool``, so it is journaled (a resumed graph does not run
-    a recorded call again) and counted against the process's budget; wrap tools with
-    ``sandboxed()`` to run their bodies in an executor. ``handle_tool_errors=True`` (the default,
-    as in ToolNode) turns a tool's exception into an error ToolMessage for the model.
-    """
-
-    def __init__(self, tools: Sequence[Any], *, handle_tool_errors: bool = True, name: str = "tools") -> None:
-        from langchain_core.tools import BaseTool, StructuredTool
-
-        self.tools = {t.name: t for t in (t if isinstance(t, BaseTool) else StructuredTool.from_function(t)
-                                          for t in tools)}
-        self.handle_tool_errors = handle_tool_errors
-        self.name = name
-
-    async def __call__(self, state: Any) -> dict[str, Any]:
-        from langchain_core.messages import ToolMessage
-
-        from ringzero.core.context import Context
-
-        ctx = Context.current()
-        if ctx is None:
-            raise RingzeroError("KernelToolNode runs tool calls as kernel syscalls: run the graph inside a kernel "
-                                "process (kernel.spawn(program) where the program invokes the graph)")
-        messages = state["messages"] if isinstance(state, dict) else state
-        calls = messages[-1].tool_calls
-
-        async def one(call: dict[str, Any]) -> ToolMessage:
-            tool = self.tools.get(call["name"])
-            try:
-                if tool is None:
-                    raise RingzeroError(f"no tool named {call['name']!r}; this node has: {', '.join(self.tools)}")
-                result = await ctx.tool(_syscall_for(tool), **call["args"])
-            except Exception as exc:
-                if not self.handle_tool_errors:
-                    raise
-                return ToolMessage(f"Error: {exc}", tool_call_id=call["id"], name=call["name"], status="error")
-            content = result if isinstance(result, str) else json.dumps(result)
-            return ToolMessage(content, tool_call_id=call["id"], name=call["name"])
-
-        return {"messages": list(await asyncio.gather(*(one(c) for c in calls)))}
-
-
-def _syscall_for(tool: Any) -> Callable[..., Any]:
-    """The host function ``ctx.tool`` runs for ``tool``, named after it in the journal."""
-    async def call(**arguments: Any) -> Any:
-        return await tool.ainvoke(arguments)
-
-    call.__qualname__ = f"langchain_tool:{tool.name}"
-    return call

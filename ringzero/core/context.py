@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ringzero.core import errors
@@ -301,6 +301,19 @@ class Context:
             err = outcome["error"]
             raise ToolFailed(name, str(err["type"]), str(err["message"]))  # type: ignore[index,call-overload]
         return outcome["value"]
+
+    async def journaled_tool(
+        self, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]]
+    ) -> dict[str, JSON]:
+        """One tool call as a journaled, budgeted syscall whose result the caller encodes.
+
+        For adapters whose tools return framework objects rather than JSON (LangGraph's
+        ``ToolMessage`` and ``Command``): ``live`` runs the call and returns the outcome to
+        record, a JSON object; ``request`` identifies the call (a replay must ask for the same
+        one). A recorded outcome is returned without calling ``live``. An exception from
+        ``live`` is not recorded: the call runs again on replay, as an interrupted one must.
+        """
+        return await self._process.syscall("tool", {"name": name, "request": request}, name, live)
 
     def _resolve_tool(self, tool: str | Tool) -> tuple[str, Tool]:
         if isinstance(tool, str):

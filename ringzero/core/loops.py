@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from ringzero.core.errors import Closed, WrongEventLoop
 
-__all__ = ["Closing", "LoopHome", "LoopThread", "forward", "run_on"]
+__all__ = ["Closing", "LoopHome", "LoopThread", "forward", "run_on", "running_loop"]
 
 T = TypeVar("T")
 Self_ = TypeVar("Self_", bound="Closing")
@@ -60,7 +60,8 @@ class Closing:
         await self.aclose()
 
 
-def _running() -> asyncio.AbstractEventLoop | None:
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -73,7 +74,7 @@ def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], what: 
     Called on ``loop``'s own thread it would block the loop it waits for, forever: it refuses
     with ``WrongEventLoop`` instead, naming ``what`` and what to call there.
     """
-    if _running() is loop:
+    if running_loop() is loop:
         coro.close()
         raise WrongEventLoop(f"{what} was called synchronously on the event loop it runs on, which it would "
                              "block forever: await the async variant there, or call it from a worker thread "
@@ -117,7 +118,7 @@ class LoopThread:
             self._loop, self._thread = None, None
         if loop is None or thread is None:
             return
-        if _running() is loop:
+        if running_loop() is loop:
             raise WrongEventLoop(f"{self._name} cannot be closed from its own event loop thread")
         asyncio.run_coroutine_threadsafe(_wind_down(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
@@ -201,10 +202,10 @@ class LoopHome:
         except Closed:
             coro.close()
             raise
-        if home is None or not (home.is_running() or home is _running()):
+        if home is None or not (home.is_running() or home is running_loop()):
             with self._binding:  # threads may race to give the object its first home
                 home = self._usable_home()
-                if home is None or not (home.is_running() or home is _running()):
+                if home is None or not (home.is_running() or home is running_loop()):
                     try:
                         self._moved_or_stuck(home)
                     except WrongEventLoop:

@@ -8,6 +8,7 @@ budgets and the journal act, so a program cannot slip past any of them.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,10 @@ from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.store import ProcessRecord
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
+
+_RUNNING_LIVE: contextvars.ContextVar[Process | None] = contextvars.ContextVar("ringzero_running_live", default=None)
+"""The process whose syscall is running live in this context: a syscall it makes from there (an
+LLM call inside a tool) is part of the enclosing one, whose record holds its effect."""
 
 if TYPE_CHECKING:
     from ringzero.core.kernel import Kernel
@@ -263,12 +268,21 @@ class Process:
             reason = self.meter.crossed(resource, about_to_add=amount)
             if reason is not None:
                 self._stop(reason)
+        if _RUNNING_LIVE.get() is self:
+            # Made from inside another syscall's live run (a tool that asks the model): the
+            # enclosing record holds its effect, so it takes no slot and a replay, which serves
+            # that record, never makes it. Journaling it too would shift every later slot.
+            return await live()
         # The journal slot is taken before the first await: program order, not finishing order.
         fp = fingerprint(args)
         seq, outcome = self.journal.take_slot(kind, fp, summary)
         if outcome is None:
             await self._boundary()
-            outcome = await (self._blocking(live) if waits else live())
+            token = _RUNNING_LIVE.set(self)
+            try:
+                outcome = await (self._blocking(live) if waits else live())
+            finally:
+                _RUNNING_LIVE.reset(token)
             await self.journal.record(seq, kind, fp, summary, outcome)
         return outcome
 

@@ -1,0 +1,159 @@
+"""``KernelToolNode``: LangGraph's own ``ToolNode``, whose tool calls inside a kernel process are
+journaled, budgeted syscalls.
+
+It is a subclass of ``langgraph.prebuilt.ToolNode`` and changes one thing: where ToolNode runs a
+tool call (after its ``wrap_tool_call``/``awrap_tool_call`` interceptors, with state, store and
+runtime injected and ``handle_tool_errors`` applied), a KernelToolNode inside a kernel process
+runs that call as one ``tool`` syscall. Its outcome (the ``ToolMessage``, ``Command`` or list
+the call produced, encoded with LangGraph's own serializer) is in the journal before the graph
+sees it, so a resumed graph gets the recorded answer without running the tool again, and each
+call counts against the process's step budget. Outside a kernel process it is ToolNode.
+
+What a record cannot carry, it does not pretend to:
+- An interrupt (``interrupt()`` in a tool) or an invalid resume value is not recorded: the call
+  runs again when the graph is resumed, as LangGraph requires.
+- An error the node's ``handle_tool_errors`` lets through reaches the graph as itself when the
+  call runs live; replayed, it is served as ``ToolFailed`` naming the original type and message.
+- Output written with the stream writer is emitted when the call runs live, not on replay.
+- Sync tool calls (``graph.invoke`` run from a worker thread, or a sync ``wrap_tool_call`` on the
+  async path) run one at a time, in call order, so that their journal slots follow program
+  order on every run; async calls keep ToolNode's concurrency.
+- A sync ``invoke`` on the process's own event loop thread is refused with ``WrongEventLoop``:
+  it would block the loop that its journal writes need. ``ainvoke`` there, or run the sync
+  graph in a worker thread; a graph on a loop of its own in another thread works too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextvars
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ringzero.core.context import Context
+from ringzero.core.errors import MissingExtra, NotSerializable, ToolFailed, WrongEventLoop
+from ringzero.core.loops import forward, running_loop
+from ringzero.core.types import JSON
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+    from langgraph.errors import GraphBubbleUp
+    from langgraph.prebuilt import ToolNode
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.runtime import Runtime
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtra("ringzero.adapters.langgraph", "langgraph") from exc
+
+try:
+    from langgraph.errors import is_invalid_resume
+except ImportError:  # pragma: no cover - a LangGraph from before resume validation
+
+    def is_invalid_resume(error: BaseException) -> bool:
+        return False
+
+
+__all__ = ["KernelToolNode"]
+
+_SERDE = JsonPlusSerializer()
+"""Encodes what a tool call produced for the journal, as LangGraph encodes it for checkpoints."""
+
+_SYNC_TURNS: contextvars.ContextVar[asyncio.Lock | None] = contextvars.ContextVar("ringzero_sync_turns", default=None)
+"""Within one async run of the node, the turn of each call that a sync interceptor runs."""
+
+
+class KernelToolNode(ToolNode):
+    """``langgraph.prebuilt.ToolNode`` (same arguments, same behaviour) whose tool calls are
+    journaled, budgeted kernel syscalls when the graph runs inside a kernel process."""
+
+    # ------------------------------------------------------------------ async path
+    async def _execute_tool_async(self, request: ToolCallRequest, input_type: Any, config: Any) -> Any:
+        ctx = Context.current()
+        if ctx is None:
+            return await super()._execute_tool_async(request, input_type, config)
+        run = functools.partial(super()._execute_tool_async, request, input_type, config)
+        return await _journaled(ctx, request, run)
+
+    async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime) -> Any:
+        if Context.current() is None or self._awrap_tool_call is not None or self._wrap_tool_call is None:
+            return await super()._afunc(input, config, runtime)
+        token = _SYNC_TURNS.set(asyncio.Lock())  # seen by the tasks ToolNode gathers below
+        try:
+            return await super()._afunc(input, config, runtime)
+        finally:
+            _SYNC_TURNS.reset(token)
+
+    async def _arun_one(self, call: Any, input_type: Any, tool_runtime: Any) -> Any:
+        turns = _SYNC_TURNS.get()
+        if turns is None or Context.current() is None:
+            return await super()._arun_one(call, input_type, tool_runtime)
+        # ToolNode runs a sync interceptor, and the tool, on the loop's thread; a journaled call
+        # must await its record there, so the call runs as the sync path does, in a worker
+        # thread, one at a time in the order the calls were started.
+        async with turns:
+            return await asyncio.to_thread(super()._run_one, call, input_type, tool_runtime)
+
+    # ------------------------------------------------------------------ sync path
+    def _func(self, input: Any, config: RunnableConfig, runtime: Runtime) -> Any:
+        ctx = Context.current()
+        if ctx is not None:
+            if running_loop() is ctx.loop:
+                raise WrongEventLoop(
+                    "KernelToolNode was invoked synchronously on its kernel process's own event loop: its tool "
+                    "calls are journaled on that loop, which this call blocks. Use ainvoke there, or run the "
+                    "sync graph in a worker thread (await asyncio.to_thread(graph.invoke, ...))")
+            config = RunnableConfig(**{**config, "max_concurrency": 1})  # one call at a time, in call order
+        return super()._func(input, config, runtime)
+
+    def _execute_tool_sync(self, request: ToolCallRequest, input_type: Any, config: Any) -> Any:
+        ctx = Context.current()
+        if ctx is None:
+            return super()._execute_tool_sync(request, input_type, config)
+        run = functools.partial(asyncio.to_thread, super()._execute_tool_sync, request, input_type, config)
+        return ctx.call_from_thread(_journaled(ctx, request, run), "KernelToolNode's sync tool call")
+
+
+async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """Run one tool call through the journal: live once, served from the record after.
+
+    The journal lives on the process's loop. A graph run on a loop of its own inside the process
+    (a framework's thread) reaches it there, and its tool still runs on the graph's loop, where
+    whatever the tool holds (clients, locks) belongs.
+    """
+    here = asyncio.get_running_loop()
+    if here is not ctx.loop:
+        return await forward(ctx.loop, _journaled(ctx, request, lambda: forward(here, run())))
+    call = request.tool_call
+    raised: list[BaseException] = []
+    fresh: list[Any] = []  # the live result, handed back as itself rather than decoded from its record
+
+    async def live() -> dict[str, JSON]:
+        try:
+            produced = await run()
+        except GraphBubbleUp:
+            raise  # an interrupt: not an outcome, the call runs again when the graph resumes
+        except Exception as exc:
+            if is_invalid_resume(exc):
+                raise  # the resume value is answered again, so the call must run again
+            raised.append(exc)
+            return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+        try:
+            kind, data = _SERDE.dumps_typed(produced)
+        except Exception as exc:
+            raise NotSerializable(f"tool {call['name']!r} returned {type(produced).__name__}, which cannot be "
+                                  f"journaled ({exc}); return what LangGraph can checkpoint") from exc
+        fresh.append(produced)
+        return {"value": {"kind": kind, "data": base64.b64encode(data).decode("ascii")}}
+
+    outcome = await ctx.journaled_tool(call["name"], {"id": call.get("id"), "args": call["args"]}, live)
+    if "error" in outcome:
+        if raised:
+            raise raised[0]
+        error = outcome["error"]
+        raise ToolFailed(call["name"], str(error["type"]), str(error["message"]))  # type: ignore[index,call-overload]
+    if fresh:
+        return fresh[0]
+    value = outcome["value"]
+    return _SERDE.loads_typed((value["kind"], base64.b64decode(value["data"])))  # type: ignore[index,call-overload,arg-type]
