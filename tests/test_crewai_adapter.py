@@ -72,6 +72,59 @@ def test_a_sandboxed_tool_keeps_its_identity_and_runs_in_monty() -> None:
     assert plain.name == "crew_word_count" and plain.run(text="a b c") == 3
 
 
+def only_odd_results(arguments: Any, result: Any) -> bool:
+    return int(result) % 2 == 1
+
+
+@tool("adder", result_as_answer=True, max_usage_count=2)
+def adder(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+adder.cache_function = only_odd_results
+
+
+class Doubler(BaseTool):
+    name: str = "doubler"
+    description: str = "Double x."
+    result_as_answer: bool = True  # a subclass's own default, not set at construction
+    max_usage_count: int | None = 5
+
+    def _run(self, x: int) -> int:
+        return 2 * x
+
+
+@pytest.mark.parametrize("original", [adder, Doubler()], ids=["tool_decorator", "base_tool_subclass"])
+def test_a_sandboxed_tool_has_every_field_crewai_reads_as_the_original_has_it(original: BaseTool) -> None:
+    wrapped = sandboxed(original)
+    for field in BaseTool.model_fields:
+        assert getattr(wrapped, field) == getattr(original, field), field
+    assert wrapped.to_structured_tool().result_as_answer is True
+    assert wrapped.to_structured_tool().cache_function is original.cache_function
+
+
+def test_a_sandboxed_tool_keeps_the_usage_limit_and_runs_async_where_crewai_calls_it() -> None:
+    import asyncio
+
+    wrapped = sandboxed(adder)
+    assert asyncio.run(wrapped.arun(a=1, b=2)) == 3  # BaseTool.arun -> _arun, in Monty
+    assert wrapped.run(a=2, b=2) == 4
+    third = wrapped.run(a=3, b=3)  # max_usage_count=2: CrewAI's own refusal, as for the original
+    assert "usage limit" in str(third).lower() and wrapped.current_usage_count == 2
+
+
+async def sandboxed_async_call(ctx: Any) -> int:
+    return int(await sandboxed(adder).arun(a=20, b=22))
+
+
+async def test_an_async_sandboxed_tool_call_in_a_kernel_process_is_a_journaled_exec(tmp_path: Path) -> None:
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db")) as kernel:
+        handle = await kernel.spawn(sandboxed_async_call)
+        assert await handle.wait() == 42
+        assert [e.kind for e in await kernel.store.journal(handle.pid)] == ["exec"]
+
+
 def test_what_cannot_be_shipped_is_refused_when_wrapping() -> None:
     offset = 2
 

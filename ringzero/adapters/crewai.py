@@ -33,7 +33,7 @@ from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed
 from ringzero.core.gate import LLMGate
 from ringzero.core.ids import time_ordered_id
-from ringzero.core.loops import LoopHome, forward
+from ringzero.core.loops import LoopHome, forward, running_loop
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
 from ringzero.core.tokens import estimate_text_tokens
 from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message
@@ -64,7 +64,17 @@ class SandboxedTool(BaseTool):
         await self._runner.aclose()
 
     def _run(self, **arguments: Any) -> Any:
-        result = _execute(self._code, {ARGUMENTS: arguments}, {}, self._runner, f"crewai_tool:{self.name}")
+        return self._value(_execute(self._code, {ARGUMENTS: arguments}, {}, self._runner, self._journal_name))
+
+    async def _arun(self, **arguments: Any) -> Any:
+        """What CrewAI's async paths (``arun``, ``akickoff``) call: the same run, awaited."""
+        return self._value(await _aexecute(self._code, {ARGUMENTS: arguments}, {}, self._runner, self._journal_name))
+
+    @property
+    def _journal_name(self) -> str:
+        return f"crewai_tool:{self.name}"
+
+    def _value(self, result: ExecResult) -> Any:
         if result.error is not None:
             raise ToolFailed(self.name, result.error.type, result.error.message)
         return result.value
@@ -90,8 +100,12 @@ def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | None = N
         template = crewai_tool(tool)
     else:
         raise InvalidArgument(f"sandboxed() needs a CrewAI tool or a function, not {tool!r}")
+    # Every field CrewAI reads (cache_function, result_as_answer, max_usage_count, the failure
+    # policy, env_vars, result_schema, ...) as the original has it; only the body moves.
+    carried = {field: getattr(template, field) for field in BaseTool.model_fields
+               if field not in ("name", "description", "args_schema", "description_updated")}
     wrapped = SandboxedTool(name=template.name, description=_plain_description(template),
-                            args_schema=template.args_schema)
+                            args_schema=template.args_schema, **carried)
     wrapped._code = code
     wrapped._runner = ExecutorChoice(executor, f"the sandboxed tool {template.name!r}")
     return wrapped
@@ -157,23 +171,33 @@ def _host_call(tool: BaseTool, fields: list[str]) -> Tool:
 
 def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: ExecutorChoice,
              journal_name: str) -> ExecResult:
-    """Run code from a CrewAI worker thread: as a journaled syscall inside a kernel process
-    (``ctx.exec`` in the kernel's executor, or a tool syscall around a given executor), else on
-    the tool's own loop."""
+    """Run code from a CrewAI worker thread: inside a kernel process as ``_aexecute`` on the
+    process's loop, else on the tool's own loop."""
     ctx = Context.current()
     what = f"the sandboxed tool {journal_name!r}"
     if ctx is None:
         return runner.run_sync(lambda: runner.get().run(code, inputs=inputs, tools=tools), what)
+    return ctx.call_from_thread(_aexecute(code, inputs, tools, runner, journal_name), what)
+
+
+async def _aexecute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: ExecutorChoice,
+                    journal_name: str) -> ExecResult:
+    """Run code as a journaled syscall inside a kernel process (``ctx.exec`` in the kernel's
+    executor, or a tool syscall around a given executor), else on the tool's own loop."""
+    ctx = Context.current()
+    if ctx is None:
+        return await runner.run(lambda: runner.get().run(code, inputs=inputs, tools=tools))
+    if running_loop() is not ctx.loop:  # CrewAI's own loop in a thread of the process
+        return await forward(ctx.loop, _aexecute(code, inputs, tools, runner, journal_name))
     if runner.given is None:
-        return ctx.call_from_thread(ctx.exec(code, inputs=inputs, tools=tools), what)
+        return await ctx.exec(code, inputs=inputs, tools=tools)
     given = runner.given
 
     async def run_given() -> Any:
         return (await given.run(code, inputs=inputs, tools=tools)).to_dict()
 
     run_given.__qualname__ = journal_name
-    recorded: Any = ctx.call_from_thread(ctx.tool(run_given), what)
-    return ExecResult.from_dict(recorded)
+    return ExecResult.from_dict(await ctx.tool(run_given))  # type: ignore[arg-type]
 
 
 def _plain_description(tool: BaseTool) -> str:
