@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from ringzero import Context, Kernel
+from ringzero.compat.scheduler import SchedulerConformance
 from ringzero.core.errors import InvalidArgument
 from ringzero.providers.schedulers import LocalScheduler
 from ringzero.testing import MemoryCheckpointer
@@ -111,3 +112,11 @@ async def test_a_cancelled_wait_for_a_slot_leaves_no_trace() -> None:
 def test_max_running_must_be_positive() -> None:
     with pytest.raises(InvalidArgument, match="max_running"):
         LocalScheduler(max_running=0)
+
+
+class TestLocalSchedulerConformance(SchedulerConformance):
+    """The built-in scheduler passes the Scheduler kit (one run slot, as the kit asks)."""
+
+    @pytest.fixture
+    def scheduler(self) -> LocalScheduler:
+        return LocalScheduler(max_running=1)
