@@ -76,3 +76,11 @@ def test_the_crewai_example_talks_to_an_openai_compatible_server() -> None:
     assert "model: OpenAIProvider gpt-test" in stdout
     assert "Report: 12 words; most common: the, and, bat" in stdout
     assert len(server.requests) == 3 and server.requests[0].body["stop"] == ["\nObservation:"]
+
+
+def test_a_third_party_scheduler_passes_its_kit_through_the_pytest_plugin() -> None:
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "ringzero.compat",
+                          "examples/third_party_scheduler.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ringzero SchedulerConformance on TestStrictPriorityScheduler: 5 passed" in out.stdout, out.stdout

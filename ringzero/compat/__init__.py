@@ -1,5 +1,60 @@
 """Conformance kits: the tests a backend must pass, for other implementations to run.
 
-``ringzero.compat.executor.ExecutorConformance`` is the kit for Executors; subclass it and
-provide an ``executor`` fixture. Importing this package needs pytest.
+One kit per protocol, each a base class to subclass with one fixture:
+
+- ``ringzero.compat.checkpointer.CheckpointerConformance``: a ``checkpointer`` fixture.
+- ``ringzero.compat.executor.ExecutorConformance``: an ``executor`` fixture.
+- ``ringzero.compat.llm.LLMProviderConformance``: a ``provider_for(scenario)`` fixture.
+- ``ringzero.compat.scheduler.SchedulerConformance``: a ``scheduler`` fixture (one run slot).
+
+This package is also a pytest plugin: ``pytest -p ringzero.compat tests/`` checks that what the
+kits need is there (pytest-asyncio), and ends the run with a line per kit saying how many of its
+tests passed and failed for each of your classes. Importing this package needs pytest.
 """
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+KITS = ("CheckpointerConformance", "ExecutorConformance", "LLMProviderConformance", "SchedulerConformance")
+_outcomes: Counter[tuple[str, str, str]] = Counter()
+
+
+def _kit_of(item: pytest.Item) -> tuple[str, str] | None:
+    """(kit, your class) for a test that comes from a kit, else None."""
+    cls = getattr(item, "cls", None)
+    if cls is None:
+        return None
+    for base in cls.__mro__[1:]:
+        if base.__name__ in KITS and base.__module__.startswith("ringzero.compat."):
+            return base.__name__, cls.__name__
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.hasplugin("asyncio"):
+        raise pytest.UsageError("the ringzero conformance kits need pytest-asyncio: pip install pytest-asyncio")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    kit = getattr(report, "ringzero_kit", None)
+    if kit is not None and (report.when == "call" or report.outcome != "passed"):
+        _outcomes[kit[0], kit[1], report.outcome] += 1
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    report.ringzero_kit = _kit_of(item)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    classes = sorted({(kit, cls) for kit, cls, _ in _outcomes})
+    for kit, cls in classes:
+        counts = ", ".join(f"{_outcomes[(kit, cls, outcome)]} {outcome}" for outcome in ("passed", "failed", "skipped")
+                           if _outcomes[(kit, cls, outcome)])
+        terminalreporter.write_line(f"ringzero {kit} on {cls}: {counts}")

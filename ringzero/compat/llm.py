@@ -1,0 +1,114 @@
+"""The LLMProvider conformance kit: what every provider must do, run against yours.
+
+A provider's promises are about its backend's answers, so the kit asks for a backend that acts
+out named scenarios. Subclass ``LLMProviderConformance`` and provide a ``provider_for`` fixture:
+a function from a scenario name (``SCENARIOS``) to an async context manager that yields a
+provider whose backend (your vendor's wire format on a local server, your SDK's test client)
+answers every request as that scenario says::
+
+    class TestMyProvider(LLMProviderConformance):
+        @pytest.fixture
+        def provider_for(self):
+            @asynccontextmanager
+            async def start(scenario):
+                async with my_fake_vendor(scenario) as url:
+                    yield MyProvider(base_url=url, timeout=0.5)
+            return start
+
+Needs pytest-asyncio (``pytest -p ringzero.compat.plugin`` sets the kits up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import pytest
+
+from ringzero.core.errors import (
+    AuthenticationFailed,
+    ContextTooLong,
+    ProviderError,
+    ProviderUnavailable,
+    RateLimited,
+)
+from ringzero.core.protocols import LLMProvider
+from ringzero.core.types import LLMRequest, Message, ToolCall, ToolSchema
+
+__all__ = ["SCENARIOS", "WEATHER", "LLMProviderConformance"]
+
+WEATHER = ToolSchema("weather", "The weather in a city.",
+                     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+"""The one tool the kit's requests offer."""
+
+SCENARIOS: dict[str, str] = {
+    "answer": "answer the text 'pong', reporting 11 input and 7 output tokens",
+    "tool_call": "answer with one tool call: id 'call_1', name 'weather', arguments {'city': 'Paris'}",
+    "echo": "answer with the text of the request's last message (for a tool result: the result's text)",
+    "rate_limited_retry_after": "refuse with the vendor's rate-limit error (HTTP 429) and Retry-After: 2",
+    "rate_limited": "refuse with the vendor's rate-limit error (HTTP 429) and no Retry-After",
+    "server_error": "fail with the vendor's server error (HTTP 5xx: 500, 502, 503 or the vendor's overloaded)",
+    "timeout": "take longer to answer than the provider's own timeout",
+    "context_overflow": "refuse with the vendor's context-length error",
+    "auth_failed": "refuse the credentials (HTTP 401)",
+}
+"""Each scenario the ``provider_for`` fixture must act out, and what its backend does."""
+
+ProviderFor = Callable[[str], AbstractAsyncContextManager[LLMProvider]]
+
+ASK = LLMRequest(messages=(Message("user", "ping"),), tools=(WEATHER,))
+
+
+async def _complete(provider_for: ProviderFor, scenario: str, request: LLMRequest = ASK) -> Any:
+    async with provider_for(scenario) as provider:
+        return await provider.complete(request)
+
+
+async def _refusal(provider_for: ProviderFor, scenario: str) -> ProviderError:
+    async with provider_for(scenario) as provider:
+        try:
+            await provider.complete(ASK)
+        except ProviderError as error:
+            return error
+    raise AssertionError(f"scenario {scenario!r}: the provider answered instead of raising a ProviderError")
+
+
+@pytest.mark.asyncio
+class LLMProviderConformance:
+    """Answers with usage, tool calls both ways, and each failure as the kernel's typed error."""
+
+    async def test_an_answer_comes_back_with_its_usage(self, provider_for: ProviderFor) -> None:
+        response = await _complete(provider_for, "answer")
+        assert response.content == "pong" and response.tool_calls == ()
+        assert (response.usage.input_tokens, response.usage.output_tokens) == (11, 7)
+
+    async def test_a_tool_call_comes_back_parsed(self, provider_for: ProviderFor) -> None:
+        response = await _complete(provider_for, "tool_call")
+        assert response.tool_calls == (ToolCall("call_1", "weather", {"city": "Paris"}),)
+
+    async def test_a_tool_result_reaches_the_model_with_the_call_it_answers(self, provider_for: ProviderFor) -> None:
+        asked = Message("assistant", "", tool_calls=(ToolCall("call_1", "weather", {"city": "Paris"}),))
+        result = Message("tool", "sunny, 21 C", tool_call_id="call_1", name="weather")
+        response = await _complete(provider_for, "echo", LLMRequest(
+            messages=(Message("user", "Weather in Paris?"), asked, result), tools=(WEATHER,)))
+        assert response.content == "sunny, 21 C"
+
+    async def test_a_429_with_retry_after_is_rate_limited_with_the_delay(self, provider_for: ProviderFor) -> None:
+        error = await _refusal(provider_for, "rate_limited_retry_after")
+        assert type(error) is RateLimited and error.retry_after == 2.0
+
+    async def test_a_429_without_retry_after_is_rate_limited_without_a_delay(self, provider_for: ProviderFor) -> None:
+        error = await _refusal(provider_for, "rate_limited")
+        assert type(error) is RateLimited and error.retry_after is None
+
+    @pytest.mark.parametrize("scenario", ["server_error", "timeout"])
+    async def test_a_server_error_or_timeout_is_provider_unavailable(self, provider_for: ProviderFor,
+                                                                   scenario: str) -> None:
+        assert type(await _refusal(provider_for, scenario)) is ProviderUnavailable
+
+    async def test_a_context_overflow_is_context_too_long(self, provider_for: ProviderFor) -> None:
+        assert type(await _refusal(provider_for, "context_overflow")) is ContextTooLong
+
+    async def test_refused_credentials_are_authentication_failed(self, provider_for: ProviderFor) -> None:
+        assert type(await _refusal(provider_for, "auth_failed")) is AuthenticationFailed
