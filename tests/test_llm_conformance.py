@@ -1,7 +1,8 @@
 """Every built-in LLM provider passes the LLMProvider conformance kit.
 
 OpenAI and Anthropic act out the kit's scenarios on the tests' vendor servers (127.0.0.1, each
-vendor's own wire format and error bodies); the scripted provider's backend is its script.
+vendor's own wire format and error bodies); the scripted provider's backend is its script;
+ChatModelProvider wraps a LangChain chat model that fails as an httpx-based vendor SDK does.
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatResult
 
+from ringzero.adapters.langchain import ChatModelProvider
 from ringzero.compat.llm import LLMProviderConformance
 from ringzero.core.errors import AuthenticationFailed, ContextTooLong, ProviderUnavailable, RateLimited
 from ringzero.core.protocols import LLMProvider
@@ -95,3 +102,49 @@ class TestScriptedProvider(LLMProviderConformance):
             yield ScriptedProvider(scripted_backend(scenario))
         return start
 
+
+
+class ScenarioChatModel(BaseChatModel):
+    """A LangChain chat model whose backend acts out one kit scenario, failing as an httpx-based
+    vendor SDK fails (an ``httpx.HTTPStatusError`` carrying the real status and headers)."""
+
+    scenario: str
+
+    @property
+    def _llm_type(self) -> str:
+        return "scenario"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        refusals = {"rate_limited_retry_after": (429, {"retry-after": "2"}, "rate limit reached"),
+                    "rate_limited": (429, {}, "rate limit reached"),
+                    "server_error": (503, {}, "The server is overloaded"),
+                    "context_overflow": (400, {}, "This model's maximum context length is 128000 tokens "
+                                                  "(context_length_exceeded)"),
+                    "auth_failed": (401, {}, "Incorrect API key provided")}
+        if self.scenario in refusals:
+            status, headers, text = refusals[self.scenario]
+            request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+            response = httpx.Response(status, headers=headers, json={"error": {"message": text}}, request=request)
+            raise httpx.HTTPStatusError(text, request=request, response=response)
+        if self.scenario == "timeout":
+            raise httpx.ReadTimeout("the model did not answer in time")
+        usage = UsageMetadata(input_tokens=11, output_tokens=7, total_tokens=18)
+        if self.scenario == "tool_call":
+            reply = AIMessage("", tool_calls=[{"id": "call_1", "name": "weather", "args": {"city": "Paris"}}],
+                              usage_metadata=usage)
+        else:
+            reply = AIMessage("pong" if self.scenario == "answer" else str(messages[-1].content), usage_metadata=usage)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+class TestChatModelProvider(LLMProviderConformance):
+    @pytest.fixture
+    def provider_for(self) -> ProviderFor:
+        @asynccontextmanager
+        async def start(scenario: str) -> AsyncIterator[LLMProvider]:
+            yield ChatModelProvider(ScenarioChatModel(scenario=scenario))
+        return start
