@@ -9,6 +9,7 @@ The tree::
     │   └── NotAProgram              spawn() was given something other than an async function
     ├── ProcessNotFound              no process with that pid (also a LookupError)
     ├── ProcessStateError            the operation does not fit the process's state
+    ├── Fenced                       another kernel took the process over (a cluster node's failover)
     ├── ProcessFailed                wait() on a process that failed or was killed
     │   └── BudgetExceeded           ... because it crossed one of its Limits
     ├── NonDeterminismError          a resumed program's syscalls diverged from its journal
@@ -48,6 +49,7 @@ __all__ = [
     "Closed",
     "ContextTooLong",
     "ExecutorError",
+    "Fenced",
     "InvalidArgument",
     "InvalidLimits",
     "MissingExtra",
@@ -99,6 +101,14 @@ class ProcessNotFound(RingzeroError, LookupError):
 
 class ProcessStateError(RingzeroError):
     """The operation does not fit the process's current state (e.g. resume a running one)."""
+
+
+class Fenced(RingzeroError):
+    """Another kernel on the same store has taken this process over (a cluster moved it off a
+    node it believed dead): this kernel stops running it and writes nothing more for it.
+
+    The fence is the store itself: ownership is a claimed epoch, and a journal record is written
+    only where its slot is free, so of two kernels running one process only one ever records."""
 
 
 class NonDeterminismError(RingzeroError):

@@ -13,7 +13,7 @@ import hashlib
 import json
 from typing import Any
 
-from ringzero.core.errors import NonDeterminismError
+from ringzero.core.errors import Fenced, NonDeterminismError
 from ringzero.core.store import JournalEntry, KernelStore
 from ringzero.core.types import JSON
 
@@ -38,9 +38,12 @@ class Journal:
     one is let go once served, so a long-lived process costs its journal's size on disk only.
     """
 
-    def __init__(self, store: KernelStore, pid: int, entries: list[JournalEntry] | None = None) -> None:
+    def __init__(self, store: KernelStore, pid: int, entries: list[JournalEntry] | None = None, *,
+                 fenced: bool = False) -> None:
         self._store = store
         self._pid = pid
+        self._fenced = fenced
+        """Record only into free slots (a cluster kernel: another may take the process over)."""
         self._by_seq = {e.seq: e for e in entries or []}
         self._last_recorded = max(self._by_seq, default=0)
         self._loaded = len(self._by_seq)
@@ -78,6 +81,10 @@ class Journal:
         return seq, entry.outcome
 
     async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> None:
-        """Fill slot ``seq``; durable when this returns."""
-        await self._store.append_journal(self._pid, JournalEntry(seq, kind, fp, summary, outcome))
+        """Fill slot ``seq``; durable when this returns. Raises Fenced when the journal is fenced
+        and another kernel recorded that slot first (it has taken the process over)."""
+        entry = JournalEntry(seq, kind, fp, summary, outcome)
+        if not await self._store.append_journal(self._pid, entry, exclusive=self._fenced):
+            raise Fenced(f"pid {self._pid}: syscall #{seq} was already recorded by another kernel, which has "
+                         "taken this process over; this kernel stops running it")
         self._last_recorded = max(self._last_recorded, seq)

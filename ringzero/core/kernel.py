@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,7 +37,8 @@ from ringzero.core.mailbox import Mail
 from ringzero.core.memory import MemoryStore
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
-from ringzero.core.references import import_reference, reference_of
+from ringzero.core.references import import_reference, importable_reference, reference_of
+from ringzero.core.remote import Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.timeouts import fail_after
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
@@ -216,6 +217,16 @@ class Kernel:
         self._ended: weakref.WeakValueDictionary[int, Process] = weakref.WeakValueDictionary()
         self._listeners: list[Callable[[Event], None]] = []
         self._next_pid = 0
+        self.placement: Placement | None = scheduler if scheduler.capabilities.distributed else None  # type: ignore[assignment]
+        """Where new top-level processes go when the scheduler spans machines (see ``ringzero.core.remote``)."""
+        if scheduler.capabilities.distributed and not isinstance(scheduler, Placement):
+            raise InvalidArgument(f"{type(scheduler).__name__} says it is distributed but has no place()/owner_of()")
+        if self.placement is not None:
+            self.placement.attach(self)
+        self.node: str | None = None
+        """The cluster node this kernel runs on, set by a cluster worker (None on one machine). A
+        kernel with a node takes ownership of its processes in the store (a claimed epoch) and
+        records their journals only into free slots, so another node can take them over."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._closed = False
@@ -264,6 +275,8 @@ class Kernel:
             # Retrieved here, so that nobody is warned of it: a process stopped by the shutdown
             # (even one cut off while recording its end) is resumed by recover() later.
             process.finished.exception()
+        if self.placement is not None:
+            await self.placement.aclose()
         await self.executor.aclose()
         await self.checkpointer.aclose()
         for gate in self._gates.values():  # HTTP providers close their connections
@@ -295,10 +308,21 @@ class Kernel:
         priority: int = DEFAULT_PRIORITY,
         limits: Limits | None = None,
         parent: int | None = None,
-    ) -> ProcessHandle:
-        """Start ``program(ctx, *args)`` as a new process and return its handle at once."""
+        resources: Mapping[str, float] | None = None,
+    ) -> ProcessHandle | RemoteProcessHandle:
+        """Start ``program(ctx, *args)`` as a new process and return its handle at once.
+
+        With a distributed scheduler a top-level process is placed on a machine that has
+        ``resources`` free (Ray's names: ``{"CPU": 1}``, ``{"sandbox": 1}``) and the handle
+        reaches it there; ``program`` must then be importable (``module:qualname``)."""
         self._check_loop()
         self._check_program(program, args)
+        if resources is not None and (self.placement is None or parent is not None):
+            raise InvalidArgument("resources= places a top-level process on a cluster node; it needs a distributed "
+                                  "scheduler (RayScheduler) and no parent")
+        if parent is None and self.placement is not None:
+            return await self._place(program, args, name=name, priority=priority, limits=limits,
+                                     resources=resources or {})
         if parent is None:
             process = await self._spawn_process(program, args, name=name, priority=priority, limits=limits, parent=None)
             return ProcessHandle(self, process)
@@ -309,6 +333,26 @@ class Kernel:
         process = await self._spawn_process(program, args, name=name, priority=priority, limits=child_limits,
                                             parent=parent)
         return ProcessHandle(self, process)
+
+    async def _place(self, program: Program, args: Sequence[JSON], *, name: str | None, priority: int,
+                     limits: Limits | None, resources: Mapping[str, float]) -> RemoteProcessHandle:
+        assert self.placement is not None
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise InvalidArgument(f"priority must be a non-negative integer (0 is most urgent), got {priority!r}")
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(limits).__name__}")
+        reference = importable_reference(program)
+        if reference is None or _resolve_reference(reference) is not program:
+            raise InvalidArgument(f"a process placed on another machine is started by reference, and "
+                                  f"{reference_of(program)!r} does not import back to it: define it at the top "
+                                  "level of an importable module (not in __main__ or a function)")
+        for key, amount in resources.items():
+            if not isinstance(key, str) or isinstance(amount, bool) or not isinstance(amount, (int, float)) \
+                    or not amount >= 0:
+                raise InvalidArgument(f"resources maps names to non-negative amounts, got {key!r}: {amount!r}")
+        request = SpawnRequest(program=reference, args=list(args), name=name or program.__name__,
+                               priority=priority, limits=limits or Limits(), resources=dict(resources))
+        return await self.placement.place(request)
 
     def _check_program(self, program: Any, args: Sequence[Any]) -> None:
         if not inspect.iscoroutinefunction(program):
@@ -353,7 +397,9 @@ class Kernel:
     async def _create(self, record: ProcessRecord, program: Program, owner: Process | None) -> Process:
         await self.start()
         await self._write_new(record)
-        process = Process(self, record, program, Journal(self.store, record.pid))
+        if self.node is not None and not await self.store.claim_owner(record.pid, 1, self.node):
+            raise ProcessStateError(f"pid {record.pid} was taken by another node as it was created")
+        process = Process(self, record, program, Journal(self.store, record.pid, fenced=self.node is not None))
         self._procs[record.pid] = process
         if owner is not None:
             owner.children[record.pid] = record.limits
@@ -406,6 +452,15 @@ class Kernel:
             if record is None or not record.status.terminal:
                 raise
             return ProcessHandle(self, self._ended_process(record))
+
+    async def remote(self, pid: int) -> RemoteProcessHandle:
+        """The handle of a process the distributed scheduler placed on another machine."""
+        if self.placement is None:
+            raise InvalidArgument("remote() needs a distributed scheduler (RayScheduler)")
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise InvalidArgument(f"a pid is an integer, not {pid!r}")
+        return await RemoteProcessHandle(self.placement, {"pid": pid, "name": "", "status": "created",
+                                                          "program": ""}).refresh()
 
     def _ended_process(self, record: ProcessRecord) -> Process:
         ended = Process(self, record, _missing_program, Journal(self.store, record.pid))
@@ -474,20 +529,31 @@ class Kernel:
             parent.meter.settle(parent.children.pop(child.pid), child.meter.spent)
 
     # ------------------------------------------------------------------ recovery
-    async def recover(self, programs: Mapping[str, Program] | None = None) -> list[ProcessHandle]:
-        """Resume every unfinished process in the store that this kernel is not running.
+    async def recover(
+        self, programs: Mapping[str, Program] | None = None, *, pids: Collection[int] | None = None
+    ) -> list[ProcessHandle]:
+        """Resume every unfinished process in the store that this kernel is not running (only
+        those in ``pids`` when given: a cluster node taking over a dead node's processes).
 
         Each program is imported again by ``module:qualname`` (or looked up in ``programs``
         by that reference or by process name) and re-run; its recorded syscalls are served
-        from the journal, so no LLM call or tool run is repeated.
+        from the journal, so no LLM call or tool run is repeated. A kernel with a ``node``
+        first claims each process's next ownership epoch and leaves the ones another node
+        claimed first: of several nodes resuming one process, exactly one runs it.
         """
         await self.start()
+        wanted = None if pids is None else set(pids)
         to_start: list[Process] = []
         for record in await self.store.load_processes():
             if record.pid in self._procs or record.status.terminal:
                 continue  # an ended one is read from the store if a resumed parent asks for it
+            if wanted is not None and record.pid not in wanted:
+                continue
+            if self.node is not None and not await self._take_over(record.pid):
+                continue
             program = _resolve(record, programs or {})
-            journal = Journal(self.store, record.pid, await self.store.journal(record.pid))
+            journal = Journal(self.store, record.pid, await self.store.journal(record.pid),
+                              fenced=self.node is not None)
             process = Process(
                 self, record, program or _missing_program, journal,
                 transition_seq=await self.store.last_seq(record.pid, "transitions"),
@@ -507,6 +573,20 @@ class Kernel:
         for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
             process.start()
         return [ProcessHandle(self, process) for process in to_start]
+
+
+    async def _take_over(self, pid: int) -> bool:
+        """Claim the next ownership epoch of ``pid`` for this kernel's node (False: lost the race)."""
+        assert self.node is not None
+        current = await self.store.owner(pid)
+        return await self.store.claim_owner(pid, (current[0] if current else 0) + 1, self.node)
+
+
+def _resolve_reference(reference: str) -> Any:
+    try:
+        return import_reference(reference, "the program")
+    except InvalidArgument:
+        return None
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

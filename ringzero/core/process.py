@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
-from ringzero.core.errors import NonDeterminismError, NotSerializable, ProcessStateError
+from ringzero.core.errors import Fenced, NonDeterminismError, NotSerializable, ProcessStateError
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.store import ProcessRecord
@@ -81,6 +81,8 @@ class Process:
         self._started = time.monotonic()
         self._ended: float | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self.fenced: Fenced | None = None
+        """Set when another kernel took this process over: it stops here and writes nothing more."""
 
     # ----------------------------------------------------------------- identity
     @property
@@ -141,7 +143,7 @@ class Process:
             self.ctx._enter()  # this task's context: programs and the tasks they start see it
             self.value = await self.program(self.ctx, *self.record.args)
         except asyncio.CancelledError:
-            if self.record.stop_reason is None:
+            if self.fenced is None and self.record.stop_reason is None:
                 # The kernel is shutting down: leave the record as a crash would, so that
                 # recover() resumes this process later.
                 raise
@@ -152,6 +154,13 @@ class Process:
         finally:
             self._release()
             self._disarm_watchdog()
+        if self.fenced is not None:  # the new owner finishes it; this kernel lets go, silently
+            self._ended = time.monotonic()
+            if not self.finished.done():
+                self.finished.set_exception(self.fenced)
+                self.finished.exception()  # retrieved: a fence is not an error nobody saw
+            self.kernel._retire(self)
+            return
         if self.record.stop_reason is not None:  # killed, or a budget ran out
             status, reason = ProcessStatus.KILLED, self.record.stop_reason
         await self.finish(status, reason, error)
@@ -261,6 +270,8 @@ class Process:
         ``needs`` are (resource, amount) that must be left before the call; ``waits`` marks
         syscalls that block on an event (recv, sleep), which give their run slot back.
         """
+        if self.fenced is not None:
+            raise asyncio.CancelledError("fenced")
         if self.record.stop_reason is not None:
             self._stop(self.record.stop_reason)
         self._charge_step()
@@ -283,7 +294,13 @@ class Process:
                 outcome = await (self._blocking(live) if waits else live())
             finally:
                 _RUNNING_LIVE.reset(token)
-            await self.journal.record(seq, kind, fp, summary, outcome)
+            try:
+                await self.journal.record(seq, kind, fp, summary, outcome)
+            except Fenced as exc:
+                # Another kernel owns the process now; whatever the program would do next is
+                # its to do. Unwound as a cancellation, which a program does not catch.
+                self.fenced = exc
+                raise asyncio.CancelledError("fenced") from exc
         return outcome
 
     def _charge_step(self) -> None:

@@ -13,6 +13,8 @@ thread                             namespace    one checkpoint per
 ``ringzero/process/<pid>``         transitions  lifecycle transition
 ``ringzero/process/<pid>``         journal      syscall result, in program order
 ``ringzero/process/<pid>``         mailbox      message delivered to the process
+``ringzero/process/<pid>``         owner        cluster node that took the process (claimed,
+                                                one per epoch; written only by cluster kernels)
 =================================  ===========  ====================================
 
 A process record is split so that what changes often is small: a transition writes two
@@ -210,16 +212,12 @@ class KernelStore:
         return 0
 
     async def _append(self, pid: int, namespace: str, seq: int, body: Any, metadata: dict[str, JSON]) -> None:
-        await self.checkpointer.put(
-            Checkpoint(
-                thread_id=process_thread(pid),
-                namespace=namespace,
-                id=_key(seq),
-                parent_id=_key(seq - 1) if seq > 1 else None,
-                payload=dumps(body),
-                metadata=metadata,
-            )
-        )
+        await self.checkpointer.put(self._row(pid, namespace, seq, body, metadata))
+
+    @staticmethod
+    def _row(pid: int, namespace: str, seq: int, body: Any, metadata: dict[str, JSON]) -> Checkpoint:
+        return Checkpoint(thread_id=process_thread(pid), namespace=namespace, id=_key(seq),
+                          parent_id=_key(seq - 1) if seq > 1 else None, payload=dumps(body), metadata=metadata)
 
     async def _read(self, pid: int, namespace: str) -> list[tuple[int, Any]]:
         rows = [
@@ -241,9 +239,36 @@ class KernelStore:
             return int(cp.id)
         return 0
 
-    async def append_journal(self, pid: int, entry: JournalEntry) -> None:
+    async def append_journal(self, pid: int, entry: JournalEntry, *, exclusive: bool = False) -> bool:
+        """Write one journal record. ``exclusive`` writes it only where its slot is free (a
+        claim) and returns False if another kernel recorded that slot first: the fence that
+        keeps two kernels from both recording one process."""
         body = {"kind": entry.kind, "fp": entry.fingerprint, "summary": entry.summary, "outcome": entry.outcome}
-        await self._append(pid, "journal", entry.seq, body, {"kind": entry.kind})
+        if not exclusive:
+            await self._append(pid, "journal", entry.seq, body, {"kind": entry.kind})
+            return True
+        return await self.checkpointer.claim(self._row(pid, "journal", entry.seq, body, {"kind": entry.kind}))
+
+    async def claim_owner(self, pid: int, epoch: int, node: str) -> bool:
+        """Take process ``pid`` for ``node`` as owner number ``epoch`` (1 at spawn, one more at
+        each move). Atomic: of kernels racing for one epoch, exactly one gets True."""
+        body = {"node": node, "at": time.time()}
+        return await self.checkpointer.claim(self._row(pid, "owner", epoch, body, {"node": node}))
+
+    async def owner(self, pid: int) -> tuple[int, str] | None:
+        """(epoch, node) of the latest owner of ``pid``, or None if no cluster kernel took it."""
+        async for cp in self.checkpointer.list(process_thread(pid), "owner", limit=1):
+            return int(cp.id), str(loads(cp.payload, f"owner of pid {pid}")["node"])
+        return None
+
+    async def owners(self) -> dict[int, tuple[int, str]]:
+        """The latest owner (epoch, node) of every process a cluster kernel took: one query."""
+        latest: dict[int, tuple[int, str]] = {}
+        async for cp in self.checkpointer.list(None, "owner"):
+            pid, epoch = int(cp.thread_id.rsplit("/", 1)[1]), int(cp.id)
+            if epoch > latest.get(pid, (0, ""))[0]:
+                latest[pid] = (epoch, str(loads(cp.payload, f"owner of pid {pid}")["node"]))
+        return latest
 
     async def journal(self, pid: int) -> list[JournalEntry]:
         return [

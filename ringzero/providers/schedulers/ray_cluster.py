@@ -1,0 +1,391 @@
+"""RayScheduler: processes placed on the nodes of a Ray cluster, sharing one PostgreSQL store.
+
+    scheduler = RayScheduler("myapp.cluster:node_kernel", {"dsn": DSN}, address="auto")
+    async with Kernel(scheduler=scheduler, checkpointer=PostgresCheckpointer(DSN)) as kernel:
+        p = await kernel.spawn(agent, "task", resources={"CPU": 1})   # runs on some node
+        print(p.node, await p.wait())
+
+One ``NodeWorker`` actor per node hosts a kernel built there by your factory (``module:function``
+returning a Kernel bound to the shared store); a process runs in that kernel's event loop,
+among many. Placement picks a node whose Ray resources (``CPU``, ``GPU``, custom ones such as
+a node with the process sandbox) have room for what the spawn asks, and among those the least
+loaded. When a worker dies (its process, or its node's raylet) its unfinished processes are
+resumed on the surviving nodes from their journals; ownership epochs claimed in the store and
+fenced journal writes make sure only one node ever runs and records a process.
+
+Ray is the engine: actors, their placement, their death notices. Nothing here opens a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core import errors
+from ringzero.core.errors import InvalidArgument, MissingExtra, ProcessNotFound, ProcessStateError
+from ringzero.core.protocols import SchedulerCapabilities
+from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
+from ringzero.core.types import JSON
+from ringzero.providers.schedulers.local import LocalScheduler
+from ringzero.providers.schedulers.ray_worker import NodeWorker
+
+try:
+    import ray
+    from ray.exceptions import RayActorError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise MissingExtra("RayScheduler", "ray") from exc
+
+if TYPE_CHECKING:
+    from ringzero.core.kernel import Kernel
+    from ringzero.core.store import KernelStore
+
+__all__ = ["RayScheduler"]
+
+log = logging.getLogger(__name__)
+_HEAD_RESOURCE = "node:__internal_head__"
+_RETRIES = 40
+
+
+@dataclass
+class _Node:
+    """One node of the cluster and the worker that hosts its kernel."""
+
+    node_id: str
+    name: str
+    worker: Any
+    total: dict[str, float]
+    reserved: dict[str, float] = field(default_factory=dict)
+    load: int = 0
+    os_pid: int = 0
+    watch: asyncio.Task[None] | None = None
+
+    def fits(self, wanted: Mapping[str, float], *, now: bool) -> bool:
+        return all(self.total.get(k, 0.0) - (self.reserved.get(k, 0.0) if now else 0.0) >= v - 1e-9
+                   for k, v in wanted.items())
+
+
+class RayScheduler:
+    """A Scheduler that also places processes on a Ray cluster (``ringzero.core.remote.Placement``).
+
+    ``kernel`` names the factory every node calls to build its kernel (``module:function``, called
+    with ``kernel_args``); it must use the same shared store (PostgreSQL) as the kernel this
+    scheduler is given to. ``address`` and ``runtime_env`` go to ``ray.init`` when this process
+    is not connected to Ray yet. ``head=False`` keeps processes off the head node.
+    """
+
+    capabilities = SchedulerCapabilities(priorities=True, distributed=True)
+
+    def __init__(self, kernel: str, kernel_args: Mapping[str, JSON] | None = None, *, address: str | None = None,
+                 runtime_env: Mapping[str, Any] | None = None, head: bool = True,
+                 namespace: str = "ringzero") -> None:
+        if not isinstance(kernel, str) or ":" not in kernel:
+            raise InvalidArgument(f"kernel must be a 'module:function' factory reference, not {kernel!r}")
+        self.kernel_factory = kernel
+        self.kernel_args = dict(kernel_args or {})
+        self.address = address
+        self.runtime_env = dict(runtime_env or {})
+        self.head = head
+        self.namespace = namespace
+        self.moves: list[dict[str, Any]] = []
+        """One entry per node taken over: ``{"from": node, "to": {pid: node}}``."""
+        self._local = LocalScheduler()  # slots for any process the driver's own kernel runs
+        self._store: KernelStore | None = None
+        self._nodes: dict[str, _Node] = {}
+        self._where: dict[int, str] = {}
+        self._reservations: dict[int, dict[str, float]] = {}
+        self._gone: set[str] = set()
+        self._started = False
+        self._start_lock = asyncio.Lock()
+        self._failover_lock = asyncio.Lock()
+        self._freed = asyncio.Condition()
+        self._watchers: set[asyncio.Task[Any]] = set()
+        self._inited_ray = False
+
+    # ---------------------------------------------------------- Scheduler
+    async def acquire(self, pid: int, priority: int) -> None:
+        await self._local.acquire(pid, priority)
+
+    def release(self, pid: int) -> None:
+        self._local.release(pid)
+
+    def should_yield(self, pid: int, priority: int) -> bool:
+        return self._local.should_yield(pid, priority)
+
+    # ---------------------------------------------------------- Placement
+    def attach(self, kernel: Kernel) -> None:
+        """Called by the Kernel this scheduler serves: its store is the cluster's shared one."""
+        if not kernel.checkpointer.capabilities.multi_process or not kernel.checkpointer.capabilities.claims:
+            raise InvalidArgument(f"RayScheduler needs a store every node shares, with claims (PostgresCheckpointer), "
+                                  f"not {type(kernel.checkpointer).__name__}")
+        self._store = kernel.store
+
+    @property
+    def nodes(self) -> dict[str, int]:
+        """Live nodes by name, with how many processes each was given."""
+        return {name: node.load for name, node in self._nodes.items()}
+
+    async def start(self) -> None:
+        """Connect to Ray and start a worker on every live node (done by the first spawn)."""
+        async with self._start_lock:
+            if self._started:
+                return
+            if not ray.is_initialized():
+                ray.init(address=self.address, runtime_env=self.runtime_env or None, namespace=self.namespace,
+                         log_to_driver=False, configure_logging=False)
+                self._inited_ray = True
+            self._started = True
+            await self._discover()
+
+    async def _discover(self) -> None:
+        for info in ray.nodes():  # type: ignore[no-untyped-call]
+            node_id = str(info["NodeID"])
+            resources = {str(k): float(v) for k, v in dict(info.get("Resources") or {}).items()}
+            if not info.get("Alive") or node_id[:12] in self._nodes or node_id[:12] in self._gone:
+                continue
+            if not self.head and _HEAD_RESOURCE in resources:
+                continue
+            name = node_id[:12]
+            worker_class: Any = ray.remote(NodeWorker)
+            actor: Any = worker_class.options(
+                name=f"ringzero-node-{name}", namespace=self.namespace, num_cpus=0, max_concurrency=100_000,
+                max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote(self.kernel_factory, self.kernel_args, name)
+            hello = _unwrap(await actor.hello.remote())
+            node = _Node(node_id, name, actor, resources, load=int(hello["live"]), os_pid=int(hello["os_pid"]))
+            node.watch = asyncio.ensure_future(self._watch(node))
+            self._nodes[name] = node
+        if not self._nodes:
+            raise ProcessStateError("the Ray cluster has no live node that may run processes")
+
+    async def _watch(self, node: _Node) -> None:
+        try:
+            await node.worker.watch.remote()
+        except RayActorError:
+            log.warning("ringzero node %s is gone; moving its processes", node.name)
+            await self._failover(node.name)
+
+    async def place(self, request: SpawnRequest) -> RemoteProcessHandle:
+        await self.start()
+        wanted = {k: float(v) for k, v in request.resources.items() if v}
+        while True:
+            node = await self._choose(wanted)
+            try:
+                answer = await node.worker.spawn.remote(request.program, request.args, request.name, request.priority,
+                                                        request.limits.to_dict())
+            except RayActorError:
+                self._unreserve(node, wanted)
+                await self._failover(node.name)
+                continue
+            try:
+                snapshot = _unwrap(answer)
+            except BaseException:
+                self._unreserve(node, wanted)
+                raise
+            pid = int(snapshot["pid"])
+            self._where[pid] = node.name
+            if wanted:
+                self._reservations[pid] = wanted
+                self._watch_end(pid)
+            return RemoteProcessHandle(self, snapshot)
+
+    async def _choose(self, wanted: Mapping[str, float]) -> _Node:
+        async with self._freed:
+            while True:
+                if not any(n.fits(wanted, now=False) for n in self._nodes.values()):
+                    have = {n.name: n.total for n in self._nodes.values()}
+                    raise InvalidArgument(f"no node of the cluster has {dict(wanted)} (nodes: {have})")
+                ready = [n for n in self._nodes.values() if n.fits(wanted, now=True)]
+                if ready:
+                    node = min(ready, key=lambda n: (n.load, n.name))
+                    node.load += 1
+                    for k, v in wanted.items():
+                        node.reserved[k] = node.reserved.get(k, 0.0) + v
+                    return node
+                await self._freed.wait()
+
+    def _unreserve(self, node: _Node | None, wanted: Mapping[str, float]) -> None:
+        if node is not None:
+            node.load = max(0, node.load - 1)
+            for k, v in wanted.items():
+                node.reserved[k] = max(0.0, node.reserved.get(k, 0.0) - v)
+
+    def _watch_end(self, pid: int) -> None:
+        """Give a process's reserved resources back when it ends, wherever it ends."""
+        async def watch() -> None:
+            try:
+                await self._call(pid, "wait_for", None)
+            finally:
+                wanted = self._reservations.pop(pid, {})
+                self._unreserve(self._nodes.get(self._where.get(pid, "")), wanted)
+                async with self._freed:
+                    self._freed.notify_all()
+
+        task = asyncio.ensure_future(watch())
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+        task.add_done_callback(_quiet)
+
+    def owner_of(self, pid: int) -> _Owner:
+        return _Owner(self, pid)
+
+    # ---------------------------------------------------------- routing
+    async def _call(self, pid: int, method: str, *args: Any) -> dict[str, Any]:
+        """Run a NodeWorker method for ``pid`` on the node that owns it now, following moves."""
+        await self.start()
+        for attempt in range(_RETRIES):
+            node = await self._node_for(pid)
+            try:
+                answer = await getattr(node.worker, method).remote(pid, *args)
+            except RayActorError:
+                await self._failover(node.name)
+                continue
+            if "raise" in answer and answer["raise"][0] == "ProcessNotFound":
+                self._where.pop(pid, None)  # moved on, or not taken over yet: ask the store again
+                await asyncio.sleep(0.02 * (attempt + 1))
+                continue
+            snapshot: dict[str, Any] = _unwrap(answer)
+            if snapshot.get("fenced"):
+                self._where.pop(pid, None)
+                continue
+            self._where[pid] = node.name
+            return snapshot
+        raise ProcessNotFound(pid)
+
+    async def _node_for(self, pid: int) -> _Node:
+        name = self._where.get(pid)
+        if name is not None and name in self._nodes:
+            return self._nodes[name]
+        assert self._store is not None, "RayScheduler is not attached to a Kernel"
+        owner = await self._store.owner(pid)
+        if owner is None:
+            if await self._store.load_process(pid) is None:
+                raise ProcessNotFound(pid)
+            return min(self._nodes.values(), key=lambda n: n.load)  # any node reads an ended record
+        if owner[1] not in self._nodes:  # its node is gone (maybe before this scheduler started)
+            await self._failover(owner[1])
+            owner = await self._store.owner(pid)
+        if owner is not None and owner[1] in self._nodes:
+            return self._nodes[owner[1]]
+        return min(self._nodes.values(), key=lambda n: n.load)  # ended on a gone node: any node reads it
+
+    # ---------------------------------------------------------- failover
+    async def _failover(self, dead: str) -> None:
+        """Resume the unfinished processes of node ``dead`` on the surviving nodes."""
+        async with self._failover_lock:
+            if dead in self._gone:
+                return
+            self._gone.add(dead)
+            gone = self._nodes.pop(dead, None)
+            if gone is not None and gone.watch is not None and gone.watch is not asyncio.current_task():
+                gone.watch.cancel()
+            if not self._nodes:
+                raise ProcessStateError(f"node {dead} is gone and no node is left to take its processes")
+            assert self._store is not None
+            owners = await self._store.owners()
+            records = {r.pid: r for r in await self._store.load_processes()}
+            moving = {pid for pid, (_, node) in owners.items()
+                      if node == dead and pid in records and not records[pid].status.terminal}
+            moved: dict[int, str] = {}
+            for group in _trees(moving, {pid: records[pid].parent for pid in moving}):
+                wanted: dict[str, float] = {}
+                for pid in group:
+                    for k, v in self._reservations.get(pid, {}).items():
+                        wanted[k] = wanted.get(k, 0.0) + v
+                fitting = [n for n in self._nodes.values() if n.fits(wanted, now=True)] or list(self._nodes.values())
+                target = min(fitting, key=lambda n: (n.load, n.name))
+                try:
+                    taken = _unwrap(await target.worker.adopt.remote(sorted(group)))
+                except RayActorError:
+                    continue  # that one died too; its own failover takes these with its processes
+                target.load += len(taken)
+                for k, v in wanted.items():
+                    target.reserved[k] = target.reserved.get(k, 0.0) + v
+                for pid in taken:
+                    self._where[pid] = target.name
+                    moved[pid] = target.name
+            self.moves.append({"from": dead, "to": moved})
+            log.warning("ringzero moved %d process(es) off node %s", len(moved), dead)
+
+    # ---------------------------------------------------------- shutdown
+    async def aclose(self) -> None:
+        """Stop every node's kernel as a host shutdown would (their processes stay resumable)
+        and the workers with them; disconnect from Ray if this scheduler connected."""
+        for task in list(self._watchers):
+            task.cancel()
+        for node in list(self._nodes.values()):
+            if node.watch is not None:
+                node.watch.cancel()
+            with contextlib.suppress(RayActorError):
+                await node.worker.shutdown.remote()
+            ray.kill(node.worker)
+        self._nodes.clear()
+        if self._inited_ray:
+            ray.shutdown()
+            self._inited_ray = False
+
+    async def worker_os_pid(self, node: str) -> int:
+        """The OS pid of the worker process on ``node`` (what a test kills to take a node down)."""
+        return self._nodes[node].os_pid
+
+
+class _Owner:
+    """``ProcessOwner`` for one pid: each call goes to the node that runs it now."""
+
+    def __init__(self, scheduler: RayScheduler, pid: int) -> None:
+        self._scheduler, self._pid = scheduler, pid
+
+    async def wait_for(self, pid: int, timeout: float | None) -> dict[str, Any]:
+        return await self._scheduler._call(pid, "wait_for", timeout)
+
+    async def pause(self, pid: int) -> dict[str, Any]:
+        return await self._scheduler._call(pid, "pause")
+
+    async def resume(self, pid: int) -> dict[str, Any]:
+        return await self._scheduler._call(pid, "resume")
+
+    async def kill(self, pid: int) -> dict[str, Any]:
+        return await self._scheduler._call(pid, "kill")
+
+    async def send(self, pid: int, message: JSON, priority: int) -> dict[str, Any]:
+        return await self._scheduler._call(pid, "send", message, priority)
+
+    async def snapshot(self, pid: int) -> dict[str, Any]:
+        return await self._scheduler._call(pid, "snapshot")
+
+
+def _unwrap(answer: Mapping[str, Any]) -> Any:
+    """The value of a NodeWorker envelope, or ringzero's own error raised here."""
+    if "raise" not in answer:
+        return answer["ok"]
+    kind, message = answer["raise"]
+    if kind == "TimeoutError":
+        raise TimeoutError(message)
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, errors.RingzeroError) and cls not in (
+            errors.ProcessFailed, errors.BudgetExceeded, errors.RateLimited, errors.ToolFailed, errors.MissingExtra,
+            errors.ProcessNotFound):
+        raise cls(message)
+    raise errors.RingzeroError(f"{kind}: {message}")
+
+
+def _trees(pids: set[int], parents: Mapping[int, int | None]) -> list[list[int]]:
+    """``pids`` grouped by their topmost ancestor within ``pids``: a parent moves with its children."""
+    def root(pid: int) -> int:
+        while parents.get(pid) in pids:
+            pid = parents[pid]  # type: ignore[assignment]
+        return pid
+
+    groups: dict[int, list[int]] = {}
+    for pid in sorted(pids):
+        groups.setdefault(root(pid), []).append(pid)
+    return list(groups.values())
+
+
+def _quiet(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("ringzero: a watcher ended with %r", task.exception())

@@ -1,0 +1,148 @@
+"""What the Ray cluster tests run on every node: the node kernel factory, the programs, and
+a counting OpenAI-format server (on 127.0.0.1) that can hold a rate limit of its own.
+
+Module level, so that every Ray worker process imports the same functions by reference.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from ringzero import Context, Kernel
+from ringzero.checkpointers.postgres import PostgresCheckpointer
+from ringzero.core.gate import LLMGate, RetryPolicy
+from ringzero.providers.llm.openai import OpenAIProvider
+
+
+def node_kernel(dsn: str, llm_url: str) -> Kernel:
+    """Every node's kernel: the shared PostgreSQL store and the test's model server."""
+    provider = OpenAIProvider("test-model", base_url=llm_url, api_key="test-key", timeout=30.0)
+    gate = LLMGate(provider, retry=RetryPolicy(max_retries=8, base_delay=0.05, max_delay=1.0))
+    return Kernel(llm=gate, checkpointer=PostgresCheckpointer(dsn, max_connections=4))
+
+
+async def chatter(ctx: Context, tag: str, calls: int, pause: float) -> list[str]:
+    """``calls`` LLM calls, each prompt unique (``tag:i``), with a sleep between them."""
+    out = []
+    for i in range(calls):
+        reply = await ctx.llm(f"{tag}:{i}")
+        out.append(reply.content)
+        ctx.state["done"] = i + 1
+        if pause:
+            await ctx.sleep(pause)
+    return out
+
+
+async def listener(ctx: Context, expect: int, first_sleep: float) -> list[Any]:
+    """Sleep, then receive ``expect`` messages (most urgent first) and return them."""
+    await ctx.sleep(first_sleep)
+    got = []
+    while len(got) < expect:
+        message = await ctx.recv(timeout=30)
+        if message is not None:
+            got.append(message)
+    return got
+
+
+async def parent_of_two(ctx: Context, tag: str) -> list[Any]:
+    """Two children (placed with their parent), each one LLM call; their results."""
+    children = [await ctx.spawn(chatter, f"{tag}/{i}", 1, 0.0) for i in range(2)]
+    return [await ctx.wait(child) for child in children]
+
+
+async def forever(ctx: Context) -> None:
+    """Sleeps between LLM calls until killed."""
+    i = 0
+    while True:
+        await ctx.llm(f"forever:{ctx.pid}:{i}")
+        i += 1
+        await ctx.sleep(0.05)
+
+
+class CountingServer:
+    """An OpenAI-format chat server that answers every prompt with ``echo <prompt>`` after
+    ``delay`` seconds, counts each prompt, and when ``per_second`` is set answers 429 to any
+    request beyond that rate (a sliding one-second window, as a vendor's limiter does)."""
+
+    def __init__(self, delay: float = 0.0, per_second: float | None = None) -> None:
+        self.delay = delay
+        self.per_second = per_second
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.accepted: list[float] = []
+        self.rejected = 0
+        self._lock = threading.Lock()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._http.daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        host, port = self._http.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def repeated(self) -> dict[str, int]:
+        """Prompts the server answered more than once."""
+        return {prompt: n for prompt, n in self.counts.items() if n > 1}
+
+    def _admit(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            if self.per_second is not None:
+                recent = [t for t in self.accepted[-int(self.per_second) * 2 - 2:] if now - t < 1.0]
+                if len(recent) >= self.per_second:
+                    self.rejected += 1
+                    return False
+            self.accepted.append(now)
+            return True
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # the stdlib names the handler so
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                if not server._admit():
+                    status, reply = 429, {"error": {"message": "rate limited", "type": "rate_limit_error"}}
+                else:
+                    prompt = str(body["messages"][-1]["content"])
+                    time.sleep(server.delay)
+                    with server._lock:
+                        server.counts[prompt] += 1
+                    status, reply = 200, {
+                        "id": "c", "object": "chat.completion", "model": body.get("model", "m"),
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": f"echo {prompt}"}}],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+                data = json.dumps(reply).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Quiet: the tests read the counts instead."""
+
+        return Handler
+
+    @contextmanager
+    def running(self) -> Iterator[CountingServer]:
+        thread = threading.Thread(target=self._http.serve_forever, args=(0.02,), daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._http.shutdown()
+            self._http.server_close()
+            thread.join(5)

@@ -1,0 +1,177 @@
+"""Processes on a real Ray cluster (a head and two worker nodes on this machine) sharing a real
+PostgreSQL: placement, every handle operation, the cluster-wide LLM gate, a node killed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray", reason="the Ray tests need the 'ray' extra (pip install 'ringzero[ray]')")
+
+from ringzero import InvalidArgument, Kernel, ProcessFailed, ProcessStatus, StopReason
+from ringzero.checkpointers.postgres import PostgresCheckpointer
+from ringzero.core.remote import RemoteProcessHandle
+from tests import ray_programs
+from tests.postgres import fresh_database
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    """A head (no CPUs for processes) and two worker nodes, one with a ``sandbox`` resource."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    try:
+        made = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        nodes = [made.add_node(num_cpus=2), made.add_node(num_cpus=2, resources={"sandbox": 1})]
+        made.wait_for_nodes()
+    except Exception as exc:  # pragma: no cover - depends on the host
+        pytest.skip(f"a local Ray cluster cannot start on this host: {exc}")
+    ray.init(address=made.address, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}},
+             log_to_driver=False, configure_logging=False)
+    made.worker_nodes_list = nodes
+    try:
+        yield made
+    finally:
+        ray.shutdown()
+        made.shutdown()
+
+
+@pytest.fixture
+def server() -> Iterator[ray_programs.CountingServer]:
+    with ray_programs.CountingServer(delay=0.01).running() as running:
+        yield running
+
+
+async def _kernel(cluster: Any, dsn: str, llm_url: str, **options: Any) -> Kernel:
+    from ringzero.providers.schedulers.ray_cluster import RayScheduler
+
+    scheduler = RayScheduler("tests.ray_programs:node_kernel", {"dsn": dsn, "llm_url": llm_url},
+                             namespace=f"t{uuid.uuid4().hex[:8]}", **options)
+    kernel = Kernel(scheduler=scheduler, checkpointer=PostgresCheckpointer(dsn))
+    await kernel.start()
+    return kernel
+
+
+@pytest.fixture
+async def dsn(postgres_dsn: str) -> AsyncIterator[str]:
+    yield fresh_database(postgres_dsn)
+
+
+async def test_two_hundred_processes_spread_over_the_nodes_with_every_handle_operation(
+        cluster: Any, dsn: str, server: ray_programs.CountingServer) -> None:
+    kernel = await _kernel(cluster, dsn, server.url, head=False)
+    try:
+        handles = [await kernel.spawn(ray_programs.chatter, f"p{i}", 2, 0.0) for i in range(194)]
+        assert all(isinstance(h, RemoteProcessHandle) for h in handles)
+        sleeper = await kernel.spawn(ray_programs.chatter, "slow", 3, 2.0)
+        doomed = await kernel.spawn(ray_programs.forever)
+        inbox = await kernel.spawn(ray_programs.listener, 2, 4.0)
+        family = await kernel.spawn(ray_programs.parent_of_two, "fam")
+        boxed = await kernel.spawn(ray_programs.chatter, "boxed", 1, 0.0, resources={"sandbox": 1})
+        cpu_heavy = await kernel.spawn(ray_programs.chatter, "cpu", 1, 0.0, resources={"CPU": 2})
+        everyone = [*handles, sleeper, doomed, inbox, family, boxed, cpu_heavy]
+        assert len(everyone) == 200
+        per_node: dict[str, int] = {}
+        for h in everyone:
+            assert isinstance(h, RemoteProcessHandle)
+            per_node[h.node] = per_node.get(h.node, 0) + 1
+        assert len(per_node) == 2 and min(per_node.values()) >= 80, per_node  # spread over both workers
+
+        with pytest.raises(InvalidArgument, match="no node of the cluster has"):
+            await kernel.spawn(ray_programs.chatter, "gpu", 1, 0.0, resources={"GPU": 1})
+
+        assert isinstance(sleeper, RemoteProcessHandle)
+        await sleeper.pause()
+        await asyncio.sleep(2.5)  # it reaches its next syscall boundary and stops there
+        await sleeper.refresh()
+        assert sleeper.status is ProcessStatus.PAUSED
+        await sleeper.resume()
+
+        await inbox.send({"n": 1})
+        await inbox.send({"n": 2}, priority=1)
+        assert await inbox.wait(30) == [{"n": 2}, {"n": 1}]
+
+        await asyncio.sleep(0.3)  # mid-run, most likely inside an LLM call (each takes 10 ms)
+        started = time.monotonic()
+        await doomed.kill()
+        assert time.monotonic() - started < 1.0
+        assert doomed.status is ProcessStatus.KILLED and doomed.stop_reason is StopReason.KILLED
+        with pytest.raises(ProcessFailed):
+            await doomed.wait()
+
+        results = await asyncio.gather(*(h.wait(60) for h in handles))
+        assert results[7] == ["echo p7:0", "echo p7:1"]
+        assert await family.wait(30) == [["echo fam/0:0"], ["echo fam/1:0"]]
+        assert await boxed.wait(30) == ["echo boxed:0"]
+        assert isinstance(boxed, RemoteProcessHandle) and isinstance(cpu_heavy, RemoteProcessHandle)
+        assert await cpu_heavy.wait(30) == ["echo cpu:0"]
+        assert await sleeper.wait(30) == ["echo slow:0", "echo slow:1", "echo slow:2"]
+        assert server.repeated() == {}
+
+        rows = {row.pid: row for row in await kernel.ps(all=True)}
+        assert rows[handles[0].pid].status is ProcessStatus.EXITED and rows[handles[0].pid].llm_calls == 2
+        owners = await kernel.store.owners()
+        assert {owners[h.pid][1] for h in everyone} == set(per_node)
+        boxed_node = owners[boxed.pid][1]
+        assert boxed.node == boxed_node
+    finally:
+        await kernel.aclose()
+
+
+async def _recorded_prompts(kernel: Kernel, pids: list[int]) -> set[str]:
+    """The prompts whose answers are in the journals (an answer ``echo P`` records prompt P)."""
+    recorded = set()
+    for pid in pids:
+        for entry in await kernel.store.journal(pid):
+            if entry.kind == "llm" and "value" in entry.outcome:
+                recorded.add(str(entry.outcome["value"]["message"]["content"]).removeprefix("echo "))  # type: ignore[call-overload,index]
+    return recorded
+
+
+async def test_a_killed_node_s_processes_finish_on_the_others_without_repeating_a_recorded_call(
+        cluster: Any, dsn: str, server: ray_programs.CountingServer) -> None:
+    kernel = await _kernel(cluster, dsn, server.url, head=False)
+    try:
+        from ringzero.providers.schedulers.ray_cluster import RayScheduler
+
+        scheduler = kernel.scheduler
+        assert isinstance(scheduler, RayScheduler)
+        handles = [await kernel.spawn(ray_programs.chatter, f"k{i}", 8, 0.15) for i in range(50)]
+        nodes = {h.node for h in handles if isinstance(h, RemoteProcessHandle)}
+        assert len(nodes) == 2
+        await asyncio.sleep(0.6)  # every process is mid-run: a few calls recorded, more to come
+        victim = min(nodes)
+        on_victim = [h.pid for h in handles if isinstance(h, RemoteProcessHandle) and h.node == victim]
+        worker = await scheduler.worker_os_pid(victim)
+        os.kill(worker, signal.SIGSTOP)  # frozen: what it recorded is now all it will ever record
+        await asyncio.sleep(0.3)
+        before = await _recorded_prompts(kernel, on_victim)
+        assert before, "the victim had recorded nothing yet: the test would prove nothing"
+        os.kill(worker, signal.SIGKILL)
+
+        results = await asyncio.gather(*(h.wait(90) for h in handles))
+        assert all(r == [f"echo k{i}:{j}" for j in range(8)] for i, r in enumerate(results))
+        assert scheduler.moves and scheduler.moves[0]["from"] == victim
+        assert sorted(scheduler.moves[0]["to"]) == sorted(pid for pid in on_victim
+                                                          if pid in scheduler.moves[0]["to"])
+        assert set(scheduler.moves[0]["to"].values()) == nodes - {victim}
+        again = server.repeated()
+        assert not set(again) & before, f"recorded calls made again: {set(again) & before}"
+        assert len(again) <= len(on_victim)  # at most the one call each had in flight
+        owners = await kernel.store.owners()
+        assert all(owners[pid][0] == 2 and owners[pid][1] != victim for pid in scheduler.moves[0]["to"])
+    finally:
+        await kernel.aclose()
