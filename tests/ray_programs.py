@@ -71,9 +71,12 @@ class CountingServer:
     ``delay`` seconds, counts each prompt, and when ``per_second`` is set answers 429 to any
     request beyond that rate (a sliding one-second window, as a vendor's limiter does)."""
 
-    def __init__(self, delay: float = 0.0, per_second: float | None = None) -> None:
+    def __init__(self, delay: float = 0.0, per_second: float | None = None, retry_after_first: int = 0) -> None:
         self.delay = delay
         self.per_second = per_second
+        self.retry_after_first = retry_after_first
+        """When set, the first request gets a 429 with this Retry-After (seconds)."""
+        self.told_to_wait_at: float | None = None
         self.counts: collections.Counter[str] = collections.Counter()
         self.accepted: list[float] = []
         self.rejected = 0
@@ -93,6 +96,10 @@ class CountingServer:
     def _admit(self) -> bool:
         with self._lock:
             now = time.monotonic()
+            if self.retry_after_first and self.told_to_wait_at is None:
+                self.told_to_wait_at = now
+                self.rejected += 1
+                return False
             if self.per_second is not None:
                 recent = [t for t in self.accepted[-int(self.per_second) * 2 - 2:] if now - t < 1.0]
                 if len(recent) >= self.per_second:
@@ -109,8 +116,11 @@ class CountingServer:
 
             def do_POST(self) -> None:  # the stdlib names the handler so
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+                headers = {}
                 if not server._admit():
                     status, reply = 429, {"error": {"message": "rate limited", "type": "rate_limit_error"}}
+                    if server.retry_after_first:
+                        headers["retry-after"] = str(server.retry_after_first)
                 else:
                     prompt = str(body["messages"][-1]["content"])
                     time.sleep(server.delay)
@@ -126,6 +136,8 @@ class CountingServer:
                     self.send_response(status)
                     self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(data)))
+                    for name, value in headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):

@@ -175,3 +175,27 @@ async def test_a_killed_node_s_processes_finish_on_the_others_without_repeating_
         assert all(owners[pid][0] == 2 and owners[pid][1] != victim for pid in scheduler.moves[0]["to"])
     finally:
         await kernel.aclose()
+
+
+async def test_one_rate_limit_holds_across_the_nodes_and_a_429_holds_every_node_back(
+        cluster: Any, dsn: str) -> None:
+    from ringzero import RateLimit
+
+    bound = 5.0  # requests per second for the whole cluster; the server refuses a 7th in any second
+    with ray_programs.CountingServer(delay=0.01, per_second=bound + 1, retry_after_first=1).running() as server:
+        kernel = await _kernel(cluster, dsn, server.url, head=False,
+                               rate_limits={"default": RateLimit(requests_per_minute=bound * 60, burst_requests=1)})
+        try:
+            handles = [await kernel.spawn(ray_programs.chatter, f"r{i}", 5, 0.0) for i in range(10)]
+            assert len({h.node for h in handles if isinstance(h, RemoteProcessHandle)}) == 2
+            results = await asyncio.gather(*(h.wait(120) for h in handles))
+        finally:
+            await kernel.aclose()
+    assert all(len(r) == 5 for r in results)  # 0 failed calls
+    assert server.rejected == 1  # the scripted 429, and no other: the cluster never ran past the server's limit
+    assert server.told_to_wait_at is not None
+    accepted = sorted(server.accepted)
+    assert len(accepted) == 50
+    assert accepted[0] >= server.told_to_wait_at + 1.0  # Retry-After: 1 held back both nodes
+    rate = (len(accepted) - 1) / (accepted[-1] - accepted[0])
+    assert bound * 0.9 <= rate <= bound * 1.1, rate

@@ -14,6 +14,7 @@ import asyncio
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 from ringzero.core.errors import InvalidArgument, ProviderError, ProviderUnavailable, RateLimited
 from ringzero.core.loops import LoopHome, forward
@@ -23,7 +24,7 @@ from ringzero.core.tokens import estimate_message_tokens, estimate_text_tokens
 from ringzero.core.types import LLMRequest, LLMResponse, Usage
 from ringzero.core.waitline import PriorityLine
 
-__all__ = ["GateStats", "LLMGate", "Pricing", "RateLimit", "RetryPolicy", "estimate_tokens"]
+__all__ = ["GateStats", "LLMGate", "PermitSource", "Pricing", "RateLimit", "RetryPolicy", "TokenBucket", "estimate_tokens"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def estimate_tokens(request: LLMRequest) -> int:
     return max(1, estimate_message_tokens(request.messages) + estimate_text_tokens(schemas)) + (request.max_tokens or 0)
 
 
-class _Bucket:
+class TokenBucket:
     """A token bucket; it may go negative when a call used more than was reserved."""
 
     def __init__(self, per_second: float, capacity: float, clock: Callable[[], float]) -> None:
@@ -114,6 +115,22 @@ class _Bucket:
     def take(self, amount: float) -> None:
         self._refill()
         self.level -= amount
+
+
+@runtime_checkable
+class PermitSource(Protocol):
+    """Where a gate gets permits beyond its own buckets: one rate limit shared by the gates of
+    many machines (``ringzero.providers.schedulers.ray_gate``). ``acquire`` waits for a permit
+    for one request of about ``tokens`` tokens; ``release`` ends that request; ``settle`` corrects
+    the tokens once usage is known; ``hold_back`` tells every sharer that the server said wait."""
+
+    async def acquire(self, tokens: int) -> None: ...
+
+    def release(self) -> None: ...
+
+    def settle(self, tokens: int) -> None: ...
+
+    def hold_back(self, seconds: float) -> None: ...
 
 
 class _Waiter:
@@ -150,6 +167,9 @@ class LLMGate:
         self._in_flight = 0
         self._closed_until = 0.0
         self._line: PriorityLine[_Waiter] = PriorityLine()
+        self.permits: PermitSource | None = None
+        """A rate limit shared with other machines' gates, checked after this gate's own (set by
+        a cluster worker: ``RayScheduler(rate_limits=...)``)."""
         self.home = LoopHome(f"the LLM gate of {type(provider).__name__}", self._idle)
         """The one event loop the gate's waiting line lives on: calls from other loops and
         from threads (``home.run_sync(gate.complete(...))``) are run there."""
@@ -157,11 +177,11 @@ class LLMGate:
     def _idle(self) -> bool:
         return not self._line and self._in_flight == 0
 
-    def _bucket(self, per_minute: float | None, burst: float | None) -> _Bucket | None:
+    def _bucket(self, per_minute: float | None, burst: float | None) -> TokenBucket | None:
         if per_minute is None:
             return None
         per_second = per_minute / 60.0
-        return _Bucket(per_second, burst if burst is not None else max(1.0, per_second), self._clock)
+        return TokenBucket(per_second, burst if burst is not None else max(1.0, per_second), self._clock)
 
     def usage_for(self, pid: int) -> Usage:
         """Everything process ``pid`` has spent through this gate."""
@@ -187,6 +207,14 @@ class LLMGate:
         policy = self.retry
         for attempt in range(policy.max_retries + 1):
             await self._admit(priority, estimate)
+            permits = self.permits
+            try:
+                if permits is not None:
+                    await permits.acquire(estimate)
+            except BaseException:
+                self._in_flight -= 1
+                self._wake_head()
+                raise
             self.stats.attempts += 1
             try:
                 response = await self._attempt(request)
@@ -201,6 +229,8 @@ class LLMGate:
             finally:
                 self._in_flight -= 1
                 self._wake_head()
+                if permits is not None:
+                    permits.release()
             await self.clock.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -228,6 +258,8 @@ class LLMGate:
             closed_for = exc.retry_after
             delay = exc.retry_after + random.uniform(0.0, self.retry.base_delay)
         self._closed_until = max(self._closed_until, self._clock() + closed_for)
+        if self.permits is not None:
+            self.permits.hold_back(closed_for)
         return delay
 
     def _account(self, response: LLMResponse, pid: int, estimate: int) -> LLMResponse:
@@ -237,6 +269,8 @@ class LLMGate:
             response = replace(response, usage=usage)
         if self._tokens is not None and usage.total_tokens:
             self._tokens.take(usage.total_tokens - estimate)
+        if self.permits is not None and usage.total_tokens:
+            self.permits.settle(usage.total_tokens - estimate)
         self.total_usage += usage
         self._usage_by_pid[pid] = self.usage_for(pid) + usage
         return response

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,10 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.core import errors
 from ringzero.core.errors import InvalidArgument, MissingExtra, ProcessNotFound, ProcessStateError
+from ringzero.core.gate import RateLimit
 from ringzero.core.protocols import SchedulerCapabilities
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.types import JSON
 from ringzero.providers.schedulers.local import LocalScheduler
+from ringzero.providers.schedulers.ray_gate import ClusterGate
 from ringzero.providers.schedulers.ray_worker import NodeWorker
 
 try:
@@ -82,7 +85,7 @@ class RayScheduler:
 
     def __init__(self, kernel: str, kernel_args: Mapping[str, JSON] | None = None, *, address: str | None = None,
                  runtime_env: Mapping[str, Any] | None = None, head: bool = True,
-                 namespace: str = "ringzero") -> None:
+                 namespace: str = "ringzero", rate_limits: Mapping[str, RateLimit] | None = None) -> None:
         if not isinstance(kernel, str) or ":" not in kernel:
             raise InvalidArgument(f"kernel must be a 'module:function' factory reference, not {kernel!r}")
         self.kernel_factory = kernel
@@ -91,6 +94,13 @@ class RayScheduler:
         self.runtime_env = dict(runtime_env or {})
         self.head = head
         self.namespace = namespace
+        for provider, limit in (rate_limits or {}).items():
+            if not isinstance(limit, RateLimit):
+                raise InvalidArgument(f"rate_limits[{provider!r}] must be a ringzero.RateLimit, not {limit!r}")
+        self.rate_limits = dict(rate_limits or {})
+        """Per provider name: one limit for the whole cluster, held by a ``ClusterGate`` actor."""
+        self.gates: dict[str, Any] = {}
+        """The cluster gate actors, by provider name (``await gates[name].stats.remote()``)."""
         self.moves: list[dict[str, Any]] = []
         """One entry per node taken over: ``{"from": node, "to": {pid: node}}``."""
         self._local = LocalScheduler()  # slots for any process the driver's own kernel runs
@@ -139,6 +149,11 @@ class RayScheduler:
                          log_to_driver=False, configure_logging=False)
                 self._inited_ray = True
             self._started = True
+            for provider, limit in self.rate_limits.items():
+                gate_class: Any = ray.remote(ClusterGate)
+                self.gates[provider] = gate_class.options(
+                    name=f"ringzero-gate-{provider}", namespace=self.namespace, num_cpus=0, get_if_exists=True,
+                ).remote(dataclasses.asdict(limit))
             await self._discover()
 
     async def _discover(self) -> None:
@@ -154,7 +169,8 @@ class RayScheduler:
             actor: Any = worker_class.options(
                 name=f"ringzero-node-{name}", namespace=self.namespace, num_cpus=0, max_concurrency=100_000,
                 max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(self.kernel_factory, self.kernel_args, name)
+            ).remote(self.kernel_factory, self.kernel_args, name,
+                     {p: f"ringzero-gate-{p}" for p in self.rate_limits}, self.namespace)
             hello = _unwrap(await actor.hello.remote())
             node = _Node(node_id, name, actor, resources, load=int(hello["live"]), os_pid=int(hello["os_pid"]))
             node.watch = asyncio.ensure_future(self._watch(node))
@@ -324,6 +340,9 @@ class RayScheduler:
                 await node.worker.shutdown.remote()
             ray.kill(node.worker)
         self._nodes.clear()
+        for actor in self.gates.values():
+            ray.kill(actor)
+        self.gates.clear()
         if self._inited_ray:
             ray.shutdown()
             self._inited_ray = False

@@ -47,8 +47,12 @@ async def _enveloped(call: Awaitable[Any]) -> Envelope:
 class NodeWorker:
     """One node's kernel, reachable through Ray (see the module docstring)."""
 
-    def __init__(self, factory: str, factory_args: Mapping[str, JSON], node: str) -> None:
+    def __init__(self, factory: str, factory_args: Mapping[str, JSON], node: str,
+                 gates: Mapping[str, str] | None = None, namespace: str | None = None) -> None:
         self.node = node
+        self._gates = dict(gates or {})
+        """Provider name -> name of the cluster gate actor its gate takes permits from."""
+        self._namespace = namespace
         self._factory = factory
         self._factory_args = dict(factory_args)
         self._kernel: Kernel | None = None
@@ -67,9 +71,20 @@ class NodeWorker:
                     if not isinstance(kernel, Kernel):
                         raise InvalidArgument(f"{self._factory} returned {kernel!r}, not a ringzero Kernel")
                     kernel.node = self.node
+                    self._join_cluster_gates(kernel)
                     await kernel.start()
                     self._kernel = kernel
         return self._kernel
+
+    def _join_cluster_gates(self, kernel: Kernel) -> None:
+        if not self._gates:
+            return
+        import ray
+
+        from ringzero.providers.schedulers.ray_gate import ClusterPermits
+
+        for provider, actor_name in self._gates.items():
+            kernel.gate(provider).permits = ClusterPermits(ray.get_actor(actor_name, namespace=self._namespace))
 
     # ----------------------------------------------------------------- calls
     async def hello(self) -> Envelope:
