@@ -24,7 +24,9 @@ from ringzero.core.tokens import estimate_message_tokens, estimate_text_tokens
 from ringzero.core.types import LLMRequest, LLMResponse, Usage
 from ringzero.core.waitline import PriorityLine
 
-__all__ = ["GateStats", "LLMGate", "PermitSource", "Pricing", "RateLimit", "RetryPolicy", "TokenBucket", "estimate_tokens"]
+__all__ = [
+    "GateStats", "LLMGate", "PermitSource", "Pricing", "RateLimit", "RetryPolicy", "TokenBucket", "estimate_tokens",
+]
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,12 @@ class Journal:
     """
 
     def __init__(self, store: KernelStore, pid: int, entries: list[JournalEntry] | None = None, *,
-                 fenced: bool = False) -> None:
+                 owner: tuple[int, str] | None = None) -> None:
         self._store = store
         self._pid = pid
-        self._fenced = fenced
-        """Record only into free slots (a cluster kernel: another may take the process over)."""
+        self.owner = owner
+        """(epoch, node) under which a cluster kernel runs the process; its journal is fenced:
+        see ``check_owner`` and ``record``. None on one machine."""
         self._by_seq = {e.seq: e for e in entries or []}
         self._last_recorded = max(self._by_seq, default=0)
         self._loaded = len(self._by_seq)
@@ -80,11 +81,25 @@ class Journal:
         del self._by_seq[seq]
         return seq, entry.outcome
 
-    async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> None:
-        """Fill slot ``seq``; durable when this returns. Raises Fenced when the journal is fenced
-        and another kernel recorded that slot first (it has taken the process over)."""
+    async def check_owner(self) -> None:
+        """Raise Fenced if another node has taken the process over (a fenced journal only): asked
+        before each live syscall, so a kernel that lost its process makes no new call for it."""
+        if self.owner is not None and await self._store.owner(self._pid) != self.owner:
+            raise Fenced(f"pid {self._pid}: another node has taken this process over; this kernel stops running it")
+
+    async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> dict[str, JSON]:
+        """Fill slot ``seq``; durable when this returns. Returns the slot's outcome: ``outcome``,
+        or in a fenced journal whose slot a stale owner filled first (it had not yet seen the
+        takeover), that owner's record, which the process goes on with; a kernel that is not the
+        owner any more gets Fenced instead."""
         entry = JournalEntry(seq, kind, fp, summary, outcome)
-        if not await self._store.append_journal(self._pid, entry, exclusive=self._fenced):
-            raise Fenced(f"pid {self._pid}: syscall #{seq} was already recorded by another kernel, which has "
-                         "taken this process over; this kernel stops running it")
+        if await self._store.append_journal(self._pid, entry, exclusive=self.owner is not None):
+            self._last_recorded = max(self._last_recorded, seq)
+            return outcome
+        await self.check_owner()
+        recorded = await self._store.journal_entry(self._pid, seq)
+        if recorded is None or recorded.kind != kind or recorded.fingerprint != fp:
+            raise NonDeterminismError(f"pid {self._pid}: syscall #{seq} was recorded by another node as something "
+                                      f"other than {kind}({summary})")
         self._last_recorded = max(self._last_recorded, seq)
+        return recorded.outcome

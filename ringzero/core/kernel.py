@@ -397,9 +397,10 @@ class Kernel:
     async def _create(self, record: ProcessRecord, program: Program, owner: Process | None) -> Process:
         await self.start()
         await self._write_new(record)
-        if self.node is not None and not await self.store.claim_owner(record.pid, 1, self.node):
+        ownership = None if self.node is None else (1, self.node)
+        if ownership is not None and not await self.store.claim_owner(record.pid, *ownership):
             raise ProcessStateError(f"pid {record.pid} was taken by another node as it was created")
-        process = Process(self, record, program, Journal(self.store, record.pid, fenced=self.node is not None))
+        process = Process(self, record, program, Journal(self.store, record.pid, owner=ownership))
         self._procs[record.pid] = process
         if owner is not None:
             owner.children[record.pid] = record.limits
@@ -530,7 +531,8 @@ class Kernel:
 
     # ------------------------------------------------------------------ recovery
     async def recover(
-        self, programs: Mapping[str, Program] | None = None, *, pids: Collection[int] | None = None
+        self, programs: Mapping[str, Program] | None = None, *, pids: Collection[int] | None = None,
+        from_node: str | None = None,
     ) -> list[ProcessHandle]:
         """Resume every unfinished process in the store that this kernel is not running (only
         those in ``pids`` when given: a cluster node taking over a dead node's processes).
@@ -539,7 +541,9 @@ class Kernel:
         by that reference or by process name) and re-run; its recorded syscalls are served
         from the journal, so no LLM call or tool run is repeated. A kernel with a ``node``
         first claims each process's next ownership epoch and leaves the ones another node
-        claimed first: of several nodes resuming one process, exactly one runs it.
+        claimed first: of several nodes resuming one process, exactly one runs it. With
+        ``from_node`` it takes only processes that node still owns (the failover of a dead node:
+        one another survivor took meanwhile is left to it).
         """
         await self.start()
         wanted = None if pids is None else set(pids)
@@ -549,11 +553,11 @@ class Kernel:
                 continue  # an ended one is read from the store if a resumed parent asks for it
             if wanted is not None and record.pid not in wanted:
                 continue
-            if self.node is not None and not await self._take_over(record.pid):
+            owner = None if self.node is None else await self._take_over(record.pid, from_node)
+            if self.node is not None and owner is None:
                 continue
             program = _resolve(record, programs or {})
-            journal = Journal(self.store, record.pid, await self.store.journal(record.pid),
-                              fenced=self.node is not None)
+            journal = Journal(self.store, record.pid, await self.store.journal(record.pid), owner=owner)
             process = Process(
                 self, record, program or _missing_program, journal,
                 transition_seq=await self.store.last_seq(record.pid, "transitions"),
@@ -575,11 +579,15 @@ class Kernel:
         return [ProcessHandle(self, process) for process in to_start]
 
 
-    async def _take_over(self, pid: int) -> bool:
-        """Claim the next ownership epoch of ``pid`` for this kernel's node (False: lost the race)."""
+    async def _take_over(self, pid: int, from_node: str | None) -> tuple[int, str] | None:
+        """Claim the next ownership epoch of ``pid`` for this kernel's node: (epoch, node), or
+        None when another node claimed it first, or (with ``from_node``) took it from that node."""
         assert self.node is not None
         current = await self.store.owner(pid)
-        return await self.store.claim_owner(pid, (current[0] if current else 0) + 1, self.node)
+        if from_node is not None and (current is None or current[1] != from_node):
+            return None
+        epoch = (current[0] if current else 0) + 1
+        return (epoch, self.node) if await self.store.claim_owner(pid, epoch, self.node) else None
 
 
 def _resolve_reference(reference: str) -> Any:

@@ -289,13 +289,14 @@ class Process:
         seq, outcome = self.journal.take_slot(kind, fp, summary)
         if outcome is None:
             await self._boundary()
-            token = _RUNNING_LIVE.set(self)
             try:
-                outcome = await (self._blocking(live) if waits else live())
-            finally:
-                _RUNNING_LIVE.reset(token)
-            try:
-                await self.journal.record(seq, kind, fp, summary, outcome)
+                await self.journal.check_owner()
+                token = _RUNNING_LIVE.set(self)
+                try:
+                    outcome = await (self._blocking(live) if waits else live())
+                finally:
+                    _RUNNING_LIVE.reset(token)
+                outcome = await self.journal.record(seq, kind, fp, summary, outcome)
             except Fenced as exc:
                 # Another kernel owns the process now; whatever the program would do next is
                 # its to do. Unwound as a cancellation, which a program does not catch.

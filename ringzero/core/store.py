@@ -249,6 +249,13 @@ class KernelStore:
             return True
         return await self.checkpointer.claim(self._row(pid, "journal", entry.seq, body, {"kind": entry.kind}))
 
+    async def journal_entry(self, pid: int, seq: int) -> JournalEntry | None:
+        cp = await self.checkpointer.get(process_thread(pid), "journal", _key(seq))
+        if cp is None:
+            return None
+        body = loads(cp.payload, f"journal of pid {pid}")
+        return JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), body["outcome"])
+
     async def claim_owner(self, pid: int, epoch: int, node: str) -> bool:
         """Take process ``pid`` for ``node`` as owner number ``epoch`` (1 at spawn, one more at
         each move). Atomic: of kernels racing for one epoch, exactly one gets True."""

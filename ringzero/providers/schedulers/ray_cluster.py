@@ -315,7 +315,7 @@ class RayScheduler:
                 fitting = [n for n in self._nodes.values() if n.fits(wanted, now=True)] or list(self._nodes.values())
                 target = min(fitting, key=lambda n: (n.load, n.name))
                 try:
-                    taken = _unwrap(await target.worker.adopt.remote(sorted(group)))
+                    taken = _unwrap(await target.worker.adopt.remote(sorted(group), dead))
                 except RayActorError:
                     continue  # that one died too; its own failover takes these with its processes
                 target.load += len(taken)

@@ -147,11 +147,11 @@ class NodeWorker:
 
         return await self._act(pid, nothing)
 
-    async def adopt(self, pids: list[int]) -> Envelope:
-        """Take over these processes of a dead node: each resumed from its journal here, if this
-        node wins its ownership claim (another node may have won it)."""
+    async def adopt(self, pids: list[int], from_node: str) -> Envelope:
+        """Take over these processes of dead node ``from_node``: each resumed from its journal
+        here, if this node wins its ownership claim (another node may have won it)."""
         async def go() -> list[int]:
-            handles = await (await self._get_kernel()).recover(pids=pids)
+            handles = await (await self._get_kernel()).recover(pids=pids, from_node=from_node)
             return [h.pid for h in handles]
 
         return await _enveloped(go())

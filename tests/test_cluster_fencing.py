@@ -1,0 +1,88 @@
+"""Ownership between kernels that share one PostgreSQL store (what a cluster's failover rests
+on): racing takeovers, and a kernel that keeps running a process another node took."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ringzero import Context, Fenced, Kernel
+from ringzero.checkpointers.postgres import PostgresCheckpointer
+from ringzero.testing import ScriptedProvider
+from tests.postgres import fresh_database
+
+
+async def slow_steps(ctx: Context, n: int) -> list[str]:
+    """n LLM calls with a sleep between them, long enough to be caught mid-run."""
+    out = []
+    for i in range(n):
+        out.append((await ctx.llm(f"step {i}")).content)
+        await ctx.sleep(0.1)
+    return out
+
+
+def _node(dsn: str, name: str, calls: list[str]) -> Kernel:
+    def answer(request: object) -> str:
+        prompt = request.messages[-1].content  # type: ignore[attr-defined]
+        calls.append(f"{name} {prompt}")
+        return f"{name} says {prompt}"
+
+    kernel = Kernel(llm=ScriptedProvider(answer), checkpointer=PostgresCheckpointer(dsn))
+    kernel.node = name
+    return kernel
+
+
+@pytest.fixture
+async def dsn(postgres_dsn: str) -> AsyncIterator[str]:
+    yield fresh_database(postgres_dsn)
+
+
+async def test_of_nodes_racing_to_take_a_process_over_exactly_one_wins(dsn: str) -> None:
+    calls: list[str] = []
+    first = _node(dsn, "a", calls)
+    await first.start()
+    pids = [(await first.spawn(slow_steps, 3)).pid for _ in range(20)]
+    await asyncio.sleep(0.05)
+    await first.aclose()  # node a is gone with its processes mid-run
+    racers = [_node(dsn, name, calls) for name in ("b", "c", "d")]
+    taken = await asyncio.gather(*(k.recover(pids=pids, from_node="a") for k in racers))
+    try:
+        by_pid = [h.pid for handles in taken for h in handles]
+        assert sorted(by_pid) == sorted(pids)  # every process once, none twice
+        results = await asyncio.gather(*(h.wait(30) for handles in taken for h in handles))
+        assert all(len(r) == 3 for r in results)
+        owners = await racers[0].store.owners()
+        assert all(owners[pid][0] == 2 and owners[pid][1] in "bcd" for pid in pids)
+    finally:
+        for kernel in racers:
+            await kernel.aclose()
+
+
+async def test_a_kernel_still_running_a_process_that_was_taken_over_records_nothing_more(dsn: str) -> None:
+    calls: list[str] = []
+    old, new = _node(dsn, "old", calls), _node(dsn, "new", calls)
+    await old.start()
+    try:
+        stale = await old.spawn(slow_steps, 6)
+        while not any(c.startswith("old step 1") for c in calls):
+            await asyncio.sleep(0.01)
+        # "old" is believed dead (it is not): "new" claims the process and runs it from its journal.
+        (moved,) = await new.recover(pids=[stale.pid])
+        result = await moved.wait(30)
+        with pytest.raises(Fenced):
+            await stale.wait(30)  # old's next journal write found the slot taken, and it stopped
+        journal = await new.store.journal(stale.pid)
+        llm_slots = [e.seq for e in journal if e.kind == "llm"]
+        assert len(llm_slots) == 6 == len(set(llm_slots))  # every slot recorded once
+        # What the process returned is what the journal holds, whichever node answered each call.
+        assert result == [e.outcome["value"]["message"]["content"]  # type: ignore[call-overload,index]
+                          for e in journal if e.kind == "llm"]
+        assert result[0] == "old says step 0"  # recorded by old before the takeover, not asked again
+        assert calls.count("new step 0") == 0
+        record = await new.store.load_process(stale.pid)
+        assert record is not None and record.status.value == "exited"
+    finally:
+        await old.aclose()
+        await new.aclose()
