@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +16,7 @@ from rich.console import Console
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import InvalidArgument, RingzeroError
+from ringzero.core.protocols import Checkpointer
 from ringzero.core.references import import_reference
 
 if TYPE_CHECKING:
@@ -32,13 +35,14 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--state-dir", type=Path, default=Path(".ringzero") / "demo",
                       help="where the demo keeps its SQLite state (default: %(default)s)")
     commands.add_parser("doctor", help="probe which executors and isolation controls work on this host")
-    ps = commands.add_parser("ps", help="list the processes recorded in a state database")
-    ps.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite state file (default: %(default)s)")
+    db_help = "SQLite state file, or a postgresql:// DSN (a cluster's shared store) (default: %(default)s)"
+    ps = commands.add_parser("ps", help="list the processes recorded in a state database (every node's)")
+    ps.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
     resume = commands.add_parser("resume", help="resume unfinished processes after a crash and wait for them")
-    resume.add_argument("--db", type=Path, default=DEFAULT_DB, help="SQLite state file (default: %(default)s)")
+    resume.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
     resume.add_argument("--kernel", metavar="MODULE:FUNCTION",
-                        help="a function taking the database path and returning your configured Kernel "
-                             "(LLM provider, tools, executor); default: a Kernel with none of them")
+                        help="a function taking the database (a Path, or the DSN) and returning your configured "
+                             "Kernel (LLM provider, tools, executor); default: a Kernel with none of them")
     mcp = commands.add_parser("mcp", help="serve the kernel over MCP (stdio, or streamable HTTP on 127.0.0.1)")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     mcp.add_argument("--port", type=int, default=8765, help="HTTP port on 127.0.0.1 (default: %(default)s)")
@@ -64,33 +68,61 @@ def _serve_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _ps(db: Path, console: Console) -> int:
+def _is_dsn(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def _database(db: str) -> Path | str:
+    """What ``--db`` names: a PostgreSQL DSN as it is, a SQLite file as a Path."""
+    return db if _is_dsn(db) else Path(db)
+
+
+def _store(db: Path | str) -> Checkpointer:
+    if isinstance(db, str):
+        from ringzero.checkpointers.postgres import PostgresCheckpointer
+
+        return PostgresCheckpointer(db)
+    return SqliteCheckpointer(db)
+
+
+def _where(db: Path | str, store: Checkpointer) -> str:
+    return str(getattr(store, "where", db)) if isinstance(db, str) else str(db)
+
+
+async def _ps(db: Path | str, console: Console) -> int:
     from ringzero.core.kernel import ProcessInfo
     from ringzero.core.store import KernelStore
     from ringzero.demo import process_table
 
-    store = SqliteCheckpointer(db)
+    store = _store(db)
     try:
-        rows = [ProcessInfo.of(r) for r in await KernelStore(store).load_processes()]
+        kernel_store = KernelStore(store)
+        rows = [ProcessInfo.of(r) for r in await kernel_store.load_processes()]
+        nodes = {pid: node for pid, (_, node) in (await kernel_store.owners()).items()}
     finally:
         await store.aclose()
-    console.print(process_table(rows, title=f"processes in {db}"))
+    console.print(process_table(rows, title=f"processes in {_where(db, store)}", nodes=nodes or None))
     return 0
 
 
-def _kernel_factory(spec: str | None) -> Callable[[Path], Kernel]:
+def _kernel_factory(spec: str | None) -> Callable[[Path | str], Kernel]:
     from ringzero import Kernel
 
     if spec is None:
-        return lambda db: Kernel(checkpointer=SqliteCheckpointer(db))
+        return lambda db: Kernel(checkpointer=_store(db))
     factory = import_reference(spec, "--kernel")
     if not callable(factory):
         raise InvalidArgument(f"--kernel {spec!r} is not a function")
     return factory  # type: ignore[no-any-return]
 
 
-async def _resume(db: Path, factory: Callable[[Path], Kernel], console: Console) -> int:
-    async with factory(db) as kernel:
+async def _resume(db: Path | str, factory: Callable[[Path | str], Kernel], console: Console) -> int:
+    kernel = factory(db)
+    if isinstance(db, str) and kernel.node is None:
+        # A shared store may have cluster nodes on it: take each process as a node does (an
+        # ownership claim), so that a node still running one is fenced, never doubled.
+        kernel.node = f"resume@{socket.gethostname()}:{os.getpid()}"
+    async with kernel:
         handles = await kernel.recover()
         console.print(f"resumed {len(handles)} process(es)")
         failed = 0
@@ -109,8 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not console.is_terminal:
         console.width = max(console.width, 110)  # a log or pipe gets the whole table, not 80 columns
     try:
-        if args.command in ("ps", "resume") and not args.db.exists():
-            console.print(f"no state database at {args.db}")
+        db = _database(args.db) if args.command in ("ps", "resume") else None
+        if isinstance(db, Path) and not db.exists():
+            console.print(f"no state database at {db}")
             return 1
         if args.command == "doctor":
             from ringzero.doctor import diagnose
@@ -124,10 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed += asyncio.run(run_agents_demo(args.state_dir, console))
             return 1 if failed else 0
         if args.command == "ps":
-            return asyncio.run(_ps(args.db, console))
+            assert db is not None
+            return asyncio.run(_ps(db, console))
         if args.command == "mcp":
             return _serve_mcp(args)
-        return asyncio.run(_resume(args.db, _kernel_factory(args.kernel), console))
+        assert db is not None
+        return asyncio.run(_resume(db, _kernel_factory(args.kernel), console))
     except RingzeroError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -96,20 +97,26 @@ async def flaky(ctx: Context) -> None:
     raise ConnectionError("the upstream data source went away")
 
 
-def process_table(rows: list[ProcessInfo], title: str = "ringzero processes") -> Table:
-    """The ``ps`` view: one row per process."""
+def process_table(rows: list[ProcessInfo], title: str = "ringzero processes",
+                  nodes: Mapping[int, str] | None = None) -> Table:
+    """The ``ps`` view: one row per process (with the node that runs it, for a cluster's store)."""
     table = Table(title=title, title_justify="left", expand=False)
-    for column, justify in (("pid", "right"), ("name", "left"), ("prio", "right"), ("parent", "right"),
-                            ("status", "left"), ("stop reason", "left"), ("llm", "right"), ("tokens", "right"),
-                            ("steps", "right"), ("wall s", "right")):
+    columns = [("pid", "right"), ("name", "left"), ("prio", "right"), ("parent", "right"), ("status", "left"),
+               ("stop reason", "left"), ("llm", "right"), ("tokens", "right"), ("steps", "right"), ("wall s", "right")]
+    if nodes is not None:
+        columns.insert(2, ("node", "left"))
+    for column, justify in columns:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for r in rows:
-        table.add_row(
+        cells: list[str | Text] = [
             str(r.pid), r.name, str(r.priority), "" if r.parent is None else str(r.parent),
             Text(r.status.value, style=STATUS_STYLE.get(r.status.value, "")),
             "" if r.stop_reason is None else r.stop_reason.value,
             str(r.llm_calls), str(r.tokens), str(r.steps), f"{r.wall_seconds:.1f}",
-        )
+        ]
+        if nodes is not None:
+            cells.insert(2, nodes.get(r.pid, ""))
+        table.add_row(*cells)
     return table
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from ringzero import Context, Fenced, Kernel
 from ringzero.checkpointers.postgres import PostgresCheckpointer
 from ringzero.testing import ScriptedProvider
 from tests.postgres import fresh_database
+from tests.test_cli import ringzero_cli
 
 
 async def slow_steps(ctx: Context, n: int) -> list[str]:
@@ -86,3 +88,42 @@ async def test_a_kernel_still_running_a_process_that_was_taken_over_records_noth
     finally:
         await old.aclose()
         await new.aclose()
+
+
+def resume_kernel(dsn: str) -> Kernel:
+    """``ringzero resume --kernel`` for the test below: a node kernel's provider, no node name."""
+    return Kernel(llm=ScriptedProvider(lambda r: f"resumed says {r.messages[-1].content}"),
+                  checkpointer=PostgresCheckpointer(dsn))
+
+
+async def test_ps_and_resume_work_against_the_cluster_store(dsn: str, tmp_path: Path) -> None:
+    calls: list[str] = []
+    node = _node(dsn, "node-a", calls)
+    await node.start()
+    pids = [(await node.spawn(slow_steps, 4)).pid for _ in range(3)]
+    while sum(c.startswith("node-a step 1") for c in calls) < 3:
+        await asyncio.sleep(0.01)
+    await node.aclose()  # its host went away mid-run
+
+    listing = await asyncio.to_thread(ringzero_cli, "ps", "--db", dsn, cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    assert "node" in listing.stdout and listing.stdout.count("node-a") == 3
+    assert "postgres@127.0.0.1" in listing.stdout  # the store named as the server, without a password
+
+    out = await asyncio.to_thread(ringzero_cli, "resume", "--db", dsn, "--kernel",
+                                  "tests.test_cluster_fencing:resume_kernel", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resumed 3 process(es)" in out.stdout
+    check = Kernel(checkpointer=PostgresCheckpointer(dsn))
+    try:
+        for pid in pids:
+            record = await check.store.load_process(pid)
+            assert record is not None and record.status.value == "exited"
+            assert record.result[:2] == ["node-a says step 0", "node-a says step 1"]  # type: ignore[index]
+            assert record.result[3] == "resumed says step 3"  # type: ignore[index]
+        owners = await check.store.owners()
+        assert all(owners[pid][0] == 2 and owners[pid][1].startswith("resume@") for pid in pids)
+    finally:
+        await check.aclose()
+    listing = await asyncio.to_thread(ringzero_cli, "ps", "--db", dsn, cwd=tmp_path)
+    assert listing.stdout.count("resume@") == 3 and listing.stdout.count("exited") == 3
