@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run agents sharing one rate-limited model, with a live process table")
     demo.add_argument("--state-dir", type=Path, default=Path(".ringzero") / "demo",
                       help="where the demo keeps its SQLite state (default: %(default)s)")
+    demo.add_argument("--ray", action="store_true",
+                      help="instead: agents on a local Ray cluster, one node killed mid-run (needs --db)")
+    demo.add_argument("--db", metavar="POSTGRESQL_DSN", help="the PostgreSQL store the --ray demo's nodes share")
     commands.add_parser("doctor", help="probe which executors and isolation controls work on this host")
     db_help = "SQLite state file, or a postgresql:// DSN (a cluster's shared store) (default: %(default)s)"
     ps = commands.add_parser("ps", help="list the processes recorded in a state database (every node's)")
@@ -149,6 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ringzero.doctor import diagnose
 
             return asyncio.run(diagnose(console))
+        if args.command == "demo" and args.ray:
+            from ringzero.demo_cluster import run_cluster_demo
+
+            if not args.db or not _is_dsn(args.db):
+                raise InvalidArgument("demo --ray needs --db postgresql://... (the store every node shares)")
+            return asyncio.run(run_cluster_demo(args.db, console))
         if args.command == "demo":
             from ringzero.demo import run_demo
             from ringzero.demo_agents import run_agents_demo

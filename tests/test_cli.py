@@ -17,9 +17,10 @@ from tests.test_durable import crash_host_midrun
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def ringzero_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def ringzero_cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
+                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ringzero.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                          timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
 def test_version_prints_the_package_version(tmp_path: Path) -> None:
