@@ -195,7 +195,7 @@ class Context:
         )
         process = self._process
         gate = process.kernel.gate(provider)
-        fresh: list[LLMResponse] = []  # the live response, to skip decoding what we just encoded
+        fresh: list[tuple[LLMResponse, dict[str, JSON]]] = []  # to skip decoding what we just encoded
 
         async def live() -> dict[str, JSON]:
             try:
@@ -203,8 +203,9 @@ class Context:
             except ProviderError as exc:
                 return {"error": {"type": type(exc).__name__, "message": str(exc),
                                   "retry_after": getattr(exc, "retry_after", None)}}
-            fresh.append(response)
-            return {"value": response.to_dict()}
+            recorded: dict[str, JSON] = {"value": response.to_dict()}
+            fresh.append((response, recorded))
+            return recorded
 
         summary = f"{len(request.messages)} messages to {provider}"
         outcome = await process.syscall(
@@ -212,7 +213,9 @@ class Context:
         )
         if "error" in outcome:
             raise _provider_error(outcome["error"])  # type: ignore[arg-type]
-        response = fresh[0] if fresh else LLMResponse.from_dict(outcome["value"])  # type: ignore[arg-type]
+        # Decoded when replayed, or when (a cluster's takeover) the slot holds another node's answer.
+        live_answer = fresh[0][0] if fresh and fresh[0][1] is outcome else None
+        response = live_answer or LLMResponse.from_dict(outcome["value"])  # type: ignore[arg-type]
         process.meter.charge(tokens=response.usage.total_tokens, llm_calls=1, cost=response.usage.cost or 0.0)
         process.check_budget()
         return response

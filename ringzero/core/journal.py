@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any
 
 from ringzero.core.errors import Fenced, NonDeterminismError
 from ringzero.core.store import JournalEntry, KernelStore
 from ringzero.core.types import JSON
 
-__all__ = ["Journal", "fingerprint"]
+__all__ = ["OWNER_RECHECK", "Journal", "fingerprint"]
+
+OWNER_RECHECK = 1.0
+"""Seconds a cluster kernel trusts that it still owns a process before it reads the store again."""
 
 
 def fingerprint(args: Any) -> str:
@@ -45,6 +49,7 @@ class Journal:
         self.owner = owner
         """(epoch, node) under which a cluster kernel runs the process; its journal is fenced:
         see ``check_owner`` and ``record``. None on one machine."""
+        self._owner_checked = time.monotonic()  # the claim that made it the owner was just now
         self._by_seq = {e.seq: e for e in entries or []}
         self._last_recorded = max(self._by_seq, default=0)
         self._loaded = len(self._by_seq)
@@ -81,11 +86,21 @@ class Journal:
         del self._by_seq[seq]
         return seq, entry.outcome
 
-    async def check_owner(self) -> None:
-        """Raise Fenced if another node has taken the process over (a fenced journal only): asked
-        before each live syscall, so a kernel that lost its process makes no new call for it."""
-        if self.owner is not None and await self._store.owner(self._pid) != self.owner:
+    async def check_owner(self, *, force: bool = False) -> None:
+        """Raise Fenced if another node has taken the process over (a fenced journal only).
+
+        Asked before each live syscall, and answered from the store at most once per
+        ``OWNER_RECHECK`` seconds (a lease): within that window a kernel that lost its process
+        may still make a call, but it cannot record it over the new owner's (``record``), and its
+        next check stops it. ``force`` reads the store now."""
+        if self.owner is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._owner_checked < OWNER_RECHECK:
+            return
+        if await self._store.owner(self._pid) != self.owner:
             raise Fenced(f"pid {self._pid}: another node has taken this process over; this kernel stops running it")
+        self._owner_checked = now
 
     async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> dict[str, JSON]:
         """Fill slot ``seq``; durable when this returns. Returns the slot's outcome: ``outcome``,
@@ -96,7 +111,7 @@ class Journal:
         if await self._store.append_journal(self._pid, entry, exclusive=self.owner is not None):
             self._last_recorded = max(self._last_recorded, seq)
             return outcome
-        await self.check_owner()
+        await self.check_owner(force=True)
         recorded = await self._store.journal_entry(self._pid, seq)
         if recorded is None or recorded.kind != kind or recorded.fingerprint != fp:
             raise NonDeterminismError(f"pid {self._pid}: syscall #{seq} was recorded by another node as something "

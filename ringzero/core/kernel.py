@@ -32,7 +32,7 @@ from ringzero.core.errors import (
     WrongEventLoop,
 )
 from ringzero.core.gate import LLMGate
-from ringzero.core.journal import Journal
+from ringzero.core.journal import OWNER_RECHECK, Journal
 from ringzero.core.mailbox import Mail
 from ringzero.core.memory import MemoryStore
 from ringzero.core.process import Process, Program
@@ -547,17 +547,27 @@ class Kernel:
         """
         await self.start()
         wanted = None if pids is None else set(pids)
-        to_start: list[Process] = []
+        taken: dict[int, tuple[int, str] | None] = {}
         for record in await self.store.load_processes():
             if record.pid in self._procs or record.status.terminal:
                 continue  # an ended one is read from the store if a resumed parent asks for it
             if wanted is not None and record.pid not in wanted:
                 continue
             owner = None if self.node is None else await self._take_over(record.pid, from_node)
-            if self.node is not None and owner is None:
-                continue
+            if self.node is None or owner is not None:
+                taken[record.pid] = owner
+        records = []
+        if taken and self.node is not None:
+            # A process taken from another node starts once that node's ownership lease has run
+            # out: if it is alive after all, its next check stops it before this one runs, and
+            # what it recorded until then is read below.
+            await asyncio.sleep(OWNER_RECHECK)
+        if taken:
+            records = [r for r in await self.store.load_processes() if r.pid in taken and not r.status.terminal]
+        to_start: list[Process] = []
+        for record in records:
             program = _resolve(record, programs or {})
-            journal = Journal(self.store, record.pid, await self.store.journal(record.pid), owner=owner)
+            journal = Journal(self.store, record.pid, await self.store.journal(record.pid), owner=taken[record.pid])
             process = Process(
                 self, record, program or _missing_program, journal,
                 transition_seq=await self.store.last_seq(record.pid, "transitions"),
@@ -577,7 +587,6 @@ class Kernel:
         for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
             process.start()
         return [ProcessHandle(self, process) for process in to_start]
-
 
     async def _take_over(self, pid: int, from_node: str | None) -> tuple[int, str] | None:
         """Claim the next ownership epoch of ``pid`` for this kernel's node: (epoch, node), or

@@ -78,14 +78,17 @@ class RayScheduler:
     ``kernel`` names the factory every node calls to build its kernel (``module:function``, called
     with ``kernel_args``); it must use the same shared store (PostgreSQL) as the kernel this
     scheduler is given to. ``address`` and ``runtime_env`` go to ``ray.init`` when this process
-    is not connected to Ray yet. ``head=False`` keeps processes off the head node.
+    is not connected to Ray yet. ``head=False`` keeps processes off the head node; ``require``
+    keeps them to nodes that have these resources. ``rate_limits`` sets, per provider name, one
+    limit for the whole cluster (see ``ray_gate``).
     """
 
     capabilities = SchedulerCapabilities(priorities=True, distributed=True)
 
     def __init__(self, kernel: str, kernel_args: Mapping[str, JSON] | None = None, *, address: str | None = None,
                  runtime_env: Mapping[str, Any] | None = None, head: bool = True,
-                 namespace: str = "ringzero", rate_limits: Mapping[str, RateLimit] | None = None) -> None:
+                 namespace: str = "ringzero", rate_limits: Mapping[str, RateLimit] | None = None,
+                 require: Mapping[str, float] | None = None) -> None:
         if not isinstance(kernel, str) or ":" not in kernel:
             raise InvalidArgument(f"kernel must be a 'module:function' factory reference, not {kernel!r}")
         self.kernel_factory = kernel
@@ -93,6 +96,8 @@ class RayScheduler:
         self.address = address
         self.runtime_env = dict(runtime_env or {})
         self.head = head
+        self.require = {str(k): float(v) for k, v in (require or {}).items()}
+        """Only nodes with these Ray resources host a worker (e.g. ``{"agents": 1}``)."""
         self.namespace = namespace
         for provider, limit in (rate_limits or {}).items():
             if not isinstance(limit, RateLimit):
@@ -163,6 +168,8 @@ class RayScheduler:
             if not info.get("Alive") or node_id[:12] in self._nodes or node_id[:12] in self._gone:
                 continue
             if not self.head and _HEAD_RESOURCE in resources:
+                continue
+            if any(resources.get(k, 0.0) < v for k, v in self.require.items()):
                 continue
             name = node_id[:12]
             worker_class: Any = ray.remote(NodeWorker)

@@ -97,7 +97,7 @@ class ClusterGate:
 class ClusterPermits:
     """A node's side of the cluster gate (``ringzero.core.gate.PermitSource``)."""
 
-    def __init__(self, actor: Any, *, batch: int = 4, keep: float = 0.25) -> None:
+    def __init__(self, actor: Any, *, batch: int = 8, keep: float = 0.25) -> None:
         self._actor = actor
         self.batch = batch
         self.keep = keep
@@ -121,7 +121,9 @@ class ClusterPermits:
             self._waiting += 1
             try:
                 self.round_trips += 1
-                reply = await self._actor.lease.remote(min(self.batch, self._waiting), float(tokens))
+                # A batch even for one waiting call: the calls that follow within ``keep`` take
+                # spares, so a process calling in a loop pays one round trip per batch.
+                reply = await self._actor.lease.remote(max(self.batch, self._waiting), float(tokens))
             finally:
                 self._waiting -= 1
             if reply.get("closed_for"):
