@@ -46,6 +46,8 @@ from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_
 __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
 
 DEFAULT_PRIORITY = 10
+PID_BLOCK = 1000
+"""How many pids a cluster node claims at a time."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,9 @@ class Kernel:
         self._ended: weakref.WeakValueDictionary[int, Process] = weakref.WeakValueDictionary()
         self._listeners: list[Callable[[Event], None]] = []
         self._next_pid = 0
+        self._pid_block: list[int] | None = None
+        """[next, last] of the pid block a cluster node claimed (see ``_write_new_in_block``)."""
+        self._pid_block_lock: asyncio.Lock | None = None
         self.placement: Placement | None = scheduler if scheduler.capabilities.distributed else None  # type: ignore[assignment]
         """Where new top-level processes go when the scheduler spans machines (see ``ringzero.core.remote``)."""
         if scheduler.capabilities.distributed and not isinstance(scheduler, Placement):
@@ -413,6 +418,9 @@ class Kernel:
     async def _write_new(self, record: ProcessRecord) -> None:
         """Give ``record`` the next free pid and write it. Where the store can claim an address
         atomically, a pid another kernel on the same store took meanwhile is skipped."""
+        if self.node is not None:
+            await self._write_new_in_block(record)
+            return
         while True:
             self._next_pid += 1
             record.pid = self._next_pid
@@ -422,6 +430,25 @@ class Kernel:
             if await self.store.claim_process(record):
                 return
             self._next_pid = max(self._next_pid, await self.store.max_pid())
+
+    async def _write_new_in_block(self, record: ProcessRecord) -> None:
+        """A cluster node's pids: from a block of ``PID_BLOCK`` it claimed in the store, so that
+        nodes spawning at once do not all race for the same next pid (each pid is still claimed)."""
+        while True:
+            if self._pid_block is None or self._pid_block[0] > self._pid_block[1]:
+                if self._pid_block_lock is None:
+                    self._pid_block_lock = asyncio.Lock()
+                async with self._pid_block_lock:
+                    if self._pid_block is None or self._pid_block[0] > self._pid_block[1]:
+                        block = await self.store.max_pid() // PID_BLOCK + 1
+                        while not await self.store.claim_pid_block(block, str(self.node)):
+                            block += 1
+                        self._pid_block = [block * PID_BLOCK, (block + 1) * PID_BLOCK - 1]
+                continue
+            record.pid = self._pid_block[0]
+            self._pid_block[0] += 1
+            if await self.store.claim_process(record):
+                return
 
     def _process(self, pid: int) -> Process:
         if isinstance(pid, bool) or not isinstance(pid, int):

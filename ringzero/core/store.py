@@ -15,6 +15,7 @@ thread                             namespace    one checkpoint per
 ``ringzero/process/<pid>``         mailbox      message delivered to the process
 ``ringzero/process/<pid>``         owner        cluster node that took the process (claimed,
                                                 one per epoch; written only by cluster kernels)
+``ringzero/pid-blocks``            ``""``       block of 1000 pids a cluster node claimed
 =================================  ===========  ====================================
 
 A process record is split so that what changes often is small: a transition writes two
@@ -39,6 +40,7 @@ from ringzero.core.types import JSON, Checkpoint, Limits, ProcessStatus, StopRea
 __all__ = ["JournalEntry", "KernelStore", "ProcessRecord", "dumps", "loads"]
 
 PROCESS_TABLE = "ringzero/processes"
+PID_BLOCKS = "ringzero/pid-blocks"
 
 
 def dumps(value: Any) -> bytes:
@@ -255,6 +257,11 @@ class KernelStore:
             return None
         body = loads(cp.payload, f"journal of pid {pid}")
         return JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), body["outcome"])
+
+    async def claim_pid_block(self, block: int, node: str) -> bool:
+        """Take pid block ``block`` for ``node`` (False if another node has it)."""
+        return await self.checkpointer.claim(Checkpoint(thread_id=PID_BLOCKS, namespace="", id=_key(block),
+                                                        payload=dumps({"node": node}), metadata={"node": node}))
 
     async def claim_owner(self, pid: int, epoch: int, node: str) -> bool:
         """Take process ``pid`` for ``node`` as owner number ``epoch`` (1 at spawn, one more at

@@ -25,6 +25,9 @@ from ringzero.core.gate import RateLimit, TokenBucket
 
 __all__ = ["ClusterGate", "ClusterPermits"]
 
+REPORT_AFTER = 0.05
+"""Seconds a node holds the ends of its calls before it tells the gate actor (if no lease goes first)."""
+
 
 class ClusterGate:
     """The actor: a cluster's buckets for one provider. Runs on one event loop, so no locks."""
@@ -41,9 +44,11 @@ class ClusterGate:
         self.in_flight = 0
         self.granted = 0
 
-    async def lease(self, wanted: int, tokens: float) -> dict[str, float]:
+    async def lease(self, wanted: int, tokens: float, ended: int = 0, extra_tokens: float = 0.0) -> dict[str, float]:
         """Up to ``wanted`` permits of ``tokens`` each: ``granted`` (maybe 0), and when none were,
-        ``wait`` seconds before asking again; ``closed_for`` while a 429 holds the gate."""
+        ``wait`` seconds before asking again; ``closed_for`` while a 429 holds the gate. What the
+        node has to report since its last call comes along (see ``report``)."""
+        await self.report(ended, extra_tokens)
         now = time.monotonic()
         closed = self._closed_until - now
         if closed > 0:
@@ -77,14 +82,12 @@ class ClusterGate:
         if self._tokens is not None:
             self._tokens.take(-permits * tokens)
 
-    async def release(self) -> None:
-        """A call made with a permit has ended."""
-        self.in_flight -= 1
-
-    async def settle(self, tokens: float) -> None:
-        """A call used ``tokens`` more (or, negative, fewer) than its permit reserved."""
-        if self._tokens is not None:
-            self._tokens.take(tokens)
+    async def report(self, ended: int, extra_tokens: float) -> None:
+        """``ended`` calls made with permits have ended, and used ``extra_tokens`` more (or,
+        negative, fewer) than their permits reserved."""
+        self.in_flight -= ended
+        if self._tokens is not None and extra_tokens:
+            self._tokens.take(extra_tokens)
 
     async def hold_back(self, seconds: float) -> None:
         """A server answered 429: nobody in the cluster sends for ``seconds``."""
@@ -106,6 +109,9 @@ class ClusterPermits:
         self._spare_at = 0.0
         self._waiting = 0
         self._closed_until = 0.0
+        self._ended = 0
+        self._extra_tokens = 0.0
+        self._report: asyncio.TimerHandle | None = None
         self.round_trips = 0
 
     async def acquire(self, tokens: int) -> None:
@@ -123,7 +129,8 @@ class ClusterPermits:
                 self.round_trips += 1
                 # A batch even for one waiting call: the calls that follow within ``keep`` take
                 # spares, so a process calling in a loop pays one round trip per batch.
-                reply = await self._actor.lease.remote(max(self.batch, self._waiting), float(tokens))
+                ended, extra, self._ended, self._extra_tokens = self._ended, self._extra_tokens, 0, 0.0
+                reply = await self._actor.lease.remote(max(self.batch, self._waiting), float(tokens), ended, extra)
             finally:
                 self._waiting -= 1
             if reply.get("closed_for"):
@@ -142,10 +149,24 @@ class ClusterPermits:
             self._spare = 0
 
     def release(self) -> None:
-        self._actor.release.remote()
+        self._ended += 1
+        self._report_soon()
 
     def settle(self, tokens: int) -> None:
-        self._actor.settle.remote(float(tokens))
+        self._extra_tokens += tokens
+        self._report_soon()
+
+    def _report_soon(self) -> None:
+        """Ends and token corrections go with the next lease, or within ``REPORT_AFTER`` seconds:
+        not one message per call."""
+        if self._report is None:
+            self._report = asyncio.get_running_loop().call_later(REPORT_AFTER, self._send_report)
+
+    def _send_report(self) -> None:
+        self._report = None
+        if self._ended or self._extra_tokens:
+            self._actor.report.remote(self._ended, self._extra_tokens)
+            self._ended, self._extra_tokens = 0, 0.0
 
     def hold_back(self, seconds: float) -> None:
         self._closed_until = max(self._closed_until, time.monotonic() + seconds)
