@@ -196,6 +196,9 @@ async def test_one_rate_limit_holds_across_the_nodes_and_a_429_holds_every_node_
     assert server.told_to_wait_at is not None
     accepted = sorted(server.accepted)
     assert len(accepted) == 50
-    assert accepted[0] >= server.told_to_wait_at + 1.0  # Retry-After: 1 held back both nodes
+    # Retry-After: 1 held back both nodes. A call whose permit was granted before the 429 reached
+    # the gate actor may still land just after it; none may once the news has spread (0.3 s).
+    told = server.told_to_wait_at
+    assert [t - told for t in accepted if told + 0.3 <= t < told + 1.0] == []
     rate = (len(accepted) - 1) / (accepted[-1] - accepted[0])
     assert bound * 0.9 <= rate <= bound * 1.1, rate
