@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ringzero import Context, Kernel
+from ringzero import Context, Kernel, Limits
 from ringzero.checkpointers.postgres import PostgresCheckpointer
 from ringzero.core.gate import LLMGate, RetryPolicy
 from ringzero.providers.llm.openai import OpenAIProvider
@@ -55,6 +55,23 @@ async def parent_of_two(ctx: Context, tag: str) -> list[Any]:
     """Two children (placed with their parent), each one LLM call; their results."""
     children = [await ctx.spawn(chatter, f"{tag}/{i}", 1, 0.0) for i in range(2)]
     return [await ctx.wait(child) for child in children]
+
+
+async def spreading_parent(ctx: Context, n: int) -> dict[str, Any]:
+    """``n`` children of 2 LLM calls each (3 reserved each); where they ran, what they returned,
+    and what this process has spent once they are done (its own steps and their calls)."""
+    kids = [await ctx.spawn(chatter, f"kid{i}", 2, 0.0, limits=Limits(llm_calls=3)) for i in range(n)]
+    remote = [getattr(kid, "node", "") for kid in kids]
+    results = [await ctx.wait(kid) for kid in kids]
+    return {"results": results, "remote": [node for node in remote if node], "llm_calls": ctx.spent.llm_calls,
+            "left": ctx.remaining("llm_calls")}
+
+
+async def parent_of_sleepers(ctx: Context, n: int) -> None:
+    """``n`` children that run until killed; then waits for a message that never comes."""
+    for _ in range(n):
+        await ctx.spawn(forever)
+    await ctx.recv()
 
 
 async def forever(ctx: Context) -> None:

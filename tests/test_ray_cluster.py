@@ -202,3 +202,37 @@ async def test_one_rate_limit_holds_across_the_nodes_and_a_429_holds_every_node_
     assert [t - told for t in accepted if told + 0.3 <= t < told + 1.0] == []
     rate = (len(accepted) - 1) / (accepted[-1] - accepted[0])
     assert bound * 0.9 <= rate <= bound * 1.1, rate
+
+
+async def test_children_spread_over_the_nodes_with_waits_refunds_and_kills_across_them(
+        cluster: Any, dsn: str, server: ray_programs.CountingServer) -> None:
+    from ringzero import Limits
+
+    kernel = await _kernel(cluster, dsn, server.url, head=False, children="spread")
+    try:
+        parent = await kernel.spawn(ray_programs.spreading_parent, 6, limits=Limits(llm_calls=40))
+        assert isinstance(parent, RemoteProcessHandle)
+        out = await parent.wait(60)
+        assert out["results"] == [[f"echo kid{i}:0", f"echo kid{i}:1"] for i in range(6)]
+        assert len(out["remote"]) == 3 and set(out["remote"]) == {n for n in kernel.scheduler.nodes  # type: ignore[attr-defined]
+                                                                  if n != parent.node}
+        # Each child reserved 3 calls and spent 2: the parent was charged 2 each, refunded 1 each,
+        # wherever the child ran.
+        assert out["llm_calls"] == 12 and out["left"] == 40 - 12
+        owners = await kernel.store.owners()
+        rows = {r.pid: r for r in await kernel.ps(all=True)}
+        kids = [pid for pid, r in rows.items() if r.parent == parent.pid]
+        assert len(kids) == 6 and len({owners[pid][1] for pid in kids}) == 2
+
+        boss = await kernel.spawn(ray_programs.parent_of_sleepers, 4)
+        await asyncio.sleep(1.5)
+        rows = {r.pid: r for r in await kernel.ps(all=True)}
+        sleepers = [pid for pid, r in rows.items() if r.parent == boss.pid]
+        assert len(sleepers) == 4 and {owners_now[1] for owners_now in
+                                       [(await kernel.store.owner(pid)) or (0, "") for pid in sleepers]} \
+            == set(kernel.scheduler.nodes)  # type: ignore[attr-defined]
+        await boss.kill()
+        rows = {r.pid: r for r in await kernel.ps(all=True)}
+        assert all(rows[pid].status is ProcessStatus.KILLED for pid in [boss.pid, *sleepers])
+    finally:
+        await kernel.aclose()

@@ -18,6 +18,7 @@ from ringzero.core.errors import (
     BudgetExceeded,
     InvalidArgument,
     ProcessFailed,
+    ProcessNotFound,
     ProviderError,
     ToolFailed,
     ToolNotFound,
@@ -26,6 +27,7 @@ from ringzero.core.host_tools import call_tool
 from ringzero.core.loops import run_on
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.references import reference_of
+from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.timeouts import fail_after
 from ringzero.core.tokens import estimate_message_tokens
 from ringzero.core.types import (
@@ -363,8 +365,12 @@ class Context:
         name: str | None = None,
         priority: int | None = None,
         limits: Limits | None = None,
-    ) -> ProcessHandle:
-        """Start a child process with a slice of this one's budget (refunded when it ends)."""
+    ) -> ProcessHandle | RemoteProcessHandle:
+        """Start a child process with a slice of this one's budget (refunded when it ends).
+
+        On a cluster node whose scheduler spreads children (``RayScheduler(children="spread")``)
+        the child may run on another node: the handle is then a ``RemoteProcessHandle``, and
+        ``ctx.wait``, a kill of this process and the refund work across nodes the same way."""
         process = self._process
         kernel = process.kernel
         kernel._check_program(program, args)
@@ -372,8 +378,17 @@ class Context:
         child_priority = process.record.priority if priority is None else priority
 
         created: list[int] = []
+        placed: list[RemoteProcessHandle] = []
 
         async def live() -> dict[str, JSON]:
+            if kernel.child_placement is not None:
+                request = SpawnRequest(program=reference_of(program), args=list(args), name=name or program.__name__,
+                                       priority=child_priority, limits=child_limits)
+                remote = await kernel.child_placement.place_child(request, parent=process.pid)
+                if remote is not None:
+                    placed.append(remote)
+                    kernel._adopt_remote_child(process, remote, child_limits)
+                    return {"value": remote.pid}
             child = await kernel._spawn_process(program, args, name=name, priority=child_priority,
                                         limits=child_limits, parent=process.pid)
             created.append(child.pid)  # create() registered it with this process already
@@ -383,14 +398,26 @@ class Context:
               "priority": child_priority, "limits": child_limits.to_dict()}
         outcome = await process.syscall("spawn", fp, fp["program"], live)  # type: ignore[arg-type]
         child_pid = int(outcome["value"])  # type: ignore[arg-type]
+        if placed:
+            return placed[0]
         if not created:  # replayed after a crash: the child was loaded by recover(), or has ended
             await kernel._adopt(process, child_pid, child_limits)
-        handle = await kernel.handle(child_pid)
+        try:
+            handle = await kernel.handle(child_pid)
+        except ProcessNotFound:
+            if kernel.child_placement is None or created:
+                raise
+            # Replayed, and the child runs on another node: follow it from here.
+            remote = await RemoteProcessHandle(kernel.child_placement, {"pid": child_pid, "name": "",
+                                                                        "status": "created", "program": ""}).refresh()
+            if child_pid in process.children:
+                kernel._adopt_remote_child(process, remote, process.children[child_pid])
+            return remote
         if not created:
             process.offspring.append(handle._process)
         return handle
 
-    async def wait(self, child: ProcessHandle | int, timeout: float | None = None) -> JSON:
+    async def wait(self, child: ProcessHandle | RemoteProcessHandle | int, timeout: float | None = None) -> JSON:
         """Wait for another process to end, without holding a run slot, and return its result.
 
         Raises ProcessFailed (BudgetExceeded for a budget stop) if it failed or was killed,
@@ -400,17 +427,24 @@ class Context:
         process = self._process
         kernel = process.kernel
         pid = child if isinstance(child, int) else child.pid
-        target = child if not isinstance(child, int) else await kernel.handle(pid)
+        target = child if not isinstance(child, int) else await kernel._any_handle(pid)
 
         async def live() -> dict[str, JSON]:
-            async with fail_after(timeout):
-                await asyncio.shield(target._process.finished)
-            record = target._process.record
-            if record.status is ProcessStatus.EXITED:
-                return {"value": record.result}
-            reason = None if record.stop_reason is None else record.stop_reason.value
-            detail: JSON = dict(record.error) if record.error else None
-            return {"error": {"status": record.status.value, "reason": reason, "detail": detail}}
+            if isinstance(target, RemoteProcessHandle):
+                ended = await target.ended(timeout)
+                kernel._settle_remote_child(process, target.pid, ended)  # as a local child's end does
+                status, reason, detail, result = (ProcessStatus(ended["status"]), ended.get("stop_reason"),
+                                                  ended.get("error"), ended.get("result"))
+            else:
+                async with fail_after(timeout):
+                    await asyncio.shield(target._process.finished)
+                record = target._process.record
+                status, result = record.status, record.result
+                reason = None if record.stop_reason is None else record.stop_reason.value
+                detail = dict(record.error) if record.error else None
+            if status is ProcessStatus.EXITED:
+                return {"value": result}
+            return {"error": {"status": status.value, "reason": reason, "detail": detail}}
 
         outcome = await process.syscall("wait", {"pid": pid}, str(pid), live, waits=True)
         if "error" in outcome:

@@ -38,7 +38,7 @@ from ringzero.core.memory import MemoryStore
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
 from ringzero.core.references import import_reference, importable_reference, reference_of
-from ringzero.core.remote import Placement, RemoteProcessHandle, SpawnRequest
+from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.timeouts import fail_after
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
@@ -229,6 +229,10 @@ class Kernel:
         if self.placement is not None:
             self.placement.attach(self)
         self.node: str | None = None
+        self.child_placement: ChildPlacement | None = None
+        """Where children spawned here may go instead of this kernel: set by a cluster worker whose
+        scheduler spreads children over nodes (None: every child runs with its parent)."""
+        self._remote_watches: set[asyncio.Task[None]] = set()
         """The cluster node this kernel runs on, set by a cluster worker (None on one machine). A
         kernel with a node takes ownership of its processes in the store (a claimed epoch) and
         records their journals only into free slots, so another node can take them over."""
@@ -270,6 +274,8 @@ class Kernel:
         if self._closed:
             return
         self._closed = True
+        for watch in list(self._remote_watches):
+            watch.cancel()
         tasks = [p.task for p in self._procs.values() if p.task is not None and not p.task.done()]
         for task in tasks:
             task.cancel()
@@ -375,7 +381,10 @@ class Kernel:
         priority: int,
         limits: Limits | None,
         parent: int | None,
+        remote_parent: int | None = None,
     ) -> Process:
+        """``remote_parent``: the pid of a parent on another cluster node, recorded as the parent
+        (whose kernel holds the budget reservation and waits for the end) with no local owner."""
         if self._closed:
             raise ProcessStateError("this kernel is closed")
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
@@ -384,7 +393,8 @@ class Kernel:
             raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(limits).__name__}")
         record = ProcessRecord(
             pid=0, name=name or program.__name__, program=reference_of(program),
-            args=list(args), priority=priority, limits=limits or Limits(), parent=parent,
+            args=list(args), priority=priority, limits=limits or Limits(),
+            parent=parent if remote_parent is None else remote_parent,
         )
         owner = None if parent is None else self._process(parent)
         # The child is created in a task of its own that a kill of the parent cannot cut
@@ -521,6 +531,8 @@ class Kernel:
         for child_pid in list(process.children):
             if child_pid in self._procs:
                 await self._kill(self._procs[child_pid])
+        for remote in list(process.remote_children.values()):
+            await remote.kill()  # on its node: a kill of a child that has ended changes nothing
         if not process.finished.done() and process.task is not None:
             await asyncio.shield(process.finished)
 
@@ -549,6 +561,39 @@ class Kernel:
             from ringzero.core.budget import Spend
 
             parent.meter.settle(parent.children.pop(child_pid), Spend.from_dict(record.spent))
+
+    def _adopt_remote_child(self, parent: Process, child: RemoteProcessHandle, child_limits: Limits) -> None:
+        """A child on another node: its reservation is held here and settled, with what it
+        spent, when it ends there (a watch on its node follows it if it moves)."""
+        parent.children[child.pid] = child_limits
+        parent.remote_children[child.pid] = child
+
+        async def settle_at_end() -> None:
+            self._settle_remote_child(parent, child.pid, await child.ended())
+
+        watch = asyncio.ensure_future(settle_at_end())
+        self._remote_watches.add(watch)
+        watch.add_done_callback(self._remote_watches.discard)
+        watch.add_done_callback(_retrieved)
+
+    @staticmethod
+    def _settle_remote_child(parent: Process, pid: int, ended: Mapping[str, Any]) -> None:
+        """Refund ``parent`` what its remote child ``pid`` did not spend (once: by whichever of
+        the watch and ``ctx.wait`` sees the end first)."""
+        from ringzero.core.budget import Spend
+
+        if pid in parent.children:
+            parent.meter.settle(parent.children.pop(pid), Spend.from_dict(ended.get("spent") or {}))
+
+    async def _any_handle(self, pid: int) -> ProcessHandle | RemoteProcessHandle:
+        """The handle of ``pid``, here or (on a cluster node) on another node."""
+        try:
+            return await self.handle(pid)
+        except ProcessNotFound:
+            if self.child_placement is None:
+                raise
+            return await RemoteProcessHandle(self.child_placement, {"pid": pid, "name": "", "status": "created",
+                                                                    "program": ""}).refresh()
 
     def _child_finished(self, child: Process) -> None:
         parent = self._procs.get(child.record.parent) if child.record.parent is not None else None

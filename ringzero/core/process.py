@@ -27,6 +27,7 @@ LLM call inside a tool) is part of the enclosing one, whose record holds its eff
 
 if TYPE_CHECKING:
     from ringzero.core.kernel import Kernel
+    from ringzero.core.remote import RemoteProcessHandle
 
 __all__ = ["Process", "Program"]
 
@@ -63,6 +64,8 @@ class Process:
         """Live children's budget reservations, settled as each child ends."""
         self.offspring: list[Process] = []
         """The children it spawned, held so that their handles work while it is held."""
+        self.remote_children: dict[int, RemoteProcessHandle] = {}
+        """Children it spawned that run on other cluster nodes (``Kernel._adopt_remote_child``)."""
         self.spawning: set[asyncio.Future[Process]] = set()
         self.from_threads: set[asyncio.Task[Any]] = set()
         """Syscalls a framework's worker thread sent to the loop (``Context.call_from_thread``):

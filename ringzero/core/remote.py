@@ -24,7 +24,7 @@ from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason
 if TYPE_CHECKING:
     from ringzero.core.kernel import ProcessInfo
 
-__all__ = ["Placement", "ProcessOwner", "RemoteProcessHandle", "SpawnRequest", "raise_for_end"]
+__all__ = ["ChildPlacement", "Placement", "ProcessOwner", "RemoteProcessHandle", "SpawnRequest", "raise_for_end"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,19 @@ class Placement(Protocol):
         ...
 
 
+@runtime_checkable
+class ChildPlacement(Protocol):
+    """A cluster node's side of placement: where a child that a process on this node spawns
+    runs (set on the node's kernel as ``kernel.child_placement`` by its cluster worker)."""
+
+    async def place_child(self, request: SpawnRequest, parent: int) -> RemoteProcessHandle | None:
+        """Start the child on another machine and return its handle, or None to run it here."""
+        ...
+
+    def owner_of(self, pid: int) -> ProcessOwner:
+        ...
+
+
 def raise_for_end(pid: int, snapshot: Mapping[str, Any]) -> JSON:
     """The result of an ended process's snapshot, or the error a local ``wait`` would raise."""
     status = ProcessStatus(snapshot["status"])
@@ -98,7 +111,7 @@ class RemoteProcessHandle:
     recorded (JSON) result, as a local handle does for a process that ended in another kernel.
     """
 
-    def __init__(self, placement: Placement, snapshot: Mapping[str, Any]) -> None:
+    def __init__(self, placement: Placement | ChildPlacement, snapshot: Mapping[str, Any]) -> None:
         self._placement = placement
         self.pid = int(snapshot["pid"])
         self._snapshot: dict[str, Any] = dict(snapshot)
@@ -158,6 +171,11 @@ class RemoteProcessHandle:
         """Ask the process's machine for its current snapshot."""
         self._update(await self._placement.owner_of(self.pid).snapshot(self.pid))
         return self
+
+    async def ended(self, timeout: float | None = None) -> dict[str, Any]:
+        """The process's snapshot once it has ended (exited, failed or killed), raising nothing
+        but TimeoutError: what a parent needs to settle its budget and journal the end."""
+        return self._update(await self._placement.owner_of(self.pid).wait_for(self.pid, timeout))
 
     async def wait(self, timeout: float | None = None) -> Any:
         """The program's recorded result; raises ProcessFailed (BudgetExceeded for a budget

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core import errors
 from ringzero.core.errors import InvalidArgument, MissingExtra, ProcessNotFound, ProcessStateError
 from ringzero.core.gate import RateLimit
 from ringzero.core.protocols import SchedulerCapabilities
@@ -35,6 +34,7 @@ from ringzero.core.types import JSON
 from ringzero.providers.schedulers.local import LocalScheduler
 from ringzero.providers.schedulers.ray_gate import ClusterGate
 from ringzero.providers.schedulers.ray_worker import NodeWorker
+from ringzero.providers.schedulers.ray_worker import unwrap as _unwrap
 
 try:
     import ray
@@ -80,7 +80,8 @@ class RayScheduler:
     scheduler is given to. ``address`` and ``runtime_env`` go to ``ray.init`` when this process
     is not connected to Ray yet. ``head=False`` keeps processes off the head node; ``require``
     keeps them to nodes that have these resources. ``rate_limits`` sets, per provider name, one
-    limit for the whole cluster (see ``ray_gate``).
+    limit for the whole cluster (see ``ray_gate``). ``children="spread"`` places the children a
+    process spawns over the nodes too (default ``"local"``: with their parent).
     """
 
     capabilities = SchedulerCapabilities(priorities=True, distributed=True)
@@ -88,7 +89,7 @@ class RayScheduler:
     def __init__(self, kernel: str, kernel_args: Mapping[str, JSON] | None = None, *, address: str | None = None,
                  runtime_env: Mapping[str, Any] | None = None, head: bool = True,
                  namespace: str = "ringzero", rate_limits: Mapping[str, RateLimit] | None = None,
-                 require: Mapping[str, float] | None = None) -> None:
+                 require: Mapping[str, float] | None = None, children: str = "local") -> None:
         if not isinstance(kernel, str) or ":" not in kernel:
             raise InvalidArgument(f"kernel must be a 'module:function' factory reference, not {kernel!r}")
         self.kernel_factory = kernel
@@ -96,6 +97,11 @@ class RayScheduler:
         self.address = address
         self.runtime_env = dict(runtime_env or {})
         self.head = head
+        if children not in ("local", "spread"):
+            raise InvalidArgument(f"children must be 'local' or 'spread', not {children!r}")
+        self.children = children
+        """``local``: a child runs on its parent's node (and moves with it); ``spread``: children
+        go to the live nodes in turn, the parent's included."""
         self.require = {str(k): float(v) for k, v in (require or {}).items()}
         """Only nodes with these Ray resources host a worker (e.g. ``{"agents": 1}``)."""
         self.namespace = namespace
@@ -184,6 +190,14 @@ class RayScheduler:
             self._nodes[name] = node
         if not self._nodes:
             raise ProcessStateError("the Ray cluster has no live node that may run processes")
+        await self._tell_peers()
+
+    async def _tell_peers(self) -> None:
+        """Give every worker the list of live nodes (where it may place children)."""
+        names = sorted(self._nodes)
+        for node in list(self._nodes.values()):
+            with contextlib.suppress(RayActorError):
+                _unwrap(await node.worker.set_peers.remote(names, self.children == "spread"))
 
     async def _watch(self, node: _Node) -> None:
         try:
@@ -332,6 +346,7 @@ class RayScheduler:
                     self._where[pid] = target.name
                     moved[pid] = target.name
             self.moves.append({"from": dead, "to": moved})
+            await self._tell_peers()
             log.warning("ringzero moved %d process(es) off node %s", len(moved), dead)
 
     # ---------------------------------------------------------- shutdown
@@ -382,21 +397,6 @@ class _Owner:
 
     async def snapshot(self, pid: int) -> dict[str, Any]:
         return await self._scheduler._call(pid, "snapshot")
-
-
-def _unwrap(answer: Mapping[str, Any]) -> Any:
-    """The value of a NodeWorker envelope, or ringzero's own error raised here."""
-    if "raise" not in answer:
-        return answer["ok"]
-    kind, message = answer["raise"]
-    if kind == "TimeoutError":
-        raise TimeoutError(message)
-    cls = getattr(errors, kind, None)
-    if isinstance(cls, type) and issubclass(cls, errors.RingzeroError) and cls not in (
-            errors.ProcessFailed, errors.BudgetExceeded, errors.RateLimited, errors.ToolFailed, errors.MissingExtra,
-            errors.ProcessNotFound):
-        raise cls(message)
-    raise errors.RingzeroError(f"{kind}: {message}")
 
 
 def _trees(pids: set[int], parents: Mapping[int, int | None]) -> list[list[int]]:

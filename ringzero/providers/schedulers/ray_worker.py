@@ -16,16 +16,20 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.errors import Fenced, InvalidArgument, RingzeroError
+from ringzero.core import errors
+from ringzero.core.errors import Fenced, InvalidArgument, ProcessNotFound, RingzeroError
 from ringzero.core.references import import_reference
+from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.types import JSON, Limits
 
 if TYPE_CHECKING:
     from ringzero.core.kernel import Kernel, ProcessHandle
 
-__all__ = ["NodeWorker", "snapshot_of"]
+__all__ = ["NodeWorker", "snapshot_of", "unwrap"]
 
 Envelope = dict[str, Any]
+_PEER_RETRIES = 60
+"""How many times a node asks again for a process that is being moved (about 45 s in all)."""
 
 
 def snapshot_of(handle: ProcessHandle, node: str) -> dict[str, Any]:
@@ -44,6 +48,21 @@ async def _enveloped(call: Awaitable[Any]) -> Envelope:
         return {"raise": ["TimeoutError", str(exc)]}
 
 
+def unwrap(answer: Mapping[str, Any]) -> Any:
+    """The value of a NodeWorker envelope, or ringzero's own error raised here."""
+    if "raise" not in answer:
+        return answer["ok"]
+    kind, message = answer["raise"]
+    if kind == "TimeoutError":
+        raise TimeoutError(message)
+    cls = getattr(errors, kind, None)
+    if isinstance(cls, type) and issubclass(cls, errors.RingzeroError) and cls not in (
+            errors.ProcessFailed, errors.BudgetExceeded, errors.RateLimited, errors.ToolFailed, errors.MissingExtra,
+            errors.ProcessNotFound):
+        raise cls(message)
+    raise errors.RingzeroError(f"{kind}: {message}")
+
+
 class NodeWorker:
     """One node's kernel, reachable through Ray (see the module docstring)."""
 
@@ -57,6 +76,7 @@ class NodeWorker:
         self._factory_args = dict(factory_args)
         self._kernel: Kernel | None = None
         self._starting: asyncio.Lock | None = None
+        self._peers: list[str] = [node]
 
     async def _get_kernel(self) -> Kernel:
         if self._kernel is None:
@@ -96,13 +116,21 @@ class NodeWorker:
         return await _enveloped(go())
 
     async def spawn(self, program: str, args: list[JSON], name: str, priority: int,
-                    limits: dict[str, Any]) -> Envelope:
+                    limits: dict[str, Any], parent: int | None = None) -> Envelope:
+        """Start a process here: a top-level one, or the child of ``parent`` on another node."""
         async def go() -> dict[str, Any]:
             from ringzero.core.kernel import ProcessHandle
 
             kernel = await self._get_kernel()
             target = import_reference(program, "the program")
-            handle = await kernel.spawn(target, *args, name=name, priority=priority, limits=Limits.from_dict(limits))
+            if parent is None:
+                handle = await kernel.spawn(target, *args, name=name, priority=priority,
+                                            limits=Limits.from_dict(limits))
+            else:
+                kernel._check_program(target, args)
+                handle = ProcessHandle(kernel, await kernel._spawn_process(
+                    target, args, name=name, priority=priority, limits=Limits.from_dict(limits), parent=None,
+                    remote_parent=parent))
             assert isinstance(handle, ProcessHandle)  # a node's own kernel schedules locally
             return {**snapshot_of(handle, self.node), "live": len(kernel._procs)}
 
@@ -156,6 +184,21 @@ class NodeWorker:
 
         return await _enveloped(go())
 
+    async def set_peers(self, nodes: list[str], spread_children: bool) -> Envelope:
+        """The cluster's live nodes (after a start or a failover); with ``spread_children``, the
+        children of processes here are placed over them in turn (this node included)."""
+        async def go() -> None:
+            kernel = await self._get_kernel()
+            self._peers = list(nodes)
+            kernel.child_placement = _PeerPlacement(self) if spread_children else None
+
+        return await _enveloped(go())
+
+    def _peer(self, node: str) -> Any:
+        import ray
+
+        return ray.get_actor(f"ringzero-node-{node}", namespace=self._namespace)
+
     async def watch(self) -> None:
         """Never answers: the caller learns of this worker's death when the call fails."""
         await asyncio.Event().wait()
@@ -167,3 +210,74 @@ class NodeWorker:
                 await self._kernel.aclose()
 
         return await _enveloped(go())
+
+
+class _PeerPlacement:
+    """``ChildPlacement`` on a node: children go to the live nodes in turn, this one included;
+    their handles reach them through the node that owns them in the shared store."""
+
+    def __init__(self, worker: NodeWorker) -> None:
+        self._worker = worker
+        self._turn = 0
+
+    async def place_child(self, request: SpawnRequest, parent: int) -> RemoteProcessHandle | None:
+        from ray.exceptions import RayActorError
+
+        peers = self._worker._peers
+        self._turn += 1
+        node = peers[self._turn % len(peers)] if peers else self._worker.node
+        if node == self._worker.node:
+            return None
+        try:
+            answer = await self._worker._peer(node).spawn.remote(
+                request.program, request.args, request.name, request.priority, request.limits.to_dict(), parent)
+        except (RayActorError, ValueError):  # that node is gone (ValueError: its actor name is)
+            return None
+        return RemoteProcessHandle(self, unwrap(answer))
+
+    def owner_of(self, pid: int) -> _PeerOwner:
+        return _PeerOwner(self._worker)
+
+
+class _PeerOwner:
+    """``ProcessOwner`` from a node: each call goes to the node the store names as the owner,
+    waiting out a failover in progress (the driver's scheduler moves processes off dead nodes)."""
+
+    def __init__(self, worker: NodeWorker) -> None:
+        self._worker = worker
+
+    async def _call(self, pid: int, method: str, *args: Any) -> dict[str, Any]:
+        from ray.exceptions import RayActorError
+
+        kernel = await self._worker._get_kernel()
+        for attempt in range(_PEER_RETRIES):
+            owner = await kernel.store.owner(pid)
+            if owner is None:
+                raise ProcessNotFound(pid)
+            try:
+                answer = await getattr(self._worker._peer(owner[1]), method).remote(pid, *args)
+            except (RayActorError, ValueError):
+                answer = {"raise": ["ProcessNotFound", "its node is gone"]}
+            if ("raise" in answer and answer["raise"][0] == "ProcessNotFound") or answer.get("ok", {}).get("fenced"):
+                await asyncio.sleep(min(1.0, 0.05 * (attempt + 1)))  # moved, or being moved: ask the store again
+                continue
+            return unwrap(answer)  # type: ignore[no-any-return]
+        raise ProcessNotFound(pid)
+
+    async def wait_for(self, pid: int, timeout: float | None) -> dict[str, Any]:
+        return await self._call(pid, "wait_for", timeout)
+
+    async def pause(self, pid: int) -> dict[str, Any]:
+        return await self._call(pid, "pause")
+
+    async def resume(self, pid: int) -> dict[str, Any]:
+        return await self._call(pid, "resume")
+
+    async def kill(self, pid: int) -> dict[str, Any]:
+        return await self._call(pid, "kill")
+
+    async def send(self, pid: int, message: JSON, priority: int) -> dict[str, Any]:
+        return await self._call(pid, "send", message, priority)
+
+    async def snapshot(self, pid: int) -> dict[str, Any]:
+        return await self._call(pid, "snapshot")
