@@ -327,7 +327,7 @@ class RayScheduler:
             records = {r.pid: r for r in await self._store.load_processes()}
             moving = {pid for pid, (_, node) in owners.items()
                       if node == dead and pid in records and not records[pid].status.terminal}
-            moved: dict[int, str] = {}
+            plan: dict[str, list[int]] = {}  # survivor -> pids, a parent with its children
             for group in _trees(moving, {pid: records[pid].parent for pid in moving}):
                 wanted: dict[str, float] = {}
                 for pid in group:
@@ -335,16 +335,24 @@ class RayScheduler:
                         wanted[k] = wanted.get(k, 0.0) + v
                 fitting = [n for n in self._nodes.values() if n.fits(wanted, now=True)] or list(self._nodes.values())
                 target = min(fitting, key=lambda n: (n.load, n.name))
-                try:
-                    taken = _unwrap(await target.worker.adopt.remote(sorted(group), dead))
-                except RayActorError:
-                    continue  # that one died too; its own failover takes these with its processes
-                target.load += len(taken)
+                target.load += len(group)
                 for k, v in wanted.items():
                     target.reserved[k] = target.reserved.get(k, 0.0) + v
-                for pid in taken:
-                    self._where[pid] = target.name
-                    moved[pid] = target.name
+                plan.setdefault(target.name, []).extend(group)
+
+            async def adopt(node: _Node, pids: list[int]) -> list[int]:
+                try:  # one call per survivor, all at once: each waits out the dead node's lease once
+                    return list(_unwrap(await node.worker.adopt.remote(sorted(pids), dead)))
+                except RayActorError:
+                    return []  # that one died too; its own failover takes these with its processes
+
+            targets = [self._nodes[name] for name in plan]
+            taken = await asyncio.gather(*(adopt(node, plan[node.name]) for node in targets))
+            moved: dict[int, str] = {}
+            for node, pids in zip(targets, taken, strict=True):
+                for pid in pids:
+                    self._where[pid] = node.name
+                    moved[pid] = node.name
             self.moves.append({"from": dead, "to": moved})
             await self._tell_peers()
             log.warning("ringzero moved %d process(es) off node %s", len(moved), dead)
