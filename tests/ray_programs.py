@@ -7,18 +7,14 @@ Module level, so that every Ray worker process imports the same functions by ref
 from __future__ import annotations
 
 import collections
-import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ringzero import Context, Kernel, Limits
 from ringzero.checkpointers.postgres import PostgresCheckpointer
 from ringzero.core.gate import LLMGate, RetryPolicy
 from ringzero.providers.llm.openai import OpenAIProvider
+from tests.vendor_servers import Reply, VendorServer, openai_answer, openai_error
 
 
 def node_kernel(dsn: str, llm_url: str) -> Kernel:
@@ -83,12 +79,13 @@ async def forever(ctx: Context) -> None:
         await ctx.sleep(0.05)
 
 
-class CountingServer:
+class CountingServer(VendorServer):
     """An OpenAI-format chat server that answers every prompt with ``echo <prompt>`` after
     ``delay`` seconds, counts each prompt, and when ``per_second`` is set answers 429 to any
     request beyond that rate (a sliding one-second window, as a vendor's limiter does)."""
 
     def __init__(self, delay: float = 0.0, per_second: float | None = None, retry_after_first: int = 0) -> None:
+        super().__init__("openai", [])
         self.delay = delay
         self.per_second = per_second
         self.retry_after_first = retry_after_first
@@ -97,14 +94,6 @@ class CountingServer:
         self.counts: collections.Counter[str] = collections.Counter()
         self.accepted: list[float] = []
         self.rejected = 0
-        self._lock = threading.Lock()
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._http.daemon_threads = True
-
-    @property
-    def url(self) -> str:
-        host, port = self._http.server_address[:2]
-        return f"http://{host}:{port}/v1"
 
     def repeated(self) -> dict[str, int]:
         """Prompts the server answered more than once."""
@@ -125,53 +114,13 @@ class CountingServer:
             self.accepted.append(now)
             return True
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # the stdlib names the handler so
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
-                headers = {}
-                if not server._admit():
-                    status, reply = 429, {"error": {"message": "rate limited", "type": "rate_limit_error"}}
-                    if server.retry_after_first:
-                        headers["retry-after"] = str(server.retry_after_first)
-                else:
-                    prompt = str(body["messages"][-1]["content"])
-                    time.sleep(server.delay)
-                    with server._lock:
-                        server.counts[prompt] += 1
-                    status, reply = 200, {
-                        "id": "c", "object": "chat.completion", "model": body.get("model", "m"),
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": f"echo {prompt}"}}],
-                        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
-                data = json.dumps(reply).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    for name, value in headers.items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def log_message(self, format: str, *args: Any) -> None:
-                """Quiet: the tests read the counts instead."""
-
-        return Handler
-
-    @contextmanager
-    def running(self) -> Iterator[CountingServer]:
-        thread = threading.Thread(target=self._http.serve_forever, args=(0.02,), daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            self._http.shutdown()
-            self._http.server_close()
-            thread.join(5)
+    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
+        if not self._admit():
+            wait = {"retry-after": str(self.retry_after_first)} if self.retry_after_first else None
+            return openai_error(429, "rate limited", "rate_limit_error", headers=wait)
+        prompt = str(body["messages"][-1]["content"])
+        with self._lock:
+            self.counts[prompt] += 1
+        reply = openai_answer(f"echo {prompt}")
+        reply.delay = self.delay
+        return reply
