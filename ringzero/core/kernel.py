@@ -12,6 +12,7 @@ the Monty executor (a sandboxed Python subset in worker processes, started on fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 import weakref
@@ -229,13 +230,13 @@ class Kernel:
         if self.placement is not None:
             self.placement.attach(self)
         self.node: str | None = None
+        """The cluster node this kernel runs on, set by a cluster worker (None on one machine). A
+        kernel with a node takes ownership of its processes in the store (a claimed epoch) and
+        records their journals only into free slots, so another node can take them over."""
         self.child_placement: ChildPlacement | None = None
         """Where children spawned here may go instead of this kernel: set by a cluster worker whose
         scheduler spreads children over nodes (None: every child runs with its parent)."""
         self._remote_watches: set[asyncio.Task[None]] = set()
-        """The cluster node this kernel runs on, set by a cluster worker (None on one machine). A
-        kernel with a node takes ownership of its processes in the store (a claimed epoch) and
-        records their journals only into free slots, so another node can take them over."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._closed = False
@@ -532,7 +533,10 @@ class Kernel:
             if child_pid in self._procs:
                 await self._kill(self._procs[child_pid])
         for remote in list(process.remote_children.values()):
-            await remote.kill()  # on its node: a kill of a child that has ended changes nothing
+            # On its node; a child that has ended is left as it is, and one whose node is gone with
+            # nobody to take it over (ProcessNotFound) has nothing left to stop.
+            with contextlib.suppress(ProcessNotFound):
+                await remote.kill()
         if not process.finished.done() and process.task is not None:
             await asyncio.shield(process.finished)
 
