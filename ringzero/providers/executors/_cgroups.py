@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import time
 
 __all__ = ["RunCgroups"]
@@ -65,7 +66,9 @@ class RunCgroups:
     @classmethod
     def open(cls) -> RunCgroups:
         own, points = _own_paths(), _mounts()
-        name = f"ringzero-{os.getpid()}"
+        # Unique, not just the pid: a server killed with SIGKILL leaves its directory behind, and a
+        # later server with the same pid would find it taken (EEXIST) and lose its isolation.
+        name = f"ringzero-{os.getpid()}-{secrets.token_hex(4)}"
         if "" in points and "" in own:
             v2 = points[""] + own[""]
             try:
