@@ -54,6 +54,9 @@ def _table(title: str, handles: list[RemoteProcessHandle]) -> Table:
 
 async def run_cluster_demo(dsn: str, console: Console) -> int:
     """Run the demo; returns 1 if an agent did not finish with all its notes, else 0."""
+    # Ray's switch for a cluster on one machine: the nodes listen on 127.0.0.1 only (read when Ray
+    # is imported, so it must come first).
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
         from ray.cluster_utils import Cluster

@@ -8,6 +8,10 @@ import os
 # notes that without them exit stalls about 10 s trying to reach its telemetry host).
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+# Ray's switch for a cluster on one machine, read when it is imported: every node, actor and the
+# driver use 127.0.0.1 instead of this host's outside address (the tests' clusters stay on loopback;
+# the subprocesses the tests start, such as `ringzero demo --ray`, inherit it).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import time
 from collections.abc import AsyncIterator
