@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable
 
 import pytest
@@ -162,7 +163,7 @@ class HoldsOneWrite(MemoryCheckpointer):
 async def test_a_kill_that_lands_while_a_spawn_is_recorded_still_kills_the_child(held: str) -> None:
     def holds(checkpoint: Checkpoint) -> bool:
         if held == "the parent's spawn record":
-            return checkpoint.namespace == "journal" and checkpoint.metadata.get("kind") == "spawn"
+            return checkpoint.namespace == "journal" and json.loads(checkpoint.payload)["kind"] == "spawn"
         return checkpoint.thread_id == "ringzero/processes" and checkpoint.id == f"{2:012d}"
 
     store = HoldsOneWrite(holds)

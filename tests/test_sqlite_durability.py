@@ -121,3 +121,59 @@ def test_kernels_in_two_processes_on_one_file_never_share_a_pid(tmp_path: Path) 
         return sorted(r.name for r in records)
 
     assert asyncio.run(names()) == sorted(f"{tag}-{i}" for tag in ("a", "b") for i in range(40))
+
+
+async def test_a_write_lock_held_by_another_connection_hands_writes_off_without_stalling_the_loop(
+        tmp_path: Path) -> None:
+    """The loop-thread write path never waits for a lock: while another connection (another
+    process, to SQLite) holds the write lock, writes wait on aiosqlite's thread, the loop keeps
+    running, and once the lock is free every write lands, in the order written."""
+    from ringzero.core.types import Checkpoint
+
+    db = tmp_path / "locked.db"
+    store = SqliteCheckpointer(db, busy_timeout=10)
+    await store.put(Checkpoint("t", "", "0000", b"first"))
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write lock, held
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    beat = asyncio.create_task(ticker())
+    writes = asyncio.gather(*(store.put(Checkpoint("t", "", f"{i:04d}", f"v{i}".encode())) for i in range(1, 30)),
+                            store.put(Checkpoint("t", "", "0001", b"last word")))
+    await asyncio.sleep(0.3)
+    assert not writes.done(), "a write returned while another connection held the write lock"
+    assert ticks >= 10, f"the loop stalled while the lock was held ({ticks} ticks in 0.3 s)"
+    other.execute("COMMIT")
+    await asyncio.wait_for(writes, 10)
+    beat.cancel()
+    assert (await store.get("t", "", "0001")).payload == b"last word"  # type: ignore[union-attr]
+    assert len([c async for c in store.list("t")]) == 30
+    await store.put(Checkpoint("t", "", "0100", b"after"))  # and the fast path is back
+    assert store._slow == 0
+    await store.aclose()
+    other.close()
+
+
+async def test_wal_checkpoints_run_off_the_loop_and_keep_the_wal_bounded(tmp_path: Path) -> None:
+    from ringzero.checkpointers.sqlite import CHECKPOINT_EVERY
+    from ringzero.core.types import Checkpoint
+
+    db = tmp_path / "wal.db"
+    store = SqliteCheckpointer(db)
+    wal = db.with_name(db.name + "-wal")
+    for i in range(CHECKPOINT_EVERY * 8):  # about two pages a commit: 16,000 pages without a restart
+        await store.put(Checkpoint("t", "", f"{i:06d}", b"x" * 200))
+    deadline = time.monotonic() + 10
+    while store._wal.runs < 7 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert store._wal.runs >= 7
+    wal_pages = (wal.stat().st_size - 32) // (4096 + 24)  # the file keeps its largest size
+    assert wal_pages < CHECKPOINT_EVERY * 5, f"the WAL grew to {wal_pages} pages: checkpoints did not let it restart"
+    assert len([c async for c in store.list("t")]) == CHECKPOINT_EVERY * 8
+    await store.aclose()

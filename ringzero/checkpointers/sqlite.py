@@ -1,14 +1,32 @@
-"""SqliteCheckpointer: the embedded default, one SQLite file through aiosqlite.
+"""SqliteCheckpointer: the embedded default, one SQLite file.
 
 WAL mode, so readers never block the writer and a record whose ``put`` returned survives
 the host process being killed (``synchronous=NORMAL`` is durable against a process crash;
-pass ``synchronous="FULL"`` to survive power loss as well). Concurrent writes are grouped
-into one transaction (group commit) without giving that up: each ``put`` still returns only
-once its own record is committed. Several kernels in separate
+pass ``synchronous="FULL"`` to survive power loss as well). Several kernels in separate
 processes may share one file: SQLite serialises their writes and ``busy_timeout`` makes
 them wait for each other instead of failing. The schema carries its version in
 ``PRAGMA user_version``; a file of another schema, or not SQLite at all, is refused with
 its path in the error and left untouched.
+
+Where the time goes, and why the write path is shaped this way (measured on the project's
+machine, ``benchmarks/llm_syscall_overhead.py`` and ``benchmarks/checkpointers.py``):
+
+- A commit in WAL mode is one ``write()`` into the WAL, about 25 µs; handing it to
+  aiosqlite's thread and back costs about 100 µs more. So writes and point reads run on the
+  caller's own thread, through a plain ``sqlite3`` connection (the *fast path*).
+- Writes made in the same turn of the event loop commit together (group commit): a write
+  joins the batch of its loop's turn, the batch commits in one transaction (a savepoint per
+  writer, so that one bad write fails alone) once the turn's other work is done, and each
+  ``put`` returns only once its own record is committed.
+- The fast path never waits for a lock: if another process holds the file's write lock, the
+  batch goes to aiosqlite's thread, which waits up to ``busy_timeout``, and every write goes
+  that way, in order, until it has caught up. ``synchronous="FULL"``, whose fsync per commit
+  would stall the loop, always goes that way.
+- WAL checkpoints (copying the WAL into the file, with an fsync) run on a thread of their
+  own every ``CHECKPOINT_EVERY`` commits instead of inside a commit, where SQLite's
+  automatic checkpoint put them: that fsync cost about 20 µs a commit on average.
+- ``list`` and the memory index's searches, which may return many rows, stay on aiosqlite's
+  thread, so that a long read never stalls the loop.
 """
 
 from __future__ import annotations
@@ -19,7 +37,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,16 +87,147 @@ _SELECT = f"SELECT c.thread_id, c.namespace, c.id, c.parent_id, c.payload, c.met
 """A checkpoint with its writes, in one statement (the writes as JSON, their values in hex)."""
 
 
+CHECKPOINT_EVERY = 1000
+"""Fast-path commits between two WAL checkpoints (SQLite's own default is every 1,000 pages)."""
+
+
 class _Pending:
     """One writer's statements waiting for the next group commit, and how it ended."""
 
-    __slots__ = ("changed", "error", "statements")
+    __slots__ = ("changed", "error", "future", "statements")
 
-    def __init__(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+    def __init__(self, statements: Sequence[tuple[str, Sequence[Any]]], future: asyncio.Future[None] | None) -> None:
         self.statements = statements
+        self.future = future
+        """Done once the statements are committed (or failed: ``error``); None for a write
+        committed at once, which nobody waits for."""
         self.error: BaseException | None = None
         self.changed = 0
         """Rows the statements inserted, replaced or deleted (what a claim reads)."""
+
+
+def _write(conn: sqlite3.Connection, batch: Sequence[_Pending]) -> bool:
+    """Run ``batch`` as one transaction on ``conn`` and commit; whether it committed. Raises
+    SQLite's "locked" error, touching nothing, when another connection holds the write lock
+    (longer than ``conn``'s busy timeout); any other error goes to the writes it hit.
+
+    One write of one row is one autocommit statement, SQLite's cheapest transaction. Several
+    writers get a savepoint each, so that one bad write fails alone."""
+    if len(batch) == 1:
+        statements = [(sql, rows) for sql, rows in batch[0].statements if rows]
+        if len(statements) == 1 and len(statements[0][1]) == 1:
+            sql, rows = statements[0]
+            try:
+                batch[0].changed = conn.execute(sql, rows[0]).rowcount
+            except Exception as exc:
+                if _busy(exc):
+                    raise
+                batch[0].error = exc
+                return False
+            return True
+    conn.execute("BEGIN IMMEDIATE")
+    alone = len(batch) == 1
+    try:
+        for item in batch:
+            if not alone:
+                conn.execute("SAVEPOINT item")
+            try:
+                for sql, rows in item.statements:
+                    if rows:
+                        item.changed += conn.executemany(sql, rows).rowcount
+            except sqlite3.Error as exc:
+                if alone:
+                    raise
+                conn.execute("ROLLBACK TO item")
+                item.error = exc
+            if not alone:
+                conn.execute("RELEASE item")
+        conn.execute("COMMIT")
+        return True
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        for item in batch:
+            item.error = item.error or exc
+        return False
+
+
+def _busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite saying another connection holds the lock (worth waiting for)."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+def _settle(batch: Sequence[_Pending]) -> None:
+    """Wake each item's writer, on its own loop (the batch may hold writes from several)."""
+    here = asyncio._get_running_loop()
+    for item in batch:
+        future = item.future
+        if future is None:
+            continue
+        loop = future.get_loop()
+        if loop is here:
+            if not future.done():
+                future.set_result(None)
+        else:
+            with suppress(RuntimeError):  # a loop that closed has no writer left to wake
+                loop.call_soon_threadsafe(_wake, future)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _WalCheckpoints:
+    """Copies the WAL back into the database file on a thread of its own, so that the fsync a
+    checkpoint ends with is never paid inside a commit on the loop.
+
+    First a PASSIVE checkpoint copies what is there while writers go on; then a RESTART one
+    copies the few frames written meanwhile and lets the next writer start the WAL over from
+    its beginning (without it, a WAL written to without pause would never restart, and grow).
+    While the RESTART one runs it holds the write lock, so the loop's writes go through
+    aiosqlite's thread for those milliseconds instead of waiting on the loop."""
+
+    def __init__(self, path: Path, busy_ms: int) -> None:
+        self._path = path
+        self._busy_ms = busy_ms
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._since = 0
+        self.runs = 0
+
+    def committed(self, commits: int = 1) -> None:
+        self._since += commits
+        if self._since < CHECKPOINT_EVERY:
+            return
+        self._since = 0
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"ringzero-wal-{self._path.name}", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        conn = sqlite3.connect(self._path, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stop:
+                    return
+                with suppress(sqlite3.Error):  # a checkpoint that cannot run now runs next time
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                    self.runs += 1
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._busy_ms / 1000 + 5)
 
 
 class SqliteCheckpointer:
@@ -97,10 +246,18 @@ class SqliteCheckpointer:
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout * 1000)
         self._db: aiosqlite.Connection | None = None
+        self._fast: sqlite3.Connection | None = None
+        """The caller-thread connection (see the module docstring); None until opened, and
+        with ``synchronous="FULL"``."""
+        self._fast_lock = threading.Lock()
         self._closed = False
         self._opening = asyncio.Lock()
         self._pending: list[_Pending] = []
         self._pending_lock = threading.Lock()
+        self._slow = 0
+        """Writes on their way through aiosqlite's thread: while any are, every write goes that way."""
+        self._handoffs: set[asyncio.Task[None]] = set()
+        self._wal = _WalCheckpoints(self.path, self._busy_ms)
         self.commits = 0
         """Transactions committed: fewer than writes when concurrent writes were grouped."""
 
@@ -137,51 +294,137 @@ class SqliteCheckpointer:
             with self._errors("preparing"):  # only now that the file is known to be ours
                 await self._enable_wal(db)
                 await db.execute(f"PRAGMA synchronous={self._synchronous}")
+                if self._synchronous == "NORMAL":
+                    self._fast = self._open_fast()
         except BaseException:
             await db.close()
             raise
         return db
 
-    async def _transaction(self, db: aiosqlite.Connection, statements: Sequence[tuple[str, Sequence[Any]]]) -> _Pending:
-        """Commit ``(sql, rows)`` pairs atomically, grouped with whatever else is waiting.
+    def _open_fast(self) -> sqlite3.Connection:
+        fast = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            fast.execute("PRAGMA busy_timeout=0")  # never wait on the loop: hand off instead
+            fast.execute("PRAGMA synchronous=NORMAL")
+            fast.execute("PRAGMA wal_autocheckpoint=0")  # _WalCheckpoints does it, off the loop
+        except BaseException:
+            fast.close()
+            raise
+        return fast
 
-        The statements join a shared list, and a job goes onto aiosqlite's thread, which runs
-        jobs one at a time in order. The first job to run commits everything waiting in one
-        transaction (a savepoint per writer, so that one bad write fails alone); later jobs
-        find their writes already done. When this returns, the write is committed, whichever
-        event loop it came from.
-        """
-        item = _Pending(statements)
+    async def _transaction(self, db: aiosqlite.Connection, statements: Sequence[tuple[str, Sequence[Any]]]) -> _Pending:
+        """Commit ``(sql, rows)`` pairs atomically, grouped with the other writes of this turn
+        of the loop; when this returns, the write is committed (see the module docstring).
+
+        Where the loop has nothing else ready to run (asyncio's own loop shows its ready queue,
+        ``_ready``), nobody could join a batch, and the write commits at once. Otherwise it
+        yields once, so that every other task with work in this turn adds its own; then the
+        first of them to run again commits them all, and the others find theirs done."""
+        loop = asyncio.get_running_loop()
+        item = _Pending(statements, None)
+        if self._fast is not None and not self._slow and not getattr(loop, "_ready", True) \
+                and self._write_here([item]):
+            if item.error is not None:
+                raise item.error
+            return item
+        item.future = loop.create_future()
         with self._pending_lock:
             self._pending.append(item)
-        await db._execute(self._commit_pending, db._conn)  # type: ignore[no-untyped-call]  # aiosqlite 0.21
+            slow = self._slow > 0 or self._fast is None
+            if slow:
+                self._slow += 1
+        if slow:
+            try:
+                await db._execute(self._drain, db._conn)  # type: ignore[no-untyped-call]  # aiosqlite 0.21
+            finally:
+                with self._pending_lock:
+                    self._slow -= 1
+        else:
+            try:
+                await asyncio.sleep(0)
+            finally:  # cancelled or not: a write once begun is committed, as a crash-free run would
+                if not item.future.done():
+                    self._flush(db)
+        await item.future
         if item.error is not None:
             raise item.error
         return item
 
-    def _commit_pending(self, conn: sqlite3.Connection) -> None:
+    def _write_here(self, batch: list[_Pending]) -> bool:
+        """Commit ``batch`` on the caller's thread; False, with nothing written, where another
+        connection holds the write lock (the batch must go through aiosqlite's thread)."""
+        with self._fast_lock:
+            if self._fast is None:
+                return False
+            try:
+                committed = _write(self._fast, batch)
+            except BaseException as exc:
+                if _busy(exc):
+                    return False
+                for item in batch:
+                    item.error = item.error or exc
+                return True
+        if committed:
+            self.commits += 1
+            self._wal.committed()
+        return True
+
+    def _flush(self, db: aiosqlite.Connection) -> None:
+        """Commit every write waiting, on the caller's thread, or hand them to aiosqlite's
+        thread if another connection holds the write lock."""
+        with self._pending_lock:
+            if self._slow or not self._pending:
+                return  # taken by another flush, or on their way through aiosqlite's thread
+            batch, self._pending = self._pending, []
+        if self._write_here(batch):
+            _settle(batch)
+            return
+        with self._pending_lock:
+            self._pending[:0] = batch  # first in line, ahead of anything written since
+            self._slow += 1
+        handoff = asyncio.get_running_loop().create_task(self._hand_off(db))
+        self._handoffs.add(handoff)
+        handoff.add_done_callback(self._handoffs.discard)
+
+    async def _hand_off(self, db: aiosqlite.Connection) -> None:
+        try:
+            await db._execute(self._drain, db._conn)  # type: ignore[no-untyped-call]
+        except BaseException as exc:  # aiosqlite's thread is gone: fail what waits rather than hang it
+            with self._pending_lock:
+                batch, self._pending = self._pending, []
+            for item in batch:
+                item.error = exc
+            _settle(batch)
+        finally:
+            with self._pending_lock:
+                self._slow -= 1
+
+    def _drain(self, conn: sqlite3.Connection) -> None:
+        """On aiosqlite's thread (which waits up to ``busy_timeout`` for the write lock): commit
+        every write waiting, in the order written."""
         with self._pending_lock:
             batch, self._pending = self._pending, []
         if not batch:
             return  # an earlier job committed ours
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            if _write(conn, batch):
+                self.commits += 1
+        except BaseException as exc:  # the lock stayed taken for the whole busy timeout
             for item in batch:
-                conn.execute("SAVEPOINT item")
-                try:
-                    for sql, rows in item.statements:
-                        item.changed += conn.executemany(sql, rows).rowcount
-                except sqlite3.Error as exc:
-                    conn.execute("ROLLBACK TO item")
-                    item.error = exc
-                conn.execute("RELEASE item")
-            conn.execute("COMMIT")
-            self.commits += 1
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            for item in batch:
-                item.error = item.error or exc
+                item.error = exc
+        _settle(batch)
+
+    def _read_here(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        """A short read on the caller's thread; None where the fast path cannot answer it now."""
+        with self._fast_lock:
+            if self._fast is None:
+                return None
+            try:
+                return self._fast.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                if _busy(exc):
+                    return None
+                raise
 
     async def _enable_wal(self, db: aiosqlite.Connection) -> None:
         """Switch to WAL. Two processes opening a new file at once can make SQLite answer
@@ -224,16 +467,20 @@ class SqliteCheckpointer:
         conn.execute("COMMIT")
 
     async def put(self, checkpoint: Checkpoint) -> None:
-        db = await self._conn()
+        db = self._db or await self._conn()
+        metadata = checkpoint.metadata
         row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
-               checkpoint.payload, json.dumps(dict(checkpoint.metadata)))
-        with self._errors("put"):
+               checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
+        try:  # not self._errors(): a context manager costs a few µs, and this runs at every syscall
             await self._transaction(db, [("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", [row])])
+        except sqlite3.Error as exc:
+            raise CheckpointerError(f"SQLite file {self.path}: put failed: {exc}") from exc
 
     async def claim(self, checkpoint: Checkpoint) -> bool:
         db = await self._conn()
+        metadata = checkpoint.metadata
         row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
-               checkpoint.payload, json.dumps(dict(checkpoint.metadata)))
+               checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
         with self._errors("claim"):
             done = await self._transaction(db, [("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", [row])])
         return done.changed == 1
@@ -251,13 +498,15 @@ class SqliteCheckpointer:
 
     async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
         db = await self._conn()
+        params: tuple[str, ...] = (thread_id, namespace)
+        if checkpoint_id is None:
+            sql = f"{_SELECT} WHERE thread_id=? AND namespace=? ORDER BY id DESC LIMIT 1"
+        else:
+            sql, params = f"{_SELECT} WHERE thread_id=? AND namespace=? AND id=?", (*params, checkpoint_id)
         with self._errors("get"):
-            if checkpoint_id is None:
-                rows = await db.execute_fetchall(
-                    f"{_SELECT} WHERE thread_id=? AND namespace=? ORDER BY id DESC LIMIT 1", (thread_id, namespace))
-            else:
-                rows = await db.execute_fetchall(
-                    f"{_SELECT} WHERE thread_id=? AND namespace=? AND id=?", (thread_id, namespace, checkpoint_id))
+            rows = self._read_here(sql, params)
+            if rows is None:
+                rows = list(await db.execute_fetchall(sql, params))
             return next((_checkpoint(row) for row in rows), None)
 
     async def list(
@@ -314,8 +563,23 @@ class SqliteCheckpointer:
         """Close the connection; a later call raises ``Closed``."""
         self._closed = True
         if self._db is not None:
-            db, self._db = self._db, None
-            await db.close()
+            db = self._db
+            with self._pending_lock:
+                self._slow += 1  # what is still waiting goes through aiosqlite's thread
+            try:
+                await db._execute(self._drain, db._conn)  # type: ignore[no-untyped-call]
+                while self._handoffs:
+                    await asyncio.gather(*self._handoffs, return_exceptions=True)
+            finally:
+                with self._pending_lock:
+                    self._slow -= 1
+                self._db = None
+                with self._fast_lock:
+                    fast, self._fast = self._fast, None
+                if fast is not None:
+                    fast.close()
+                self._wal.close()
+                await db.close()
 
 
 def _checkpoint(row: Any) -> Checkpoint:

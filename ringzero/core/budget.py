@@ -65,6 +65,17 @@ class Meter:
         for resource, amount in amounts.items():
             self._spent[resource] += amount
 
+    def charge_one(self, resource: str, amount: float) -> None:
+        """``charge`` of one resource, without building a dict (it runs at every syscall)."""
+        self._spent[resource] += amount
+
+    def charge_llm(self, tokens: int, cost: float) -> None:
+        """One LLM call's charge (at every ``ctx.llm``)."""
+        spent = self._spent
+        spent["tokens"] += tokens
+        spent["llm_calls"] += 1
+        spent["cost"] += cost
+
     def remaining(self, resource: str) -> float | None:
         """What is left of ``resource``; None when it is unlimited."""
         if resource == "wall_seconds":
@@ -77,8 +88,15 @@ class Meter:
 
     def crossed(self, resource: str, *, about_to_add: float = 0.0) -> StopReason | None:
         """The stop reason if ``resource`` is (or, with ``about_to_add``, would be) over its limit."""
+        if resource not in self._limit and resource != "wall_seconds":
+            return None  # unlimited: the common case, asked at every syscall
         left = self.remaining(resource)
         return None if left is None or left - about_to_add >= 0 else _REASON[resource]
+
+    @property
+    def limited(self) -> bool:
+        """Whether any consumable budget has a limit (if not, no syscall can cross one)."""
+        return bool(self._limit)
 
     def first_crossed(self) -> StopReason | None:
         for resource in self._limit:

@@ -218,7 +218,8 @@ class Context:
         # Decoded when replayed, or when (a cluster's takeover) the slot holds another node's answer.
         live_answer = fresh[0][0] if fresh and fresh[0][1] is outcome else None
         response = live_answer or LLMResponse.from_dict(outcome["value"])  # type: ignore[arg-type]
-        process.meter.charge(tokens=response.usage.total_tokens, llm_calls=1, cost=response.usage.cost or 0.0)
+        usage = response.usage
+        process.meter.charge_llm(usage.input_tokens + usage.output_tokens, usage.cost or 0.0)
         process.check_budget()
         return response
 

@@ -19,7 +19,7 @@ from typing import Protocol, runtime_checkable
 from ringzero.core.errors import InvalidArgument, ProviderError, ProviderUnavailable, RateLimited
 from ringzero.core.loops import LoopHome, forward
 from ringzero.core.protocols import LLMProvider
-from ringzero.core.timeouts import Clock, MonotonicClock, fail_after
+from ringzero.core.timeouts import Clock, MonotonicClock, SharedTimeout
 from ringzero.core.tokens import estimate_message_tokens, estimate_text_tokens
 from ringzero.core.types import LLMRequest, LLMResponse, Usage
 from ringzero.core.waitline import PriorityLine
@@ -169,6 +169,8 @@ class LLMGate:
         self._in_flight = 0
         self._closed_until = 0.0
         self._line: PriorityLine[_Waiter] = PriorityLine()
+        self._timeouts: SharedTimeout | None = None
+        """The attempts' timeout (``retry.timeout``), one loop timer for all of them."""
         self.permits: PermitSource | None = None
         """A rate limit shared with other machines' gates, checked after this gate's own (set by
         a cluster worker: ``RayScheduler(rate_limits=...)``)."""
@@ -205,10 +207,14 @@ class LLMGate:
         if home is not None:
             return await forward(home, self.complete(request, pid=pid, priority=priority))
         self.stats.calls += 1
-        estimate = estimate_tokens(request)
+        # The estimate paces only a tokens bucket (this gate's or the cluster's): skipped without one.
+        estimate = estimate_tokens(request) if self._tokens is not None or self.permits is not None else 0
         policy = self.retry
         for attempt in range(policy.max_retries + 1):
-            await self._admit(priority, estimate)
+            if self._line or self._delay(estimate) != 0.0:
+                await self._admit(priority, estimate)
+            else:  # nobody waiting and room now: the common case, without a coroutine
+                self._grant(estimate)
             permits = self.permits
             try:
                 if permits is not None:
@@ -241,7 +247,10 @@ class LLMGate:
         try:
             if timeout is None:
                 return await self.provider.complete(request)
-            async with fail_after(timeout):
+            shared = self._timeouts
+            if shared is None or shared.seconds != timeout:  # the first call, or a new policy
+                shared = self._timeouts = SharedTimeout(timeout)
+            async with shared():
                 return await self.provider.complete(request)
         except TimeoutError as exc:
             raise ProviderUnavailable(f"the provider did not answer within {timeout} s") from exc
@@ -278,9 +287,8 @@ class LLMGate:
         return response
 
     async def _admit(self, priority: int, estimate: int) -> None:
-        if not self._line and self._delay(estimate) == 0.0:  # nobody waiting and room now
-            self._grant(estimate)
-            return
+        """Wait in line until this call may go (``complete`` lets one through at once when
+        nobody waits and there is room)."""
         me = _Waiter()
         entry = self._line.push(priority, me)
         self._wake_head()

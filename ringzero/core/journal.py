@@ -24,10 +24,13 @@ OWNER_RECHECK = 1.0
 """Seconds a cluster kernel trusts that it still owns a process before it reads the store again."""
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
+"""Built once: ``json.dumps`` with options builds an encoder at every call (it runs at every syscall)."""
+
+
 def fingerprint(args: Any) -> str:
     """A short stable hash of a syscall's arguments (canonical JSON, repr for the rest)."""
-    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return hashlib.sha256(_CANONICAL.encode(args).encode()).hexdigest()[:16]
 
 
 class Journal:

@@ -278,10 +278,11 @@ class Process:
         if self.record.stop_reason is not None:
             self._stop(self.record.stop_reason)
         self._charge_step()
-        for resource, amount in needs:
-            reason = self.meter.crossed(resource, about_to_add=amount)
-            if reason is not None:
-                self._stop(reason)
+        if self.meter.limited:
+            for resource, amount in needs:
+                reason = self.meter.crossed(resource, about_to_add=amount)
+                if reason is not None:
+                    self._stop(reason)
         if _RUNNING_LIVE.get() is self:
             # Made from inside another syscall's live run (a tool that asks the model): the
             # enclosing record holds its effect, so it takes no slot and a replay, which serves
@@ -293,7 +294,8 @@ class Process:
         if outcome is None:
             await self._boundary()
             try:
-                await self.journal.check_owner()
+                if self.journal.owner is not None:
+                    await self.journal.check_owner()
                 token = _RUNNING_LIVE.set(self)
                 try:
                     outcome = await (self._blocking(live) if waits else live())
@@ -308,14 +310,20 @@ class Process:
         return outcome
 
     def _charge_step(self) -> None:
-        reason = self.meter.crossed("steps", about_to_add=1)
+        meter = self.meter
+        if not meter.limited:
+            meter.charge_one("steps", 1)
+            return
+        reason = meter.crossed("steps", about_to_add=1)
         if reason is not None:
             self._stop(reason)
-        self.meter.charge(steps=1)
+        meter.charge_one("steps", 1)
         self.check_budget()
 
     def check_budget(self) -> None:
         """Warn at 90% and stop the process once a budget is crossed."""
+        if not self.meter.limited:
+            return
         for resource, used, limit in self.meter.new_warnings():
             self.kernel._emit("budget_warning", self.pid, {"resource": resource, "used": used, "limit": limit})
         reason = self.meter.first_crossed()

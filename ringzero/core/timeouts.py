@@ -12,13 +12,16 @@ measured on this machine, ``anyio.fail_after`` costs 18.4 µs a use and ``asynci
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sys
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "MonotonicClock", "fail_after", "wait_until_set"]
+__all__ = ["Clock", "MonotonicClock", "SharedTimeout", "fail_after", "wait_until_set"]
 
 if sys.version_info >= (3, 11):
     def fail_after(seconds: float | None) -> AbstractAsyncContextManager[object]:
@@ -32,6 +35,99 @@ else:  # pragma: no cover - exercised on Python 3.10
         """Cancel the block and raise ``TimeoutError`` after ``seconds``."""
         with anyio.fail_after(seconds):
             yield
+
+
+class SharedTimeout:
+    """``fail_after(seconds)`` for many calls on one loop that share one length (the LLM gate's
+    timeout per attempt): ``async with shared():``.
+
+    Their deadlines come in the order the calls start, so one loop timer, set for the earliest
+    deadline still pending, serves them all, and a call costs an append and a flag. Measured
+    inside ``ctx.llm`` (``benchmarks/llm_syscall_overhead.py``): ``asyncio.timeout`` cost about
+    9 µs a call, most of it its own timer, which, cancelled, stays in the loop's heap until it
+    comes due. A call on another loop than the first one's (or on Python 3.10) gets
+    ``fail_after`` instead.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._calls: deque[_TimedCall] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __call__(self) -> AbstractAsyncContextManager[object]:
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop.is_closed():  # the first call, or its loop is gone
+            self._loop, self._calls, self._timer = loop, deque(), None
+        if loop is not self._loop or sys.version_info < (3, 11):
+            return fail_after(self.seconds)
+        task = asyncio.current_task()
+        assert task is not None
+        call = _TimedCall(self, task, loop.time() + self.seconds)
+        self._calls.append(call)
+        if self._timer is None:
+            self._arm(call.deadline)
+        return call
+
+    def _arm(self, deadline: float) -> None:
+        # In an empty context: the timer outlives the call that set it, and the caller's context
+        # holds that call's process (a syscall's context variables), which must not stay alive.
+        assert self._loop is not None
+        self._timer = self._loop.call_at(deadline, self._expire, context=contextvars.Context())
+
+    def _expire(self) -> None:
+        """The timer: cancel every call past its deadline, and set it again for the next."""
+        self._timer = None
+        calls = self._calls
+        assert self._loop is not None
+        now = self._loop.time()
+        while calls:
+            head = calls[0]
+            if head.done:
+                calls.popleft()
+            elif head.deadline <= now:
+                calls.popleft()
+                head.expire()
+            else:
+                self._arm(head.deadline)
+                return
+
+    def _ended(self) -> None:
+        calls = self._calls
+        while calls and calls[0].done:
+            calls.popleft()
+
+
+class _TimedCall:
+    """One call under a SharedTimeout, as ``asyncio.timeout`` handles one: the task is cancelled
+    at the deadline, and that cancellation (only that one) comes out as ``TimeoutError``."""
+
+    __slots__ = ("_cancelling", "_expired", "_owner", "deadline", "done", "task")
+
+    def __init__(self, owner: SharedTimeout, task: asyncio.Task[object], deadline: float) -> None:
+        self._owner = owner
+        self.task = task
+        self.deadline = deadline
+        self.done = False
+        self._expired = False
+        self._cancelling = 0
+
+    def expire(self) -> None:
+        if not self.done:
+            self._expired = True
+            self.task.cancel()
+
+    async def __aenter__(self) -> None:
+        self._cancelling = self.task.cancelling()  # type: ignore[attr-defined]  # 3.11+, like all of this class
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.done = True
+        self._owner._ended()
+        if not self._expired:
+            return
+        if self.task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:  # type: ignore[attr-defined]
+            raise TimeoutError from exc
 
 
 async def wait_until_set(event: asyncio.Event, seconds: float | None) -> bool:

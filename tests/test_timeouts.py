@@ -1,0 +1,56 @@
+"""SharedTimeout: one loop timer for many calls, with asyncio.timeout's meaning for each."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ringzero.core.timeouts import SharedTimeout
+
+
+async def test_each_call_times_out_at_its_own_deadline_and_no_other() -> None:
+    shared = SharedTimeout(0.1)
+    loop = asyncio.get_running_loop()
+
+    async def call(delay: float) -> str:
+        async with shared():
+            await asyncio.sleep(delay)
+        return "done"
+
+    start = loop.time()
+    first = asyncio.create_task(call(0.3))  # over its deadline
+    await asyncio.sleep(0.05)
+    quick = asyncio.create_task(call(0.01))  # done well before
+    second = asyncio.create_task(call(0.3))  # over, 50 ms after the first
+    results = await asyncio.gather(first, quick, second, return_exceptions=True)
+    assert isinstance(results[0], TimeoutError) and results[1] == "done" and isinstance(results[2], TimeoutError)
+    assert 0.14 <= loop.time() - start < 0.29, "the second call did not time out at its own deadline"
+    assert not shared._calls and shared._timer is None  # nothing left behind once all ended
+
+
+async def test_a_cancellation_from_outside_stays_a_cancellation() -> None:
+    shared = SharedTimeout(10)
+
+    async def call() -> None:
+        async with shared():
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(call())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_call_that_ends_before_its_deadline_is_left_alone_while_the_timer_serves_later_ones() -> None:
+    shared = SharedTimeout(0.05)
+    for _ in range(20):  # many quick calls: one timer, set once, not one each
+        async with shared():
+            await asyncio.sleep(0)
+    assert shared._timer is not None and len(shared._calls) == 0
+    with pytest.raises(TimeoutError):
+        async with shared():
+            await asyncio.sleep(1)
+    async with shared():  # the task is not left cancelled
+        await asyncio.sleep(0.01)
