@@ -67,6 +67,7 @@ async def ringzero_processes(store: Checkpointer, count: int) -> tuple[float, fl
         started = time.perf_counter()
         handles = [await kernel.spawn(idle) for _ in range(count)]
         await all_idle.wait()
+        await kernel.flush()  # and every transition on the way there is in the store
         spawned = time.perf_counter() - started
         grown = rss_bytes() - before
         started = time.perf_counter()

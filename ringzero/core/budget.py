@@ -59,7 +59,11 @@ class Meter:
 
     @property
     def spent(self) -> Spend:
-        return Spend(**{r: (int(v) if r in _WHOLE else v) for r, v in self._spent.items()})  # type: ignore[arg-type]
+        return Spend(**self.spent_dict())  # type: ignore[arg-type]
+
+    def spent_dict(self) -> dict[str, JSON]:
+        """``spent.to_dict()`` without the dataclass on the way (it is saved at every transition)."""
+        return {r: (int(v) if r in _WHOLE else v) for r, v in self._spent.items()}
 
     def charge(self, **amounts: float) -> None:
         for resource, amount in amounts.items():

@@ -16,6 +16,7 @@ import contextlib
 import inspect
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,8 @@ __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
 
 DEFAULT_PRIORITY = 10
 PID_BLOCK = 1000
+_SAVERS = 64
+"""Writers of deferred lifecycle transitions at once (``Kernel._save_unsaved``)."""
 """How many pids a cluster node claims at a time."""
 
 
@@ -219,6 +222,9 @@ class Kernel:
         number of processes a long-lived kernel has run."""
         self._ended: weakref.WeakValueDictionary[int, Process] = weakref.WeakValueDictionary()
         self._listeners: list[Callable[[Event], None]] = []
+        self._unsaved: dict[int, Process] = {}
+        """Processes with transitions not yet written (``Process._set``)."""
+        self._saving: asyncio.Task[None] | None = None
         self._next_pid = 0
         self._pid_block: list[int] | None = None
         """[next, last] of the pid block a cluster node claimed (see ``_write_new_in_block``)."""
@@ -281,6 +287,7 @@ class Kernel:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.flush()  # the transitions processes made before they were stopped
         for process in list(self._procs.values()):
             if not process.finished.done():
                 process.finished.set_exception(ProcessStateError(f"pid {process.pid}: the kernel shut down"))
@@ -294,12 +301,45 @@ class Kernel:
         for gate in self._gates.values():  # HTTP providers close their connections
             await gate.aclose()
 
+    def _save_soon(self, process: Process) -> None:
+        """Write ``process``'s new transitions together with those every other process makes in
+        this turn of the loop: one task, started now, runs once the turn is over."""
+        self._unsaved[process.pid] = process
+        if self._saving is None:
+            self._saving = asyncio.get_running_loop().create_task(self._save_unsaved())
+
+    async def _save_unsaved(self) -> None:
+        """Up to ``_SAVERS`` writers at once, so that a store that groups concurrent writes (SQLite,
+        PostgreSQL's pool) gets them together, without a task per process."""
+        async def saver() -> None:
+            while batch:
+                try:
+                    await batch.popleft().save_transitions()
+                except Exception:  # a store that fails here fails again, with its error, at the end
+                    continue
+
+        try:
+            while self._unsaved:
+                batch = deque(self._unsaved.values())
+                self._unsaved.clear()
+                await asyncio.gather(*(saver() for _ in range(min(_SAVERS, len(batch)))))
+        finally:
+            self._saving = None
+
+    async def flush(self) -> None:
+        """Wait until every lifecycle transition made so far is in the store (each process's end
+        is written before its ``wait`` returns; the transitions on the way, a moment later)."""
+        while self._saving is not None:
+            await asyncio.shield(self._saving)
+
     def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``listener`` for every event; returns a function that unsubscribes it."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
     def _emit(self, kind: str, pid: int, data: Mapping[str, JSON]) -> None:
+        if not self._listeners:
+            return  # the common case, at every transition
         event = Event(kind, pid, data, time.time())
         for listener in list(self._listeners):
             listener(event)

@@ -74,6 +74,8 @@ class Process:
         self.task: asyncio.Task[None] | None = None
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._transition_seq = transition_seq
+        self._unsaved: list[tuple[int, dict[str, JSON]]] = []
+        """Transitions made but not yet written (see ``_set``)."""
         self._mail_seq = mail_seq
         self._resume = asyncio.Event()
         if not record.paused:
@@ -111,17 +113,39 @@ class Process:
         self.task = asyncio.get_running_loop().create_task(self._main(), name=f"ringzero-pid-{self.pid}")
 
     async def _set(self, status: ProcessStatus, detail: str = "") -> None:
+        """Move to ``status``. The end of a process is written before this returns; a
+        transition on the way (ready, running, waiting, paused) is written with the others the
+        kernel's processes make in the same turn of the loop (``Kernel._save_soon``): a process
+        that goes from ready to running to waiting in one turn writes one transitions row and
+        one status row, not three of each. Losing one of those in a crash loses nothing that
+        recovery needs (it resumes every process that has not ended, from its journal)."""
         old = self.record.status
         self.record.status = status
         self._transition_seq += 1
-        self.snapshot()
-        await self.kernel.store.record_transition(self.pid, self._transition_seq, old, status, detail)
-        await self.kernel.store.save_status(self.record)
+        self._unsaved.append((self._transition_seq,
+                              {"from": old.value, "to": status.value, "at": time.time(), "detail": detail}))
         self.kernel._emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
+        if status.terminal:
+            await self.save_transitions()
+        else:
+            self.kernel._save_soon(self)
+
+    async def save_transitions(self) -> None:
+        """Write the transitions not yet written (one row) and the status they end in."""
+        steps, self._unsaved = self._unsaved, []
+        if not steps or self.fenced is not None:  # a fenced process writes nothing more
+            return
+        self.snapshot()
+        try:
+            await self.kernel.store.record_transitions(self.pid, steps)
+            await self.kernel.store.save_status(self.record)
+        except BaseException:
+            self._unsaved[:0] = steps  # written with the next ones, or their error raised then
+            raise
 
     def snapshot(self) -> None:
         """Copy the live counters into the record before it is saved."""
-        self.record.spent = self.meter.spent.to_dict()
+        self.record.spent = self.meter.spent_dict()
         self.record.wall_seconds = self.wall_seconds
 
     async def _acquire(self) -> None:

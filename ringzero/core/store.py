@@ -145,8 +145,6 @@ class JournalEntry:
     """``{"value": ...}`` for a result, or ``{"error": {"type", "message", ...}}``."""
 
 
-_STATUS_FIELDS = ("status", "stop_reason", "paused", "spent", "wall_seconds", "updated_at")
-_STATE_FIELDS = ("state", "result", "error")
 
 
 class KernelStore:
@@ -164,13 +162,16 @@ class KernelStore:
     async def save_status(self, record: ProcessRecord) -> None:
         """Write where the process is: status, stop reason, pause flag, counters. Small."""
         record.updated_at = time.time()
-        body = {name: value for name, value in record.to_json().items() if name in _STATUS_FIELDS}
+        body = {"status": record.status.value,
+                "stop_reason": None if record.stop_reason is None else record.stop_reason.value,
+                "paused": record.paused, "spent": record.spent, "wall_seconds": record.wall_seconds,
+                "updated_at": record.updated_at}
         await self.checkpointer.put(Checkpoint(thread_id=PROCESS_TABLE, namespace="status", id=_key(record.pid),
                                                payload=dumps(body), metadata={"status": record.status.value}))
 
     async def save_state(self, record: ProcessRecord) -> None:
         """Write ``ctx.state``, the result and the error."""
-        body = {name: value for name, value in record.to_json().items() if name in _STATE_FIELDS}
+        body = {"state": record.state, "result": record.result, "error": record.error}
         await self.checkpointer.put(Checkpoint(thread_id=PROCESS_TABLE, namespace="state", id=_key(record.pid),
                                                payload=dumps(body), metadata={}))
 
@@ -233,12 +234,21 @@ class KernelStore:
         rows.reverse()
         return rows
 
-    async def record_transition(self, pid: int, seq: int, old: ProcessStatus, new: ProcessStatus, detail: str) -> None:
-        body = {"from": old.value, "to": new.value, "at": time.time(), "detail": detail}
-        await self._append(pid, "transitions", seq, body, {"to": new.value})
+    async def record_transitions(self, pid: int, steps: list[tuple[int, dict[str, JSON]]]) -> None:
+        """Write lifecycle transitions ``(seq, {"from", "to", "at", "detail"})`` as one row,
+        under the last one's seq (so that ``last_seq`` goes on from it): a lone transition as it
+        is, several as ``{"steps": [...]}``."""
+        seq, body = steps[-1]
+        if len(steps) > 1:
+            body = {"steps": [step for _, step in steps]}
+        await self._append(pid, "transitions", seq, body, {})
 
     async def transitions(self, pid: int) -> list[dict[str, Any]]:
-        return [body for _, body in await self._read(pid, "transitions")]
+        """Every lifecycle transition of ``pid``, in order."""
+        out: list[dict[str, Any]] = []
+        for _, body in await self._read(pid, "transitions"):
+            out.extend(body.get("steps", [body]))
+        return out
 
     async def last_seq(self, pid: int, namespace: str) -> int:
         async for cp in self.checkpointer.list(process_thread(pid), namespace, limit=1):

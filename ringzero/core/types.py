@@ -7,6 +7,7 @@ journal it as JSON and serve it back unchanged after a restart.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -384,22 +385,29 @@ class Limits:
         _check_non_negative(self, "Limits")
 
     def to_dict(self) -> dict[str, JSON]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in _field_names(Limits)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Limits:
         return cls(**dict(data or {}))
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names, looked up once (``dataclasses.fields`` costs µs at every call,
+    and limits are checked and saved at every spawn)."""
+    return tuple(f.name for f in fields(cls))
+
+
 def _check_non_negative(obj: object, kind: str) -> None:
-    for f in fields(obj):  # type: ignore[arg-type]
-        value = getattr(obj, f.name)
+    for name in _field_names(type(obj)):  # type: ignore[arg-type]
+        value = getattr(obj, name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise InvalidLimits(f"{kind}.{f.name} must be a number or None, not {value!r}")
+            raise InvalidLimits(f"{kind}.{name} must be a number or None, not {value!r}")
         if value < 0:
-            raise InvalidLimits(f"{kind}.{f.name} must not be negative, got {value}")
+            raise InvalidLimits(f"{kind}.{name} must not be negative, got {value}")
 
 
 def coerce_messages(messages: Sequence[Message | Mapping[str, Any]] | str) -> tuple[Message, ...]:
