@@ -54,3 +54,16 @@ async def test_a_call_that_ends_before_its_deadline_is_left_alone_while_the_time
             await asyncio.sleep(1)
     async with shared():  # the task is not left cancelled
         await asyncio.sleep(0.01)
+
+
+async def test_run_is_the_same_timeout_without_the_context_manager() -> None:
+    shared = SharedTimeout(0.05)
+    assert await shared.run(asyncio.sleep(0, result="quick")) == "quick"
+    with pytest.raises(TimeoutError):
+        await shared.run(asyncio.sleep(1))
+    task = asyncio.create_task(SharedTimeout(10).run(asyncio.sleep(5)))
+    await asyncio.sleep(0.01)
+    task.cancel()  # from outside: stays a cancellation
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await shared.run(asyncio.sleep(0.01, result="after")) == "after"  # the task was uncancelled

@@ -13,7 +13,7 @@ from ringzero.checkpointers._filters import matches
 from ringzero.core.memory import Memory, in_namespace, scored
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.ranking import Bm25Index
-from ringzero.core.types import JSON, Checkpoint, PendingWrite
+from ringzero.core.types import JSON, NO_METADATA, Checkpoint, PendingWrite
 
 __all__ = ["MemoryCheckpointer"]
 
@@ -33,7 +33,8 @@ class MemoryCheckpointer:
         return self._memories
 
     async def put(self, checkpoint: Checkpoint) -> None:
-        stored = Checkpoint(  # a copy, so that later changes to the caller's metadata do not leak in
+        stored = checkpoint if checkpoint.metadata is NO_METADATA else Checkpoint(
+            # a copy, so that later changes to the caller's metadata do not leak in
             checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.payload,
             checkpoint.parent_id, dict(checkpoint.metadata),
         )

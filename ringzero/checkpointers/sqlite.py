@@ -87,6 +87,8 @@ _SELECT = f"SELECT c.thread_id, c.namespace, c.id, c.parent_id, c.payload, c.met
 """A checkpoint with its writes, in one statement (the writes as JSON, their values in hex)."""
 
 
+_PUT = "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)"
+
 CHECKPOINT_EVERY = 1000
 """Fast-path commits between two WAL checkpoints (SQLite's own default is every 1,000 pages)."""
 
@@ -472,9 +474,27 @@ class SqliteCheckpointer:
         row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
                checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
         try:  # not self._errors(): a context manager costs a few µs, and this runs at every syscall
-            await self._transaction(db, [("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", [row])])
+            if not self._put_here(row):
+                await self._transaction(db, [(_PUT, [row])])
         except sqlite3.Error as exc:
             raise CheckpointerError(f"SQLite file {self.path}: put failed: {exc}") from exc
+
+    def _put_here(self, row: tuple[Any, ...]) -> bool:
+        """``_transaction``'s commit at once, for one row, without its bookkeeping (a ``put`` at
+        every syscall); False where it cannot be done here and now."""
+        fast = self._fast
+        if fast is None or self._slow or getattr(asyncio.get_running_loop(), "_ready", True):
+            return False
+        with self._fast_lock:
+            try:
+                fast.execute(_PUT, row)
+            except sqlite3.OperationalError as exc:
+                if _busy(exc):
+                    return False
+                raise
+        self.commits += 1
+        self._wal.committed()
+        return True
 
     async def claim(self, checkpoint: Checkpoint) -> bool:
         db = await self._conn()

@@ -24,6 +24,7 @@ from ringzero.core.errors import (
     ToolNotFound,
 )
 from ringzero.core.host_tools import call_tool
+from ringzero.core.journal import llm_fingerprint
 from ringzero.core.loops import run_on
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.references import reference_of
@@ -189,11 +190,11 @@ class Context:
         """Ask the model, through the provider's gate. Raises the ProviderError it ends with."""
         request = LLMRequest(
             messages=coerce_messages(messages),
-            tools=tuple(t if isinstance(t, ToolSchema) else ToolSchema(**t) for t in tools),
+            tools=tuple(t if isinstance(t, ToolSchema) else ToolSchema(**t) for t in tools) if tools else (),
             model=model,
             max_tokens=max_tokens,
             temperature=temperature,
-            stop=tuple(stop),
+            stop=tuple(stop) if stop else (),
         )
         process = self._process
         gate = process.kernel.gate(provider)
@@ -210,9 +211,8 @@ class Context:
             return recorded
 
         summary = f"{len(request.messages)} messages to {provider}"
-        outcome = await process.syscall(
-            "llm", {"provider": provider, "request": request.to_dict()}, summary, live, needs=_LLM_NEEDS
-        )
+        outcome = await process.syscall("llm", None, summary, live, needs=_LLM_NEEDS,
+                                        fp=llm_fingerprint(provider, request))
         if "error" in outcome:
             raise _provider_error(outcome["error"])  # type: ignore[arg-type]
         # Decoded when replayed, or when (a cluster's takeover) the slot holds another node's answer.

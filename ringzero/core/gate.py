@@ -203,9 +203,11 @@ class LLMGate:
         Raises the provider's last ProviderError when retries run out or the error is final.
         Called from a loop other than the gate's home, the call runs on the home loop.
         """
-        home = self.home.target()
-        if home is not None:
-            return await forward(home, self.complete(request, pid=pid, priority=priority))
+        home = self.home.loop
+        if home is None or home is not asyncio.get_running_loop() or self.home.closed:  # else: at home, as usual
+            home = self.home.target()
+            if home is not None:
+                return await forward(home, self.complete(request, pid=pid, priority=priority))
         self.stats.calls += 1
         # The estimate paces only a tokens bucket (this gate's or the cluster's): skipped without one.
         estimate = estimate_tokens(request) if self._tokens is not None or self.permits is not None else 0
@@ -236,7 +238,8 @@ class LLMGate:
                 return self._account(response, pid, estimate)
             finally:
                 self._in_flight -= 1
-                self._wake_head()
+                if self._line:  # someone waits for this slot
+                    self._wake_head()
                 if permits is not None:
                     permits.release()
             await self.clock.sleep(delay)
@@ -250,8 +253,7 @@ class LLMGate:
             shared = self._timeouts
             if shared is None or shared.seconds != timeout:  # the first call, or a new policy
                 shared = self._timeouts = SharedTimeout(timeout)
-            async with shared():
-                return await self.provider.complete(request)
+            return await shared.run(self.provider.complete(request))
         except TimeoutError as exc:
             raise ProviderUnavailable(f"the provider did not answer within {timeout} s") from exc
 
@@ -283,7 +285,8 @@ class LLMGate:
         if self.permits is not None and usage.total_tokens:
             self.permits.settle(usage.total_tokens - estimate)
         self.total_usage += usage
-        self._usage_by_pid[pid] = self.usage_for(pid) + usage
+        before = self._usage_by_pid.get(pid)
+        self._usage_by_pid[pid] = usage if before is None else before + usage
         return response
 
     async def _admit(self, priority: int, estimate: int) -> None:

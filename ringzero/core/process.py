@@ -291,11 +291,13 @@ class Process:
         *,
         needs: tuple[tuple[str, float], ...] = (),
         waits: bool = False,
+        fp: str | None = None,
     ) -> Outcome:
         """Run one syscall through the boundary, the journal and the budgets.
 
         ``needs`` are (resource, amount) that must be left before the call; ``waits`` marks
-        syscalls that block on an event (recv, sleep), which give their run slot back.
+        syscalls that block on an event (recv, sleep), which give their run slot back; ``fp``
+        is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``).
         """
         if self.fenced is not None:
             raise asyncio.CancelledError("fenced")
@@ -313,10 +315,12 @@ class Process:
             # that record, never makes it. Journaling it too would shift every later slot.
             return await live()
         # The journal slot is taken before the first await: program order, not finishing order.
-        fp = fingerprint(args)
+        if fp is None:
+            fp = fingerprint(args)
         seq, outcome = self.journal.take_slot(kind, fp, summary)
         if outcome is None:
-            await self._boundary()
+            if not self._resume.is_set() or self.kernel.scheduler.should_yield(self.pid, self.record.priority):
+                await self._boundary()
             try:
                 if self.journal.owner is not None:
                     await self.journal.check_owner()

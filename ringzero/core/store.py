@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ringzero.core.errors import CheckpointerError
 from ringzero.core.protocols import Checkpointer
-from ringzero.core.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason
+from ringzero.core.types import JSON, NO_METADATA, Checkpoint, Limits, ProcessStatus, StopReason
 
 __all__ = ["JournalEntry", "KernelStore", "ProcessRecord", "dumps", "loads"]
 
@@ -218,11 +219,11 @@ class KernelStore:
             return int(cp.id)
         return 0
 
-    async def _append(self, pid: int, namespace: str, seq: int, body: Any, metadata: dict[str, JSON]) -> None:
+    async def _append(self, pid: int, namespace: str, seq: int, body: Any, metadata: Mapping[str, JSON]) -> None:
         await self.checkpointer.put(self._row(pid, namespace, seq, body, metadata))
 
     @staticmethod
-    def _row(pid: int, namespace: str, seq: int, body: Any, metadata: dict[str, JSON]) -> Checkpoint:
+    def _row(pid: int, namespace: str, seq: int, body: Any, metadata: Mapping[str, JSON]) -> Checkpoint:
         return Checkpoint(thread_id=process_thread(pid), namespace=namespace, id=_key(seq),
                           parent_id=_key(seq - 1) if seq > 1 else None, payload=dumps(body), metadata=metadata)
 
@@ -241,7 +242,7 @@ class KernelStore:
         seq, body = steps[-1]
         if len(steps) > 1:
             body = {"steps": [step for _, step in steps]}
-        await self._append(pid, "transitions", seq, body, {})
+        await self._append(pid, "transitions", seq, body, NO_METADATA)
 
     async def transitions(self, pid: int) -> list[dict[str, Any]]:
         """Every lifecycle transition of ``pid``, in order."""
@@ -262,9 +263,19 @@ class KernelStore:
         body = {"kind": entry.kind, "fp": entry.fingerprint, "summary": entry.summary, "outcome": entry.outcome}
         # No metadata: nothing filters journal rows, and encoding it cost a few µs a syscall.
         if not exclusive:
-            await self.checkpointer.put(self._row(pid, "journal", entry.seq, body, {}))
+            await self.checkpointer.put(self._row(pid, "journal", entry.seq, body, NO_METADATA))
             return True
-        return await self.checkpointer.claim(self._row(pid, "journal", entry.seq, body, {}))
+        return await self.checkpointer.claim(self._row(pid, "journal", entry.seq, body, NO_METADATA))
+
+    async def record_outcome(self, pid: int, seq: int, kind: str, fp: str, summary: str,
+                             outcome: dict[str, JSON]) -> None:
+        """``append_journal`` of one machine's journal (not exclusive), from the entry's fields:
+        it runs at every syscall."""
+        await self.checkpointer.put(Checkpoint(
+            thread_id=f"ringzero/process/{pid}", namespace="journal", id=f"{seq:012d}",
+            parent_id=f"{seq - 1:012d}" if seq > 1 else None,
+            payload=_COMPACT.encode({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}).encode(),
+            metadata=NO_METADATA))
 
     async def journal_entry(self, pid: int, seq: int) -> JournalEntry | None:
         cp = await self.checkpointer.get(process_thread(pid), "journal", _key(seq))

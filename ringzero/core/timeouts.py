@@ -16,12 +16,14 @@ import contextvars
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = ["Clock", "MonotonicClock", "SharedTimeout", "fail_after", "wait_until_set"]
+
+T = TypeVar("T")
 
 if sys.version_info >= (3, 11):
     def fail_after(seconds: float | None) -> AbstractAsyncContextManager[object]:
@@ -68,6 +70,24 @@ class SharedTimeout:
         if self._timer is None:
             self._arm(call.deadline)
         return call
+
+    async def run(self, call: Coroutine[Any, Any, T]) -> T:
+        """``async with self(): return await call``, without the context manager's two extra
+        coroutine steps (the LLM gate awaits one per attempt)."""
+        timed = self()
+        if not isinstance(timed, _TimedCall):
+            async with timed:
+                return await call
+        cancelling = timed.task.cancelling()  # type: ignore[attr-defined]
+        try:
+            return await call
+        except asyncio.CancelledError as exc:
+            if timed.ended(cancelling):
+                raise TimeoutError from exc
+            raise
+        finally:
+            if not timed.done:
+                timed.ended(cancelling)
 
     def _arm(self, deadline: float) -> None:
         # In an empty context: the timer outlives the call that set it, and the caller's context
@@ -117,16 +137,19 @@ class _TimedCall:
             self._expired = True
             self.task.cancel()
 
+    def ended(self, cancelling: int) -> bool:
+        """The call is over; whether its cancellation was this timeout's (and only this one's),
+        which the caller turns into ``TimeoutError``."""
+        self.done = True
+        self._owner._ended()
+        return self._expired and self.task.uncancel() <= cancelling  # type: ignore[attr-defined]
+
     async def __aenter__(self) -> None:
         self._cancelling = self.task.cancelling()  # type: ignore[attr-defined]  # 3.11+, like all of this class
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        self.done = True
-        self._owner._ended()
-        if not self._expired:
-            return
-        if self.task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:  # type: ignore[attr-defined]
+        if self.ended(self._cancelling) and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
 
 

@@ -12,6 +12,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, Literal, Union
 
 from ringzero.core.errors import InvalidArgument, InvalidLimits, NotSerializable
@@ -313,6 +314,11 @@ class PendingWrite:
     value: bytes
     task_path: str = ""
     idx: int = 0
+
+
+NO_METADATA: Mapping[str, JSON] = MappingProxyType({})
+"""Empty metadata nobody can change: a checkpointer may keep it as it is, without a copy (the
+kernel's own rows carry it)."""
 
 
 @dataclass(frozen=True)
