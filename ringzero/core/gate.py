@@ -159,7 +159,9 @@ class LLMGate:
         self.retry = retry or RetryPolicy()
         self.pricing = pricing
         self.stats = GateStats()
-        self.total_usage = Usage()
+        self._total = [0, 0, 0.0, False]
+        """Input tokens, output tokens, cost, and whether any call had a cost (``total_usage``):
+        counters, not a Usage added up at every call."""
         self._usage_by_pid: dict[int, Usage] = {}
         self.clock = clock or MonotonicClock()
         """What the gate paces and backs off by (``ringzero.testing.ManualClock`` in tests)."""
@@ -186,6 +188,12 @@ class LLMGate:
             return None
         per_second = per_minute / 60.0
         return TokenBucket(per_second, burst if burst is not None else max(1.0, per_second), self._clock)
+
+    @property
+    def total_usage(self) -> Usage:
+        """Everything every call through this gate has spent."""
+        input_tokens, output_tokens, cost, costed = self._total
+        return Usage(int(input_tokens), int(output_tokens), cost if costed else None)
 
     def usage_for(self, pid: int) -> Usage:
         """Everything process ``pid`` has spent through this gate."""
@@ -284,7 +292,12 @@ class LLMGate:
             self._tokens.take(usage.total_tokens - estimate)
         if self.permits is not None and usage.total_tokens:
             self.permits.settle(usage.total_tokens - estimate)
-        self.total_usage += usage
+        total = self._total
+        total[0] += usage.input_tokens
+        total[1] += usage.output_tokens
+        if usage.cost is not None:
+            total[2] += usage.cost
+            total[3] = True
         before = self._usage_by_pid.get(pid)
         self._usage_by_pid[pid] = usage if before is None else before + usage
         return response

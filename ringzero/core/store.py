@@ -271,11 +271,13 @@ class KernelStore:
                              outcome: dict[str, JSON]) -> None:
         """``append_journal`` of one machine's journal (not exclusive), from the entry's fields:
         it runs at every syscall."""
-        await self.checkpointer.put(Checkpoint(
+        row = object.__new__(Checkpoint)  # a frozen dataclass's __init__ sets each field the slow way
+        row.__dict__.update(
             thread_id=f"ringzero/process/{pid}", namespace="journal", id=f"{seq:012d}",
             parent_id=f"{seq - 1:012d}" if seq > 1 else None,
             payload=_COMPACT.encode({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}).encode(),
-            metadata=NO_METADATA))
+            metadata=NO_METADATA, writes=())
+        await self.checkpointer.put(row)
 
     async def journal_entry(self, pid: int, seq: int) -> JournalEntry | None:
         cp = await self.checkpointer.get(process_thread(pid), "journal", _key(seq))

@@ -63,7 +63,7 @@ class SharedTimeout:
             self._loop, self._calls, self._timer = loop, deque(), None
         if loop is not self._loop or sys.version_info < (3, 11):
             return fail_after(self.seconds)
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         assert task is not None
         call = _TimedCall(self, task, loop.time() + self.seconds)
         self._calls.append(call)
