@@ -1,10 +1,15 @@
-"""How many idle agent processes one machine holds, and what each costs in memory.
+"""How many idle agent processes one machine holds, and what each costs in memory and time.
 
 Each process blocks in ``ctx.recv()`` (holding no run slot). The peer is the bare minimum
-asyncio offers: one task awaiting its own ``asyncio.Queue``. Memory is the growth of the
-resident set while the processes are alive; then every process gets one message and ends.
+asyncio offers: one task awaiting its own ``asyncio.Queue``. Two ways to start them: one
+``await kernel.spawn(...)`` after another, and all at once (``asyncio.gather``), which lets the
+SQLite store commit many processes' records together. "Start" ends when every process is
+idle and every record of the way there is in the store (``kernel.flush()``); "wake and finish"
+sends each one message and waits until every process has ended (its end is durable then).
+Memory is the growth of the resident set while all are alive, the in-memory store's records
+included. The in-memory rows run at ``--many`` processes (100,000 by default).
 
-    .venv/bin/python benchmarks/idle_processes.py [--count 10000]
+    .venv/bin/python benchmarks/idle_processes.py [--count 10000] [--many 100000]
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import gc
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -22,6 +28,8 @@ from rich.table import Table
 from ringzero import Context, Event, Kernel
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
 from ringzero.core.protocols import Checkpointer
+
+Row = tuple[float, float, float]
 
 
 def rss_bytes() -> int:
@@ -33,7 +41,7 @@ async def idle(ctx: Context) -> object:
     return await ctx.recv()
 
 
-async def bare_asyncio(count: int) -> tuple[float, float, float]:
+async def bare_asyncio(count: int) -> Row:
     gc.collect()
     before = rss_bytes()
     started = time.perf_counter()
@@ -49,7 +57,7 @@ async def bare_asyncio(count: int) -> tuple[float, float, float]:
     return spawned, grown / count, time.perf_counter() - started
 
 
-async def ringzero_processes(store: Checkpointer, count: int) -> tuple[float, float, float]:
+async def ringzero_processes(store: Checkpointer, count: int, at_once: bool) -> Row:
     gc.collect()
     before = rss_bytes()
     async with Kernel(checkpointer=store) as kernel:
@@ -65,33 +73,50 @@ async def ringzero_processes(store: Checkpointer, count: int) -> tuple[float, fl
 
         kernel.subscribe(count_idle)
         started = time.perf_counter()
-        handles = [await kernel.spawn(idle) for _ in range(count)]
+        if at_once:
+            handles = list(await asyncio.gather(*(kernel.spawn(idle) for _ in range(count))))
+        else:
+            handles = [await kernel.spawn(idle) for _ in range(count)]
         await all_idle.wait()
         await kernel.flush()  # and every transition on the way there is in the store
         spawned = time.perf_counter() - started
         grown = rss_bytes() - before
         started = time.perf_counter()
-        for h in handles:
-            await h.send(1)
+        if at_once:
+            await asyncio.gather(*(h.send(1) for h in handles))
+        else:
+            for h in handles:
+                await h.send(1)
         await asyncio.gather(*(h.wait() for h in handles))
         return spawned, grown / count, time.perf_counter() - started
 
 
-async def main(count: int) -> None:
-    table = Table(title=f"{count:,} idle processes on one machine")
-    for column in ("what", "time to start all, s", "memory per process, KiB", "wake all and finish, s"):
+async def main(count: int, many: int) -> None:
+    table = Table(title="Idle processes on one machine")
+    for column in ("what", "processes", "time to start all, s", "memory per process, KiB", "wake all and finish, s"):
         table.add_column(column, justify="left" if column == "what" else "right")
-    rows = [("bare asyncio task + Queue (the peer)", await bare_asyncio(count)),
-            ("ringzero process, in-memory store", await ringzero_processes(MemoryCheckpointer(), count))]
     with tempfile.TemporaryDirectory() as tmp:
-        rows.append(("ringzero process, SQLite store (durable)",
-                     await ringzero_processes(SqliteCheckpointer(Path(tmp) / "idle.db"), count)))
-    for name, (spawned, per_process, finished) in rows:
-        table.add_row(name, f"{spawned:.2f}", f"{per_process / 1024:.1f}", f"{finished:.2f}")
-    Console(width=120).print(table)
+        cases: list[tuple[str, int, Callable[[], object]]] = [
+            ("bare asyncio task + Queue (the peer)", count, lambda: bare_asyncio(count)),
+            ("ringzero, SQLite store (durable), one spawn after another", count,
+             lambda: ringzero_processes(SqliteCheckpointer(Path(tmp) / "one.db"), count, False)),
+            ("ringzero, SQLite store (durable), spawned at once", count,
+             lambda: ringzero_processes(SqliteCheckpointer(Path(tmp) / "all.db"), count, True)),
+            ("ringzero, in-memory store, one spawn after another", count,
+             lambda: ringzero_processes(MemoryCheckpointer(), count, False)),
+            ("bare asyncio task + Queue (the peer)", many, lambda: bare_asyncio(many)),
+            ("ringzero, in-memory store, spawned at once", many,
+             lambda: ringzero_processes(MemoryCheckpointer(), many, True)),
+        ]
+        for name, n, run in cases:
+            spawned, per_process, finished = await run()  # type: ignore[misc]
+            table.add_row(name, f"{n:,}", f"{spawned:.2f}", f"{per_process / 1024:.1f}", f"{finished:.2f}")
+    Console(width=140).print(table)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=10_000)
-    asyncio.run(main(parser.parse_args().count))
+    parser.add_argument("--many", type=int, default=100_000)
+    options = parser.parse_args()
+    asyncio.run(main(options.count, options.many))

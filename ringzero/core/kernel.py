@@ -322,7 +322,10 @@ class Kernel:
             while self._unsaved:
                 batch = deque(self._unsaved.values())
                 self._unsaved.clear()
-                await asyncio.gather(*(saver() for _ in range(min(_SAVERS, len(batch)))))
+                if len(batch) == 1:
+                    await saver()
+                else:
+                    await asyncio.gather(*(saver() for _ in range(min(_SAVERS, len(batch)))))
         finally:
             self._saving = None
 

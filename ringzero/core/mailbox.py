@@ -26,29 +26,39 @@ class Mail:
 
 
 class Mailbox:
-    """An in-memory priority queue mirroring the durable mailbox records."""
+    """An in-memory priority queue mirroring the durable mailbox records.
+
+    Its line and event are made when first needed: most idle processes never get mail, and
+    every object a process holds is one more for the garbage collector to walk at 100,000."""
 
     def __init__(self) -> None:
-        self._line: PriorityLine[Mail] = PriorityLine()
-        self._arrived = asyncio.Event()
+        self._line: PriorityLine[Mail] | None = None
+        self._arrived: asyncio.Event | None = None
 
     def __len__(self) -> int:
-        return len(self._line)
+        return 0 if self._line is None else len(self._line)
 
     def put(self, mail: Mail) -> None:
         """Queue ``mail`` (mail is put in ``seq`` order, so arrival order is ``seq`` order)."""
+        if self._line is None:
+            self._line = PriorityLine()
         self._line.push(mail.priority, mail)
-        self._arrived.set()
+        if self._arrived is not None:
+            self._arrived.set()
 
     async def get(self, timeout: float | None = None) -> Mail | None:
         """The most urgent message, waiting up to ``timeout`` seconds (None: forever)."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not self._line:
+            if self._arrived is None:
+                self._arrived = asyncio.Event()
             self._arrived.clear()
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 return None
-            if not await wait_until_set(self._arrived, remaining):
+            if remaining is None:  # forever: without a timeout's context manager (most idle processes)
+                await self._arrived.wait()
+            elif not await wait_until_set(self._arrived, remaining):
                 return None
         return self._line.pop()
