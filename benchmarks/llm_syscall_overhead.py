@@ -4,7 +4,7 @@ The provider answers instantly (ScriptedProvider, no latency), so every microsec
 the direct call is the kernel's: gate admission and accounting, the syscall boundary,
 fingerprinting and the journal write (in memory, or durable in SQLite).
 
-    .venv/bin/python benchmarks/llm_syscall_overhead.py [--calls 5000]
+    .venv/bin/python benchmarks/llm_syscall_overhead.py [--calls 5000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -61,19 +61,30 @@ async def through_kernel(store: Checkpointer, n: int) -> list[float]:
     return samples
 
 
-async def main(n: int) -> None:
+async def main(n: int, rounds: int) -> None:
     provider = ScriptedProvider(lambda r: "pong")
     gate = LLMGate(ScriptedProvider(lambda r: "pong"))
-    rows = [
-        ("provider.complete() directly (the peer)", await timed(lambda: provider.complete(REQUEST), n)),
-        ("LLMGate.complete()", await timed(lambda: gate.complete(REQUEST), n)),
-        ("ctx.llm(), journal in memory", await through_kernel(MemoryCheckpointer(), n)),
-    ]
     with tempfile.TemporaryDirectory() as tmp:
-        durable = await through_kernel(SqliteCheckpointer(Path(tmp) / "b.db"), n)
-        rows.append(("ctx.llm(), journal in SQLite (durable)", durable))
+        paths: list[tuple[str, Callable[[int], Awaitable[list[float]]]]] = [
+            ("provider.complete() directly (the peer)", lambda i: timed(lambda: provider.complete(REQUEST), n)),
+            ("LLMGate.complete()", lambda i: timed(lambda: gate.complete(REQUEST), n)),
+            ("ctx.llm(), journal in memory", lambda i: through_kernel(MemoryCheckpointer(), n)),
+            ("ctx.llm(), journal in SQLite (durable)",
+             lambda i: through_kernel(SqliteCheckpointer(Path(tmp) / f"normal-{i}.db"), n)),
+            ("ctx.llm(), journal in SQLite, fsync per commit (power-loss durable)",
+             lambda i: through_kernel(SqliteCheckpointer(Path(tmp) / f"full-{i}.db", synchronous="FULL"), n)),
+        ]
+        # Every path once per round, rounds interleaved, each keeping its best round (lowest
+        # median): this shared machine's noise moves a single run by 10 to 20%.
+        best: dict[str, list[float]] = {}
+        for i in range(rounds):
+            for name, measure in paths:
+                samples = await measure(i)
+                if name not in best or summarize(samples)[0] < summarize(best[name])[0]:
+                    best[name] = samples
+    rows = list(best.items())
     base_median = summarize(rows[0][1])[0]
-    table = Table(title=f"LLM syscall overhead, {n} calls each (microseconds)")
+    table = Table(title=f"LLM syscall overhead, {n} calls each, best of {rounds} rounds (microseconds)")
     for column in ("path", "median", "p99", "overhead vs direct (median)"):
         table.add_column(column, justify="left" if column == "path" else "right")
     for name, samples in rows:
@@ -86,4 +97,6 @@ async def main(n: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=5000)
-    asyncio.run(main(parser.parse_args().calls))
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+    asyncio.run(main(options.calls, options.rounds))
