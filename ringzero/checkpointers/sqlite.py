@@ -154,6 +154,12 @@ def _write(conn: sqlite3.Connection, batch: Sequence[_Pending]) -> bool:
         return False
 
 
+def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether anything else may run in this turn of ``loop`` (and could join a write batch):
+    asyncio's own loop shows its ready queue; any other loop is assumed to have something."""
+    return bool(getattr(loop, "_ready", True))
+
+
 def _busy(exc: BaseException) -> bool:
     """Whether ``exc`` is SQLite saying another connection holds the lock (worth waiting for)."""
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
@@ -324,7 +330,7 @@ class SqliteCheckpointer:
         first of them to run again commits them all, and the others find theirs done."""
         loop = asyncio.get_running_loop()
         item = _Pending(statements, None)
-        if self._fast is not None and not self._slow and not getattr(loop, "_ready", True) \
+        if self._fast is not None and not self._slow and not _others_ready(loop) \
                 and self._write_here([item]):
             if item.error is not None:
                 raise item.error
@@ -483,7 +489,7 @@ class SqliteCheckpointer:
         """``_transaction``'s commit at once, for one row, without its bookkeeping (a ``put`` at
         every syscall); False where it cannot be done here and now."""
         fast = self._fast
-        if fast is None or self._slow or getattr(asyncio.get_running_loop(), "_ready", True):
+        if fast is None or self._slow or _others_ready(asyncio.get_running_loop()):
             return False
         with self._fast_lock:
             try:
