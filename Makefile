@@ -35,6 +35,7 @@ typecheck: sync
 bench: sync
 	$(UV) sync --locked --extra dev --extra bench --python $(PYTHON) --inexact
 	$(VENV)/bin/python benchmarks/executors.py
+	$(VENV)/bin/python benchmarks/fork_servers.py
 	$(VENV)/bin/python benchmarks/checkpointers.py
 	$(VENV)/bin/python benchmarks/llm_syscall_overhead.py
 	$(VENV)/bin/python benchmarks/tool_node.py
