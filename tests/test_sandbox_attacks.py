@@ -21,6 +21,7 @@ import pytest
 
 from ringzero.core.protocols import Executor
 from ringzero.core.types import ExecLimits, ExecResult
+from tests.heartbeat import heartbeat
 
 LIMITS = ExecLimits(wall_seconds=5.0, memory_bytes=256 * 1024 * 1024, output_bytes=64 * 1024)
 LIBC = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
@@ -357,22 +358,13 @@ async def test_10_a_blocking_sync_tool_neither_freezes_the_host_nor_outlives_the
         release.wait(30)  # blocks until the test ends: the result cannot wait for it
         return x
 
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.05)
-            ticks += 1
-
-    beat = asyncio.ensure_future(ticker())
-    try:
-        result = await sandbox.run("slow(1)", tools={"slow": slow}, limits=ExecLimits(wall_seconds=1.0))
-    finally:
-        release.set()
-        beat.cancel()
+    async with heartbeat(0.05) as beats:
+        try:
+            result = await sandbox.run("slow(1)", tools={"slow": slow}, limits=ExecLimits(wall_seconds=1.0))
+        finally:
+            release.set()
     assert result.error is not None and result.error.type == "TimeoutError", result
-    assert ticks > 0, "the host's event loop was frozen while the tool blocked"
+    assert beats.count > 0, "the host's event loop was frozen while the tool blocked"
 
 
 async def test_10_oversized_tool_arguments_and_results_are_refused_before_the_host_keeps_them(

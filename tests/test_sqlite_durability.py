@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ringzero.checkpointers import SqliteCheckpointer
+from tests.heartbeat import heartbeat
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,23 +136,15 @@ async def test_a_write_lock_held_by_another_connection_hands_writes_off_without_
     await store.put(Checkpoint("t", "", "0000", b"first"))
     other = sqlite3.connect(db, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # the write lock, held
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    beat = asyncio.create_task(ticker())
-    writes = asyncio.gather(*(store.put(Checkpoint("t", "", f"{i:04d}", f"v{i}".encode())) for i in range(1, 30)),
-                            store.put(Checkpoint("t", "", "0001", b"last word")))
-    await asyncio.sleep(0.3)
-    assert not writes.done(), "a write returned while another connection held the write lock"
-    assert ticks >= 10, f"the loop stalled while the lock was held ({ticks} ticks in 0.3 s)"
-    other.execute("COMMIT")
-    await asyncio.wait_for(writes, 10)
-    beat.cancel()
+    async with heartbeat(0.01) as beats:
+        writes = asyncio.gather(*(store.put(Checkpoint("t", "", f"{i:04d}", f"v{i}".encode()))
+                                  for i in range(1, 30)),
+                                store.put(Checkpoint("t", "", "0001", b"last word")))
+        await asyncio.sleep(0.3)
+        assert not writes.done(), "a write returned while another connection held the write lock"
+        assert beats.count >= 10, f"the loop stalled while the lock was held ({beats.count} beats in 0.3 s)"
+        other.execute("COMMIT")
+        await asyncio.wait_for(writes, 10)
     assert (await store.get("t", "", "0001")).payload == b"last word"  # type: ignore[union-attr]
     assert len([c async for c in store.list("t")]) == 30
     await store.put(Checkpoint("t", "", "0100", b"after"))  # and the fast path is back
