@@ -49,9 +49,9 @@ __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
 
 DEFAULT_PRIORITY = 10
 PID_BLOCK = 1000
+"""How many pids a cluster node claims at a time."""
 _SAVERS = 64
 """Writers of deferred lifecycle transitions at once (``Kernel._save_unsaved``)."""
-"""How many pids a cluster node claims at a time."""
 
 
 @dataclass(frozen=True)

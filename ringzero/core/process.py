@@ -124,11 +124,11 @@ class Process:
         self._transition_seq += 1
         self._unsaved.append((self._transition_seq,
                               {"from": old.value, "to": status.value, "at": time.time(), "detail": detail}))
-        self.kernel._emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
-        if status.terminal:
+        if status.terminal:  # its event comes once it is written, as whoever reads the store expects
             await self.save_transitions()
         else:
             self.kernel._save_soon(self)
+        self.kernel._emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
 
     async def save_transitions(self) -> None:
         """Write the transitions not yet written (one row) and the status they end in."""
