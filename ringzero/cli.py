@@ -15,7 +15,7 @@ from rich.console import Console
 
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import InvalidArgument, RingzeroError
+from ringzero.core.errors import InvalidArgument, NotResumed, RingzeroError
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.references import import_reference
 
@@ -93,6 +93,7 @@ def _where(db: Path | str, store: Checkpointer) -> str:
 
 
 async def _ps(db: Path | str, console: Console) -> int:
+    from ringzero.core.journal import spend_in_journal
     from ringzero.core.kernel import ProcessInfo
     from ringzero.core.store import KernelStore
     from ringzero.demo import process_table
@@ -100,7 +101,13 @@ async def _ps(db: Path | str, console: Console) -> int:
     store = _store(db)
     try:
         kernel_store = KernelStore(store)
-        rows = [ProcessInfo.of(r) for r in await kernel_store.load_processes()]
+        records = await kernel_store.load_processes()
+        for record in records:
+            if not record.status.terminal:  # after a crash its status row may lag its journal
+                recorded = spend_in_journal(await kernel_store.journal(record.pid))
+                record.spent = {key: max(float(record.spent.get(key) or 0), amount)  # type: ignore[arg-type]
+                                for key, amount in recorded.items()}
+        rows = [ProcessInfo.of(r) for r in records]
         nodes = {pid: node for pid, (_, node) in (await kernel_store.owners()).items()}
     finally:
         await store.aclose()
@@ -119,23 +126,34 @@ def _kernel_factory(spec: str | None) -> Callable[[Path | str], Kernel]:
     return factory  # type: ignore[no-any-return]
 
 
-async def _resume(db: Path | str, factory: Callable[[Path | str], Kernel], console: Console) -> int:
+async def _resume(db: Path | str, factory: Callable[[Path | str], Kernel], console: Console, *,
+                  default_kernel: bool) -> int:
     kernel = factory(db)
     if isinstance(db, str) and kernel.node is None:
         # A shared store may have cluster nodes on it: take each process as a node does (an
         # ownership claim), so that a node still running one is fenced, never doubled.
         kernel.node = f"resume@{socket.gethostname()}:{os.getpid()}"
+    failed, unfinished = 0, 0
     async with kernel:
         handles = await kernel.recover()
-        console.print(f"resumed {len(handles)} process(es)")
-        failed = 0
+        console.print(f"found {len(handles)} unfinished process(es)")
         for handle in handles:
             try:
                 console.print(f"  pid {handle.pid} {handle.name}: {await handle.wait()!r}")
+            except NotResumed as exc:
+                unfinished += 1
+                console.print(f"  pid {handle.pid} {handle.name}: [bold red]not resumed[/]: {exc.cause}")
             except RingzeroError as exc:
                 failed += 1
                 console.print(f"  pid {handle.pid} {handle.name}: {exc}")
-    return 1 if failed else 0
+    console.print(f"resumed {len(handles) - unfinished} process(es): {len(handles) - unfinished - failed} "
+                  f"finished, {failed} failed")
+    if unfinished:
+        hint = (" No --kernel was given: the default kernel has no LLM provider and no tools; pass "
+                "--kernel module:function returning your configured Kernel.") if default_kernel else ""
+        console.print(f"[bold red]{unfinished} process(es) could not be resumed[/] and are left unfinished in "
+                      f"the store, as they were; a resume with what they need finishes them.{hint}")
+    return 1 if failed or unfinished else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -171,7 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "mcp":
             return _serve_mcp(args)
         assert db is not None
-        return asyncio.run(_resume(db, _kernel_factory(args.kernel), console))
+        # As `python -m` and uvicorn do: `--kernel app:make_kernel` and the programs it journaled
+        # import from the folder the command is run in.
+        sys.path.insert(0, os.getcwd())
+        return asyncio.run(_resume(db, _kernel_factory(args.kernel), console, default_kernel=args.kernel is None))
     except RingzeroError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return 2

@@ -15,7 +15,7 @@ import pytest
 
 from ringzero import Context, Kernel, ProcessStatus, StopReason
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import ProcessFailed
+from ringzero.core.errors import NotResumed, ProcessFailed, ProgramNotFound
 from ringzero.testing import ScriptedProvider
 from tests.programs import echo_twice, logging_llm, parent_waits_for_child, prompt_from_env, receiver, record_tool
 
@@ -149,11 +149,12 @@ async def test_unread_messages_survive_a_restart_and_read_ones_are_not_redeliver
     assert received[0] == "one" and sorted(received[1:]) == ["three", "two"]
 
 
-async def test_a_process_whose_program_cannot_be_imported_fails_clearly(tmp_path: Path) -> None:
+async def test_a_process_whose_program_cannot_be_imported_is_left_unfinished_until_it_can_be(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
 
-    async def local_program(ctx: Context) -> None:
-        await ctx.sleep(3600)
+    async def local_program(ctx: Context) -> str:
+        await ctx.sleep(0.2)
+        return "done"
 
     kernel = Kernel(checkpointer=SqliteCheckpointer(db))
     await kernel.spawn(local_program)
@@ -161,13 +162,19 @@ async def test_a_process_whose_program_cannot_be_imported_fails_clearly(tmp_path
     await kernel.aclose()
     await kernel.checkpointer.aclose()
 
-    async with Kernel(checkpointer=SqliteCheckpointer(db)) as again:
-        assert await again.recover() == []
-        [row] = await again.ps()
-        assert row.status is ProcessStatus.FAILED and row.stop_reason is StopReason.PROGRAM_NOT_FOUND
+    for _ in range(2):  # however often a resume cannot find it, it stays resumable
+        async with Kernel(checkpointer=SqliteCheckpointer(db)) as again:
+            [handle] = await again.recover()
+            with pytest.raises(NotResumed, match="cannot import its program") as caught:
+                await handle.wait()
+            assert isinstance(caught.value.cause, ProgramNotFound) and caught.value.pid == handle.pid
+            [row] = await again.ps(all=True)
+            assert not row.status.terminal and row.stop_reason is None
 
-    async with Kernel(checkpointer=SqliteCheckpointer(db)) as third:  # nothing left to recover
-        assert await third.recover() == []
+    reference = f"{local_program.__module__}:{local_program.__qualname__}"
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as third:  # one that has it finishes it
+        [handle] = await third.recover(programs={reference: local_program})
+        assert await handle.wait() == "done"
 
 
 async def test_recover_accepts_programs_by_name(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ from ringzero.core import errors
 from ringzero.core.errors import (
     BudgetExceeded,
     InvalidArgument,
+    NoProvider,
+    NotSerializable,
     ProcessFailed,
     ProcessNotFound,
     ProviderError,
@@ -44,11 +46,13 @@ from ringzero.core.types import (
     ToolSchema,
     coerce_messages,
     ensure_json,
+    json_problem,
 )
 
 if TYPE_CHECKING:
     from ringzero.core.budget import Spend
     from ringzero.core.conversation import Conversation
+    from ringzero.core.gate import LLMGate
     from ringzero.core.kernel import ProcessHandle
     from ringzero.core.memory import ProcessMemory
     from ringzero.core.process import Process, Program
@@ -197,10 +201,10 @@ class Context:
             stop=tuple(stop) if stop else (),
         )
         process = self._process
-        gate = process.kernel.gate(provider)
         fresh: list[tuple[LLMResponse, dict[str, JSON]]] = []  # to skip decoding what we just encoded
 
         async def live() -> dict[str, JSON]:
+            gate = self._gate(provider)  # only a live call needs the provider: a replay does not
             try:
                 response = await gate.complete(request, pid=process.pid, priority=process.record.priority)
             except ProviderError as exc:
@@ -234,8 +238,7 @@ class Context:
         The budget is checked when the enclosing syscall returns."""
         process = self._process
         request = LLMRequest(messages=coerce_messages(messages), max_tokens=max_tokens)
-        response = await process.kernel.gate(provider).complete(request, pid=process.pid,
-                                                                priority=process.record.priority)
+        response = await self._gate(provider).complete(request, pid=process.pid, priority=process.record.priority)
         charge = {"tokens": float(response.usage.total_tokens), "llm_calls": 1.0, "cost": response.usage.cost or 0.0}
         process.meter.charge(**charge)
         nested = _NESTED.get()
@@ -292,12 +295,13 @@ class Context:
 
         An exception in the tool reaches the program as ToolFailed, live and on replay alike.
         """
-        name, fn = self._resolve_tool(tool)
+        name, fn = (tool, None) if isinstance(tool, str) else self._resolve_tool(tool)
         ensure_json([list(args), kwargs], f"arguments of tool {name!r}")
 
         async def live() -> dict[str, JSON]:
+            call = fn if fn is not None else self._kernel_tool(name)  # a replay needs no tool
             try:
-                value = await call_tool(fn, list(args), kwargs)
+                value = await call_tool(call, list(args), kwargs)
             except Exception as exc:
                 return {"error": {"type": type(exc).__name__, "message": str(exc)}}
             return {"value": ensure_json(value, f"the result of tool {name!r}")}
@@ -321,13 +325,23 @@ class Context:
         """
         return await self._process.syscall("tool", {"name": name, "request": request}, name, live)
 
-    def _resolve_tool(self, tool: str | Tool) -> tuple[str, Tool]:
-        if isinstance(tool, str):
-            tools = self._process.kernel.tools
-            if tool not in tools:
-                known = ", ".join(sorted(tools)) or "none"
-                raise ToolNotFound(f"no tool named {tool!r}; the kernel has: {known}")
-            return tool, tools[tool]
+    def _gate(self, provider: str) -> LLMGate:
+        """The kernel's gate for ``provider``; where it has none, see ``Process.needs``."""
+        try:
+            return self._process.kernel.gate(provider)
+        except NoProvider as exc:
+            self._process.needs(exc)
+
+    def _kernel_tool(self, name: str) -> Tool:
+        """The kernel's tool ``name``; where it has none, see ``Process.needs``."""
+        tools = self._process.kernel.tools
+        if name not in tools:
+            known = ", ".join(sorted(tools)) or "none"
+            self._process.needs(ToolNotFound(f"no tool named {name!r}; the kernel has: {known}"))
+        return tools[name]
+
+    @staticmethod
+    def _resolve_tool(tool: Tool) -> tuple[str, Tool]:
         if not callable(tool):
             raise InvalidArgument(f"ctx.tool() needs a tool name or a callable, not {type(tool).__name__}")
         return getattr(tool, "__qualname__", repr(tool)), tool
@@ -458,7 +472,9 @@ class Context:
     async def checkpoint(self) -> None:
         """Save working state (``ctx.state``) and counters now."""
         process = self._process
-        ensure_json(process.record.state, "ctx.state")
+        problem = json_problem(process.record.state, "ctx.state")
+        if problem is not None:
+            raise NotSerializable(problem)
 
         async def live() -> dict[str, JSON]:
             process.snapshot()

@@ -14,6 +14,7 @@ The tree::
     │   └── BudgetExceeded           ... because it crossed one of its Limits
     ├── NonDeterminismError          a resumed program's syscalls diverged from its journal
     ├── ProgramNotFound              recover() cannot import a journaled program
+    ├── NotResumed                   recover() left a process unfinished: it needs what this kernel lacks
     ├── NoProvider                   ctx.llm() on a kernel that has no LLM provider
     ├── ToolNotFound                 ctx.tool() named a tool the kernel does not have
     ├── ToolFailed                   a host tool called through ctx.tool() raised
@@ -56,6 +57,7 @@ __all__ = [
     "NoProvider",
     "NonDeterminismError",
     "NotAProgram",
+    "NotResumed",
     "NotSerializable",
     "ProcessFailed",
     "ProcessNotFound",
@@ -117,6 +119,21 @@ class NonDeterminismError(RingzeroError):
 
 class ProgramNotFound(RingzeroError):
     """A journaled program cannot be imported, so its process cannot be resumed."""
+
+
+class NotResumed(RingzeroError):
+    """A recovered process needs what this kernel lacks: its program cannot be imported
+    (``ProgramNotFound``), or its next live call needs an LLM provider or a tool the kernel was
+    not given (``NoProvider``, ``ToolNotFound``). It stops without ending, left unfinished in the
+    store as the crash left it (plus whatever it replayed or recorded on the way), so that a
+    resume with a kernel that has what it needs finishes it. ``cause`` is what was missing."""
+
+    def __init__(self, pid: int, name: str, cause: RingzeroError) -> None:
+        super().__init__(f"pid {pid} ({name}) was not resumed: {cause}. It is left unfinished in the store; "
+                         "a resume whose kernel has what it needs finishes it")
+        self.pid = pid
+        self.name = name
+        self.cause = cause
 
 
 class ProcessFailed(RingzeroError):

@@ -18,7 +18,7 @@ from ringzero.core.errors import Fenced, NonDeterminismError
 from ringzero.core.store import JournalEntry, KernelStore
 from ringzero.core.types import JSON, LLMRequest, Message
 
-__all__ = ["OWNER_RECHECK", "Journal", "fingerprint", "llm_fingerprint"]
+__all__ = ["OWNER_RECHECK", "Journal", "fingerprint", "llm_fingerprint", "spend_in_journal"]
 
 OWNER_RECHECK = 1.0
 """Seconds a cluster kernel trusts that it still owns a process before it reads the store again."""
@@ -26,6 +26,26 @@ OWNER_RECHECK = 1.0
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
 """Built once: ``json.dumps`` with options builds an encoder at every call (it runs at every syscall)."""
+
+
+def spend_in_journal(entries: list[JournalEntry]) -> dict[str, float]:
+    """What a process's recorded syscalls consumed, read from its journal: what ``recover()``
+    charges it again as it replays them. Its status row is written at lifecycle transitions,
+    so after a crash it can lag behind; ``ringzero ps`` shows the larger of the two."""
+    spend = {"tokens": 0.0, "cost": 0.0, "llm_calls": 0.0, "steps": float(len(entries)), "exec_seconds": 0.0}
+    for entry in entries:
+        value = entry.outcome.get("value")
+        if not isinstance(value, dict):
+            continue
+        if entry.kind == "llm":
+            usage = value.get("usage")
+            if isinstance(usage, dict):
+                spend["llm_calls"] += 1
+                spend["tokens"] += float(usage.get("input_tokens") or 0) + float(usage.get("output_tokens") or 0)  # type: ignore[arg-type]
+                spend["cost"] += float(usage.get("cost") or 0.0)  # type: ignore[arg-type]
+        elif entry.kind == "exec":
+            spend["exec_seconds"] += float(value.get("duration") or 0.0)  # type: ignore[arg-type]
+    return spend
 
 
 def fingerprint(args: Any) -> str:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import inspect
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -28,9 +29,11 @@ from ringzero.core.errors import (
     InvalidArgument,
     NoProvider,
     NotAProgram,
+    NotResumed,
     ProcessFailed,
     ProcessNotFound,
     ProcessStateError,
+    ProgramNotFound,
     WrongEventLoop,
 )
 from ringzero.core.gate import LLMGate
@@ -39,7 +42,7 @@ from ringzero.core.mailbox import Mail
 from ringzero.core.memory import MemoryStore
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
-from ringzero.core.references import import_reference, importable_reference, reference_of
+from ringzero.core.references import import_reference, importable_reference, program_reference, reference_of
 from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.timeouts import fail_after
@@ -435,8 +438,11 @@ class Kernel:
             raise InvalidArgument(f"priority must be a non-negative integer (0 is most urgent), got {priority!r}")
         if limits is not None and not isinstance(limits, Limits):
             raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(limits).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgument(f"a process name is a string, not {type(name).__name__} {name!r}")
+        reference = _recorded_reference(program)
         record = ProcessRecord(
-            pid=0, name=name or program.__name__, program=reference_of(program),
+            pid=0, name=name or program.__name__, program=reference,
             args=list(args), priority=priority, limits=limits or Limits(),
             parent=parent if remote_parent is None else remote_parent,
         )
@@ -658,7 +664,12 @@ class Kernel:
 
         Each program is imported again by ``module:qualname`` (or looked up in ``programs``
         by that reference or by process name) and re-run; its recorded syscalls are served
-        from the journal, so no LLM call or tool run is repeated. A kernel with a ``node``
+        from the journal, so no LLM call or tool run is repeated. Recovery never turns
+        recoverable work into a failure: a process whose program cannot be imported, or whose
+        next live call needs an LLM provider or tool this kernel was not given, stops without
+        ending; its handle's ``wait()`` raises ``NotResumed`` saying what was missing, and a
+        later ``recover()`` with what it needs finishes it. The handles returned are those of
+        the processes started, then those left unfinished at once. A kernel with a ``node``
         first claims each process's next ownership epoch and leaves the ones another node
         claimed first: of several nodes resuming one process, exactly one runs it. With
         ``from_node`` it takes only processes that node still owns (the failover of a dead node:
@@ -684,6 +695,7 @@ class Kernel:
         if taken:
             records = [r for r in await self.store.load_processes() if r.pid in taken and not r.status.terminal]
         to_start: list[Process] = []
+        unfinished: list[Process] = []
         for record in records:
             program = _resolve(record, programs or {})
             journal = Journal(self.store, record.pid, await self.store.journal(record.pid), owner=taken[record.pid])
@@ -692,11 +704,15 @@ class Kernel:
                 transition_seq=await self.store.last_seq(record.pid, "transitions"),
                 mail_seq=await self.store.last_seq(record.pid, "mailbox"),
             )
-            self._procs[record.pid] = process
-            if program is None:
-                error = {"type": "ProgramNotFound", "message": f"cannot import {record.program}", "traceback": ""}
-                await process.finish(ProcessStatus.FAILED, StopReason.PROGRAM_NOT_FOUND, error)
+            process.recovered = True
+            if program is None:  # left as the crash left it, for a resume that can import it
+                process.not_resumed = NotResumed(record.pid, record.name, ProgramNotFound(
+                    f"cannot import its program {record.program!r} (pass recover(programs={{...}}), or make it "
+                    "importable from where you resume)"))
+                process.end_unfinished()
+                unfinished.append(process)
                 continue
+            self._procs[record.pid] = process
             consumed = {_received_seq(e.outcome) for e in journal.entries
                         if e.kind == "recv" and e.outcome.get("value")}
             for seq, body in await self.store.mail(record.pid):
@@ -705,7 +721,7 @@ class Kernel:
             to_start.append(process)
         for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
             process.start()
-        return [ProcessHandle(self, process) for process in to_start]
+        return [ProcessHandle(self, process) for process in [*to_start, *unfinished]]
 
     async def _take_over(self, pid: int, from_node: str | None) -> tuple[int, str] | None:
         """Claim the next ownership epoch of ``pid`` for this kernel's node: (epoch, node), or
@@ -716,6 +732,22 @@ class Kernel:
             return None
         epoch = (current[0] if current else 0) + 1
         return (epoch, self.node) if await self.store.claim_owner(pid, epoch, self.node) else None
+
+
+_WARNED: set[str] = set()
+
+
+def _recorded_reference(program: Program) -> str:
+    """The reference ``program`` is journaled by; a program in a script that no other process
+    can import (a REPL, a notebook, ``python -c``) is warned about once: after a crash only
+    ``recover(programs={...})`` in a process that defines it again can resume it."""
+    reference, importable = program_reference(program)
+    if not importable and getattr(program, "__module__", None) == "__main__" and reference not in _WARNED:
+        _WARNED.add(reference)
+        warnings.warn(f"program {reference!r} is defined where no other Python process can import it; after a "
+                      "crash, only recover(programs={...}) in a process that defines it again can resume it "
+                      "(define it in a module or a script file for `ringzero resume`)", RuntimeWarning, stacklevel=4)
+    return reference
 
 
 def _resolve_reference(reference: str) -> Any:

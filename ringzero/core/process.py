@@ -15,11 +15,20 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
-from ringzero.core.errors import Fenced, NonDeterminismError, NotSerializable, ProcessStateError
+from ringzero.core.errors import (
+    Fenced,
+    NonDeterminismError,
+    NoProvider,
+    NotResumed,
+    NotSerializable,
+    ProcessStateError,
+    RingzeroError,
+    ToolNotFound,
+)
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.store import ProcessRecord
-from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
+from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json, json_form, json_problem
 
 _RUNNING_LIVE: contextvars.ContextVar[Process | None] = contextvars.ContextVar("ringzero_running_live", default=None)
 """The process whose syscall is running live in this context: a syscall it makes from there (an
@@ -88,6 +97,10 @@ class Process:
         self._watchdog: asyncio.TimerHandle | None = None
         self.fenced: Fenced | None = None
         """Set when another kernel took this process over: it stops here and writes nothing more."""
+        self.recovered = False
+        """Resumed by ``recover()``: what this kernel lacks leaves it unfinished (``leave_unfinished``)."""
+        self.not_resumed: NotResumed | None = None
+        """Set when a recovered process stopped without ending, for lack of what it needs."""
 
     # ----------------------------------------------------------------- identity
     @property
@@ -143,6 +156,31 @@ class Process:
             self._unsaved[:0] = steps  # written with the next ones, or their error raised then
             raise
 
+    def needs(self, cause: NoProvider | ToolNotFound) -> NoReturn:
+        """This kernel lacks an LLM provider or a tool the program asks for. A fresh process
+        gets the error; a recovered one stops here without ending (``NotResumed``): a crash
+        left recoverable work, and a kernel configured without that part must not turn it into
+        a failure. A resume with a kernel that has the part goes on from this syscall."""
+        if not self.recovered:
+            raise cause
+        self.leave_unfinished(cause)
+
+    def leave_unfinished(self, cause: RingzeroError) -> NoReturn:
+        """Stop the process, unwound as a cancellation (which a program does not catch), with
+        nothing terminal written: see ``NotResumed``."""
+        self.not_resumed = NotResumed(self.pid, self.record.name, cause)
+        raise asyncio.CancelledError("not resumed")
+
+    def end_unfinished(self) -> None:
+        """What a process that stops without ending leaves (``Fenced``, ``NotResumed``): its
+        waiters get why, it leaves the live table, and a later ``recover()`` may take it."""
+        self._ended = time.monotonic()
+        reason = self.fenced or self.not_resumed
+        if not self.finished.done() and reason is not None:
+            self.finished.set_exception(reason)
+            self.finished.exception()  # retrieved: ``wait`` raises it; nobody else need see it
+        self.kernel._retire(self)
+
     def snapshot(self) -> None:
         """Copy the live counters into the record before it is saved."""
         self.record.spent = self.meter.spent_dict()
@@ -170,7 +208,7 @@ class Process:
             self.ctx._enter()  # this task's context: programs and the tasks they start see it
             self.value = await self.program(self.ctx, *self.record.args)
         except asyncio.CancelledError:
-            if self.fenced is None and self.record.stop_reason is None:
+            if self.fenced is None and self.not_resumed is None and self.record.stop_reason is None:
                 # The kernel is shutting down: leave the record as a crash would, so that
                 # recover() resumes this process later.
                 raise
@@ -181,12 +219,12 @@ class Process:
         finally:
             self._release()
             self._disarm_watchdog()
-        if self.fenced is not None:  # the new owner finishes it; this kernel lets go, silently
-            self._ended = time.monotonic()
-            if not self.finished.done():
-                self.finished.set_exception(self.fenced)
-                self.finished.exception()  # retrieved: a fence is not an error nobody saw
-            self.kernel._retire(self)
+        if self.fenced is not None or self.not_resumed is not None:
+            # Fenced: the new owner finishes it; this kernel lets go, silently. Not resumed: a
+            # kernel that has what it needs finishes it later.
+            if self.not_resumed is not None:
+                await self.kernel.flush()  # its transitions so far, as a shutdown leaves them
+            self.end_unfinished()
             return
         if self.record.stop_reason is not None:  # killed, or a budget ran out
             status, reason = ProcessStatus.KILLED, self.record.stop_reason
@@ -200,6 +238,11 @@ class Process:
         """
         self._finishing = True
         self._ended = time.monotonic()
+        problem = json_problem(self.record.state, "ctx.state")
+        if problem is not None:  # kept in a JSON form, and the process fails: a resume would see other state
+            self.record.state = json_form(self.record.state)  # type: ignore[assignment]
+            if status is ProcessStatus.EXITED:
+                status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(NotSerializable(problem))
         self.record.stop_reason = reason
         self.record.error = error
         if status is ProcessStatus.EXITED:

@@ -4,11 +4,13 @@ tool or a ``--kernel`` factory is found again by a later Python process."""
 from __future__ import annotations
 
 import importlib
+import sys
+from pathlib import Path
 from typing import Any
 
 from ringzero.core.errors import InvalidArgument
 
-__all__ = ["import_reference", "importable_reference", "reference_of"]
+__all__ = ["import_reference", "importable_reference", "main_module_name", "program_reference", "reference_of"]
 
 
 def reference_of(obj: Any) -> str:
@@ -25,6 +27,42 @@ def importable_reference(obj: Any) -> str | None:
     return f"{module}:{qualname}"
 
 
+def main_module_name() -> str | None:
+    """The name another Python process imports the running script by: ``app`` for ``python
+    app.py`` (the script's folder is ``sys.path[0]``) or ``python -m app``; None where there is
+    none (a REPL, a notebook, ``python -c``, or a package's ``__main__``, which runs when
+    imported)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:
+        name = getattr(spec, "name", None)
+        return name if name and name != "__main__" and not name.endswith(".__main__") else None
+    file = getattr(main, "__file__", None)
+    if not file or not sys.path or not sys.path[0]:
+        return None
+    script = Path(file).resolve()
+    if script.suffix != ".py" or not script.stem.isidentifier() or script.parent != Path(sys.path[0]).resolve():
+        return None
+    return script.stem
+
+
+def program_reference(program: Any) -> tuple[str, bool]:
+    """(``module:qualname`` to record for ``program``, whether a later process can import it).
+
+    A program defined in the running script is recorded under the name the script is imported
+    by (``app:agent``, not ``__main__:agent``), so that ``ringzero resume --kernel
+    app:make_kernel`` finds it after a crash."""
+    reference = importable_reference(program)
+    if reference is not None:
+        return reference, True
+    qualname = getattr(program, "__qualname__", "")
+    if getattr(program, "__module__", None) == "__main__" and "<" not in qualname:
+        module = main_module_name()
+        if module is not None:
+            return f"{module}:{qualname}", True
+    return reference_of(program), False
+
+
 def import_reference(reference: str, what: str) -> Any:
     """The object named by ``module:qualname``; InvalidArgument, naming ``what`` and why, if
     it cannot be imported."""
@@ -32,7 +70,10 @@ def import_reference(reference: str, what: str) -> Any:
     if not colon or not module_name or not qualname or "<locals>" in qualname:
         raise InvalidArgument(f"{what} {reference!r} is not an importable 'module:qualname' reference")
     try:
-        target: Any = importlib.import_module(module_name)
+        # The running script under the name it is recorded by (``program_reference``): itself,
+        # not a second copy of it imported anew.
+        target: Any = sys.modules["__main__"] if module_name == main_module_name() else \
+            importlib.import_module(module_name)
         for part in qualname.split("."):
             target = getattr(target, part)
     except (ImportError, AttributeError, ValueError) as exc:

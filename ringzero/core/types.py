@@ -39,6 +39,8 @@ __all__ = [
     "ToolSchema",
     "Usage",
     "ensure_json",
+    "json_form",
+    "json_problem",
 ]
 
 
@@ -54,6 +56,50 @@ def ensure_json(value: Any, what: str) -> JSON:
             f"{what} must be JSON-compatible (dict, list, str, int, float, bool, None): {exc}"
         ) from exc
     return value  # type: ignore[no-any-return]
+
+
+def json_problem(value: Any, path: str) -> str | None:
+    """Why ``value`` would not come back from the store as it is, naming where in it (``path``
+    is its name, e.g. ``ctx.state``); None when it would. Stricter than ``ensure_json``: a tuple
+    (read back as a list), a key that is not a string (read back as one) and NaN or infinity
+    (not JSON) are refused too, since a resumed program would see something else."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{path} is {value!r}, which JSON cannot hold"
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            problem = json_problem(item, f"{path}[{i}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return (f"{path} has the key {key!r}, a {type(key).__name__}, which would be read back as a string "
+                        "(or not stored at all); use string keys")
+            problem = json_problem(item, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, tuple):
+        return f"{path} is a tuple, which would be read back as a list; store a list"
+    return (f"{path} is a {type(value).__name__} ({value!r:.60}), which is not JSON (dict, list, str, int, float, "
+            "bool, None); store a JSON form of it")
+
+
+def json_form(value: Any) -> JSON:
+    """A JSON form of ``value`` to keep where the value itself cannot be stored: tuples as
+    lists, keys as strings, and anything else that is not JSON (NaN included) as its repr."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [json_form(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): json_form(item) for key, item in value.items()}
+    return repr(value)
 
 
 @dataclass(frozen=True)
