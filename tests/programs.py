@@ -81,7 +81,7 @@ async def parent_waits_for_child(ctx: Context, n: int, child_seconds: float, aft
 GRAPH_TOOL_RUNS: list[str] = []
 
 
-def react_graph(tools: list[Any]) -> Any:
+def react_graph(tools: list[Any], checkpointer: Any = None) -> Any:
     """A ReAct loop: the model (KernelChatModel, through the gate) and a KernelToolNode."""
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import tools_condition
@@ -101,7 +101,7 @@ def react_graph(tools: list[Any]) -> Any:
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
     graph.add_edge("agent", END)
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
 async def graph_agent(ctx: Context, question: str) -> str:
@@ -109,8 +109,8 @@ async def graph_agent(ctx: Context, question: str) -> str:
 
     Its durability is the kernel's journal (a resumed run replays the recorded calls), so the
     graph gets no persistent LangGraph checkpointer: one resuming from the middle of the graph
-    while the program re-runs from the top would diverge from the journal (and the kernel
-    would stop it with NonDeterminismError).
+    while the program re-runs from the top would diverge from the journal (the kernel's model
+    and tool node refuse such a graph: ``graph_agent_with_saver``).
     """
     from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool
@@ -124,6 +124,32 @@ async def graph_agent(ctx: Context, question: str) -> str:
         return f"sunny in {city}"
 
     result = await react_graph([lookup]).ainvoke({"messages": [HumanMessage(question)]})
+    return str(result["messages"][-1].content)
+
+
+async def graph_agent_with_saver(ctx: Context, question: str, saver: str, db: str) -> str:
+    """``graph_agent`` compiled with a LangGraph checkpointer: ``"sqlite"`` (persistent: a
+    KernelSaver over SQLite at ``db``) or ``"memory"`` (InMemorySaver, gone with the process)."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from ringzero.adapters.langgraph import KernelSaver
+    from ringzero.checkpointers import SqliteCheckpointer
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look up the weather of a city (a host tool: it records every real run)."""
+        GRAPH_TOOL_RUNS.append(city)
+        return f"sunny in {city}"
+
+    checkpointer = KernelSaver(SqliteCheckpointer(db)) if saver == "sqlite" else InMemorySaver()
+    try:
+        result = await react_graph([lookup], checkpointer).ainvoke(
+            {"messages": [HumanMessage(question)]}, {"configurable": {"thread_id": f"pid-{ctx.pid}"}})
+    finally:
+        if isinstance(checkpointer, KernelSaver):
+            await checkpointer.checkpointer.aclose()
     return str(result["messages"][-1].content)
 
 

@@ -58,3 +58,27 @@ async def test_a_graph_interrupted_by_shutdown_resumes_without_repeating_recorde
         answer = await asyncio.wait_for(handle.wait(), 10)
     assert answer.endswith("sunny in Paris")
     assert sorted(programs.GRAPH_TOOL_RUNS) == ["Atlantis", "Paris"], "a recorded tool call ran again"
+
+
+async def test_a_graph_with_a_persistent_checkpointer_is_refused_before_its_first_call(tmp_path: Path) -> None:
+    from ringzero import InvalidArgument, ProcessFailed
+
+    def one_city(request: LLMRequest) -> Any:
+        if request.messages[-1].role == "user":
+            return {"content": "", "tool_calls": [{"id": "a", "name": "lookup", "arguments": {"city": "Oslo"}}]}
+        return request.messages[-1].content
+
+    graph_db = tmp_path / "graph.db"
+    programs.GRAPH_TOOL_RUNS.clear()
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db"), llm=ScriptedProvider(one_city)) as k:
+        refused = await k.spawn(programs.graph_agent_with_saver, "weather?", "sqlite", str(graph_db))
+        try:
+            await refused.wait()
+            raise AssertionError("the graph ran")
+        except ProcessFailed as exc:
+            assert exc.error is not None and exc.error["type"] == InvalidArgument.__name__
+            assert "persistent checkpointer (KernelSaver)" in exc.error["message"]
+        assert programs.GRAPH_TOOL_RUNS == [] and await k.store.journal(refused.pid) == []
+        # InMemorySaver dies with the process, so it cannot disagree with the journal: allowed.
+        allowed = await k.spawn(programs.graph_agent_with_saver, "weather?", "memory", "")
+        assert await allowed.wait() == "sunny in Oslo"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
 from ringzero.core import errors
 from ringzero.core.context import Context
 from ringzero.core.errors import MissingExtra
@@ -123,6 +124,7 @@ class KernelChatModel(Closing, BaseChatModel):
         request = self._request(messages, stop, **kwargs)
         ctx = Context.current()
         if ctx is not None:
+            refuse_persistent_checkpointer(ctx.pid)
             response = await ctx.llm(list(request.messages), tools=request.tools, model=request.model,
                                      max_tokens=request.max_tokens, temperature=request.temperature,
                                      stop=request.stop, provider=self.kernel_provider)
@@ -142,6 +144,7 @@ class KernelChatModel(Closing, BaseChatModel):
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         ctx = Context.current()
         if ctx is not None:  # a framework's worker thread inside a kernel process
+            refuse_persistent_checkpointer(ctx.pid)  # here, where the graph's config is the current one
             return ctx.call_from_thread(self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
         if self.gate is None:
             raise errors.NoProvider("KernelChatModel has no provider and is not running inside a kernel process")

@@ -32,6 +32,7 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
 from ringzero.core.context import Context
 from ringzero.core.errors import MissingExtra, NotSerializable, ToolFailed, WrongEventLoop
 from ringzero.core.loops import forward, running_loop
@@ -73,6 +74,7 @@ class KernelToolNode(ToolNode):
         ctx = Context.current()
         if ctx is None:
             return await super()._execute_tool_async(request, input_type, config)
+        refuse_persistent_checkpointer(ctx.pid, config)
         run = functools.partial(super()._execute_tool_async, request, input_type, config)
         return await _journaled(ctx, request, run)
 
@@ -111,6 +113,7 @@ class KernelToolNode(ToolNode):
         ctx = Context.current()
         if ctx is None:
             return super()._execute_tool_sync(request, input_type, config)
+        refuse_persistent_checkpointer(ctx.pid, config)
         run = functools.partial(asyncio.to_thread, super()._execute_tool_sync, request, input_type, config)
         return ctx.call_from_thread(_journaled(ctx, request, run), "KernelToolNode's sync tool call")
 
