@@ -27,6 +27,17 @@ __all__ = ["main"]
 DEFAULT_DB = Path(".ringzero") / "state.db"
 
 
+def _port(text: str) -> int:
+    """A TCP port for ``--port``: argparse reports anything else as a usage error."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, not {text!r}")
+    return port
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringzero", description="An agent kernel for Python.")
     parser.add_argument("--version", action="version", version=f"ringzero {ringzero.__version__}")
@@ -48,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                              "Kernel (LLM provider, tools, executor); default: a Kernel with none of them")
     mcp = commands.add_parser("mcp", help="serve the kernel over MCP (stdio, or streamable HTTP on 127.0.0.1)")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    mcp.add_argument("--port", type=int, default=8765, help="HTTP port on 127.0.0.1 (default: %(default)s)")
+    mcp.add_argument("--port", type=_port, default=8765, help="HTTP port on 127.0.0.1 (default: %(default)s)")
     mcp.add_argument("--tools", action="append", default=[], metavar="MODULE:FUNCTION",
                      help="a tool the code may call (repeat for more)")
     mcp.add_argument("--executor", choices=("monty", "process"), default="monty",

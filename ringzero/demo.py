@@ -127,7 +127,7 @@ async def run_demo(state_dir: Path, console: Console) -> int:
     gate = LLMGate(model.provider, limit,
                    RetryPolicy(max_retries=20, base_delay=0.05))
     events: list[str] = []
-    async with Kernel(llm=gate, checkpointer=SqliteCheckpointer(state_dir / "state.db")) as kernel:
+    async with Kernel(llm=gate, checkpointer=SqliteCheckpointer(state_dir / "state.db", create_folder=True)) as kernel:
 
         def frame() -> Group:
             stats = gate.stats

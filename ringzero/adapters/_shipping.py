@@ -37,9 +37,18 @@ class ExecutorChoice:
     calls from any thread and async calls from any loop run there. ``close()`` stops that
     loop's thread and the Monty executor the choice made (a given one is the caller's)."""
 
-    def __init__(self, given: Executor | None, owner: str) -> None:
-        self.given = given
+    def __init__(self, given: Executor | str | None, owner: str) -> None:
         self._own: Executor | None = None
+        self.given: Executor | None = None
+        if isinstance(given, str):  # a name (``EXECUTOR_NAMES``): an executor of that kind, owned here
+            from ringzero.providers.executors import executor_named
+
+            self.given = self._own = executor_named(given)
+        elif given is not None and not isinstance(given, Executor):
+            raise InvalidArgument(f"executor= takes a ringzero Executor (e.g. ProcessExecutor()) or one of the names "
+                                  f"'monty', 'process', 'microsandbox', not {type(given).__name__} {given!r:.60}")
+        else:
+            self.given = given
         self.home = LoopHome(owner)
 
     def get(self) -> Executor:

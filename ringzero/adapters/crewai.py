@@ -80,7 +80,7 @@ class SandboxedTool(BaseTool):
         return result.value
 
 
-def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | None = None) -> SandboxedTool:
+def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | str | None = None) -> SandboxedTool:
     """A CrewAI tool like ``tool`` (same name, description and ``args_schema``) whose body runs in
     ``executor``: by default the kernel's inside a kernel process, else Monty.
 
@@ -131,7 +131,7 @@ class CodeExecutionTool(BaseTool):
     _host: dict[str, Tool] = PrivateAttr(default_factory=dict)
     _runner: ExecutorChoice = PrivateAttr()
 
-    def __init__(self, tools: Sequence[BaseTool | Callable[..., Any]] = (), executor: Executor | None = None,
+    def __init__(self, tools: Sequence[BaseTool | Callable[..., Any]] = (), executor: Executor | str | None = None,
                  **data: Any) -> None:
         host, lines = {}, []
         for item in tools:

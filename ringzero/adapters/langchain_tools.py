@@ -51,7 +51,7 @@ def _executor_tool(runner: ExecutorChoice, **fields: Any) -> ExecutorTool:
     return tool
 
 
-def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executor | None = None) -> ExecutorTool:
+def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executor | str | None = None) -> ExecutorTool:
     """A LangChain tool like ``tool_or_function`` whose body runs in ``executor`` (by default the
     kernel's executor inside a kernel process, Monty elsewhere).
 
@@ -89,7 +89,7 @@ def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executo
                           handle_tool_error=getattr(template, "handle_tool_error", False))
 
 
-def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor | None = None,
+def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor | str | None = None,
               max_output: int = 4000) -> ExecutorTool:
     """A ``run_python(code)`` tool: the model's code calls ``tools`` as functions in the sandbox."""
     host: dict[str, Callable[..., Any]] = {}

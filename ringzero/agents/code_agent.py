@@ -221,6 +221,8 @@ class CodeAgent(Closing):
             from ringzero.providers.executors.monty import MontyExecutor
 
             executor = MontyExecutor()
+        elif executor is not None and not isinstance(executor, Executor):
+            raise InvalidArgument(f"executor is 'monty', 'process' or an Executor object, not {executor!r:.60}")
         self.config = AgentConfig(tools=self.registry.references(), max_steps=max_steps, tool_limit=tool_limit,
                                   max_observation=max_observation, inputs=inputs, context_budget=context_budget)
         self.limits = limits
@@ -230,7 +232,7 @@ class CodeAgent(Closing):
         def make_kernel() -> Kernel:
             from ringzero.checkpointers import SqliteCheckpointer
 
-            store = checkpointer or SqliteCheckpointer(Path(state_dir) / "agent.db")
+            store = checkpointer or SqliteCheckpointer(Path(state_dir) / "agent.db", create_folder=True)
             return Kernel(llm=llm, executor=chosen, checkpointer=store)
 
         self.host = KernelHost(make_kernel)

@@ -45,7 +45,7 @@ import aiosqlite
 
 from ringzero.checkpointers._filters import list_query, pushable, selected
 from ringzero.checkpointers.sqlite_memory import MEMORY_SCHEMA, SqliteMemoryIndex, move_record_memories
-from ringzero.core.errors import CheckpointerError, Closed
+from ringzero.core.errors import CheckpointerError, Closed, InvalidArgument
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
 
@@ -238,6 +238,9 @@ class _WalCheckpoints:
             self._thread.join(timeout=self._busy_ms / 1000 + 5)
 
 
+DEFAULT_PATH = ".ringzero/state.db"
+
+
 class SqliteCheckpointer:
     """Durable checkpoints in one SQLite file."""
 
@@ -245,12 +248,27 @@ class SqliteCheckpointer:
 
     def __init__(
         self,
-        path: str | Path = ".ringzero/state.db",
+        path: str | Path = DEFAULT_PATH,
         *,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
         busy_timeout: float = 30.0,
+        create_folder: bool | None = None,
     ) -> None:
+        """``create_folder``: make the file's folder if it is missing. By default only for the
+        default path (``.ringzero/``): a mistyped folder is an error, not a new tree of folders."""
+        if not isinstance(path, (str, Path)) or not str(path):
+            raise InvalidArgument(f"SqliteCheckpointer needs a file path, not {path!r}")
+        if synchronous not in ("NORMAL", "FULL"):
+            raise InvalidArgument(f"synchronous is 'NORMAL' or 'FULL', not {synchronous!r}")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or not busy_timeout >= 0:
+            raise InvalidArgument(f"busy_timeout is a number of seconds, not {busy_timeout!r}")
         self.path = Path(path)
+        if create_folder is None:
+            create_folder = self.path == Path(DEFAULT_PATH)
+        if not create_folder and not self.path.parent.is_dir():
+            raise InvalidArgument(f"the folder of SQLite file {self.path} does not exist ({self.path.parent}); create "
+                                  "it, or pass create_folder=True")
+        self._create_folder = create_folder
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout * 1000)
         self._db: aiosqlite.Connection | None = None
@@ -290,7 +308,8 @@ class SqliteCheckpointer:
         return self._db
 
     async def _open(self) -> aiosqlite.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._create_folder:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._errors("opening"):
             pending = aiosqlite.connect(self.path, isolation_level=None)
             pending.daemon = True  # a kernel nobody closed must not keep the interpreter alive

@@ -124,6 +124,8 @@ class Meter:
         Unspecified budgets default to half of what is left; a request larger than what is
         left is refused. Wall time is not shared out: a child may not outlive its parent's.
         """
+        if requested is not None and not isinstance(requested, Limits):
+            raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(requested).__name__} {requested!r:.60}")
         values: dict[str, Any] = {}
         for resource in CONSUMABLE:
             left = self.remaining(resource)

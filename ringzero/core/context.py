@@ -360,6 +360,9 @@ class Context:
 
     async def recv(self, timeout: float | None = None) -> JSON:
         """The most urgent message in the mailbox, waiting up to ``timeout`` s (None on timeout)."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout >= 0):
+            raise InvalidArgument(f"recv needs a non-negative timeout in seconds or None, not {timeout!r}")
         process = self._process
 
         async def live() -> dict[str, JSON]:
@@ -441,6 +444,10 @@ class Context:
         """
         process = self._process
         kernel = process.kernel
+        from ringzero.core.kernel import ProcessHandle  # here: the kernel module imports this one
+
+        if isinstance(child, bool) or not isinstance(child, (int, ProcessHandle, RemoteProcessHandle)):
+            raise InvalidArgument(f"ctx.wait takes a child's handle or pid (a pid is an integer), not {child!r:.60}")
         pid = child if isinstance(child, int) else child.pid
         target = child if not isinstance(child, int) else await kernel._any_handle(pid)
 
@@ -487,7 +494,7 @@ class Context:
 
     async def sleep(self, seconds: float) -> None:
         """Sleep without holding a run slot."""
-        if not isinstance(seconds, (int, float)) or seconds < 0:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
             raise InvalidArgument(f"sleep needs a non-negative number of seconds, not {seconds!r}")
 
         async def live() -> dict[str, JSON]:

@@ -46,8 +46,18 @@ class RateLimit:
     def __post_init__(self) -> None:
         for name in ("requests_per_minute", "tokens_per_minute", "max_concurrency", "burst_requests", "burst_tokens"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            if value is not None and not _is_number(value, above=0):
                 raise InvalidArgument(f"RateLimit.{name} must be a positive number or None, got {value!r}")
+        if self.max_concurrency is not None and not isinstance(self.max_concurrency, int):
+            raise InvalidArgument(f"RateLimit.max_concurrency counts calls: a whole number, "
+                                  f"got {self.max_concurrency!r}")
+
+
+def _is_number(value: object, *, above: float | None = None, at_least: float | None = None) -> bool:
+    """A real number (not a bool, not NaN) above or at least a bound."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return False
+    return (above is None or value > above) and (at_least is None or value >= at_least)
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,18 @@ class RetryPolicy:
     timeout: float | None = 120.0
     """Seconds one attempt may take before it counts as a failure worth retrying."""
 
+    def __post_init__(self) -> None:
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise InvalidArgument(f"RetryPolicy.max_retries must be a whole number, 0 or more, "
+                                  f"got {self.max_retries!r}")
+        for name in ("base_delay", "max_delay"):
+            if not _is_number(getattr(self, name), at_least=0) or getattr(self, name) == float("inf"):
+                raise InvalidArgument(f"RetryPolicy.{name} must be a finite number of seconds, 0 or more, "
+                                      f"got {getattr(self, name)!r}")
+        if self.timeout is not None and not _is_number(self.timeout, above=0):
+            raise InvalidArgument(f"RetryPolicy.timeout must be a positive number of seconds or None, "
+                                  f"got {self.timeout!r}")
+
     def backoff(self, attempt: int) -> float:
         """Full-jitter exponential backoff for the ``attempt``-th retry (0-based)."""
         return random.uniform(0.0, min(self.max_delay, self.base_delay * (2**attempt)))
@@ -71,6 +93,12 @@ class Pricing:
 
     input_per_million: float
     output_per_million: float
+
+    def __post_init__(self) -> None:
+        for name in ("input_per_million", "output_per_million"):
+            if not _is_number(getattr(self, name), at_least=0) or getattr(self, name) == float("inf"):
+                raise InvalidArgument(f"Pricing.{name} must be a finite number of dollars, 0 or more, "
+                                      f"got {getattr(self, name)!r}")
 
     def cost(self, usage: Usage) -> float:
         return (usage.input_tokens * self.input_per_million + usage.output_tokens * self.output_per_million) / 1e6
@@ -154,6 +182,13 @@ class LLMGate:
         *,
         clock: Clock | None = None,
     ) -> None:
+        if not callable(getattr(provider, "complete", None)):
+            raise InvalidArgument(f"LLMGate needs an LLMProvider (an object with async complete(request)), not "
+                                  f"{type(provider).__name__} {provider!r:.60}")
+        for value, kind in ((rate_limit, RateLimit), (retry, RetryPolicy), (pricing, Pricing)):
+            if value is not None and not isinstance(value, kind):
+                raise InvalidArgument(f"LLMGate takes a {kind.__name__} there, not "
+                                      f"{type(value).__name__} {value!r:.60}")
         self.provider = provider
         self.rate_limit = rate_limit or RateLimit()
         self.retry = retry or RetryPolicy()

@@ -46,13 +46,15 @@ from ringzero.core.references import import_reference, importable_reference, pro
 from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.timeouts import fail_after
-from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json
+from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json, json_size
 
 __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
 
 DEFAULT_PRIORITY = 10
 PID_BLOCK = 1000
 """How many pids a cluster node claims at a time."""
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest message (its JSON) a mailbox takes: each is stored, and read back at recovery."""
 _SAVERS = 64
 """Writers of deferred lifecycle transitions at once (``Kernel._save_unsaved``)."""
 
@@ -190,8 +192,8 @@ class Kernel:
         self,
         *,
         llm: LLMProvider | LLMGate | Mapping[str, LLMProvider | LLMGate] | None = None,
-        executor: Executor | None = None,
-        checkpointer: Checkpointer | None = None,
+        executor: Executor | str | None = None,
+        checkpointer: Checkpointer | str | Path | None = None,
         scheduler: Scheduler | None = None,
         tools: Mapping[str, Tool] | None = None,
         max_running: int | None = None,
@@ -200,19 +202,37 @@ class Kernel:
         if checkpointer is None:
             from ringzero.checkpointers.sqlite import SqliteCheckpointer
 
-            checkpointer = SqliteCheckpointer(Path(state_dir) / "state.db")
+            checkpointer = SqliteCheckpointer(Path(state_dir) / "state.db", create_folder=True)
+        elif isinstance(checkpointer, (str, Path)):  # as LangGraph's from_conn_string: a path or a DSN
+            from ringzero.checkpointers import open_checkpointer
+
+            checkpointer = open_checkpointer(checkpointer)
         if executor is None:
             from ringzero.providers.executors.monty import MontyExecutor
 
             executor = MontyExecutor()
+        elif isinstance(executor, str):
+            from ringzero.providers.executors import executor_named
+
+            executor = executor_named(executor)
+        _require(checkpointer, Checkpointer, "checkpointer", "e.g. SqliteCheckpointer('state.db'), or a path")
+        _require(executor, Executor, "executor", "e.g. MontyExecutor() or ProcessExecutor(), or 'monty'/'process'")
+        if scheduler is not None:
+            _require(scheduler, Scheduler, "scheduler", "e.g. LocalScheduler()")
+        if tools is not None and (not isinstance(tools, Mapping) or not all(
+                isinstance(k, str) and callable(v) for k, v in tools.items())):
+            raise InvalidArgument(f"tools maps names to functions, e.g. {{'search': search}}, not {tools!r:.80}")
+        if max_running is not None and (isinstance(max_running, bool) or not isinstance(max_running, int)
+                                        or max_running < 1):
+            raise InvalidArgument(f"max_running is a whole number of processes, at least 1, not {max_running!r}")
         if scheduler is None:
             from ringzero.providers.schedulers.local import LocalScheduler
 
             scheduler = LocalScheduler(max_running=max_running)
         elif max_running is not None:
             raise InvalidArgument("pass max_running to your scheduler, not to Kernel, when you give one")
-        self.checkpointer = checkpointer
-        self.executor = executor
+        self.checkpointer: Checkpointer = checkpointer
+        self.executor: Executor = executor  # type: ignore[assignment]  # a name was resolved above
         self.scheduler = scheduler
         self.store = KernelStore(checkpointer)
         self.memory = MemoryStore(checkpointer)
@@ -591,7 +611,10 @@ class Kernel:
 
     # ------------------------------------------------------------------ messages
     def _check_message(self, pid: int, message: JSON, priority: int) -> None:
-        ensure_json(message, f"a message to pid {pid}")
+        size = json_size(message, f"a message to pid {pid}")
+        if size > MAX_MESSAGE_BYTES:
+            raise InvalidArgument(f"a message to pid {pid} is {size:,} bytes of JSON, over the {MAX_MESSAGE_BYTES:,} a "
+                                  "mailbox takes: send a reference to the data (a file, a memory key) instead")
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
             raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
         if self._process(pid).status.terminal:
@@ -732,6 +755,14 @@ class Kernel:
             return None
         epoch = (current[0] if current else 0) + 1
         return (epoch, self.node) if await self.store.claim_owner(pid, epoch, self.node) else None
+
+
+def _require(value: Any, protocol: type, what: str, example: str) -> None:
+    """InvalidArgument unless ``value`` implements ``protocol`` (its methods, checked now rather
+    than as an AttributeError at the first call)."""
+    if not isinstance(value, protocol):
+        raise InvalidArgument(f"{what} must be a ringzero {protocol.__name__} ({example}), not "
+                              f"{type(value).__name__} {value!r:.60}")
 
 
 _WARNED: set[str] = set()

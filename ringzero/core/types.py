@@ -41,6 +41,7 @@ __all__ = [
     "ensure_json",
     "json_form",
     "json_problem",
+    "json_size",
 ]
 
 
@@ -49,13 +50,18 @@ def ensure_json(value: Any, what: str) -> JSON:
 
     ``what`` names the value in the error, e.g. ``"message to pid 3"``.
     """
+    json_size(value, what)
+    return value  # type: ignore[no-any-return]
+
+
+def json_size(value: Any, what: str) -> int:
+    """The length of ``value``'s JSON text; NotSerializable, naming ``what``, if it has none."""
     try:
-        json.dumps(value, allow_nan=False)
+        return len(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise NotSerializable(
             f"{what} must be JSON-compatible (dict, list, str, int, float, bool, None): {exc}"
         ) from exc
-    return value  # type: ignore[no-any-return]
 
 
 def json_problem(value: Any, path: str) -> str | None:
@@ -451,7 +457,14 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
+@functools.cache
+def _whole_fields(cls: type) -> frozenset[str]:
+    """The fields of a limits dataclass that count whole things (annotated ``int | None``)."""
+    return frozenset(f.name for f in fields(cls) if str(f.type).startswith("int"))
+
+
 def _check_non_negative(obj: object, kind: str) -> None:
+    whole = _whole_fields(type(obj))  # type: ignore[arg-type]
     for name in _field_names(type(obj)):  # type: ignore[arg-type]
         value = getattr(obj, name)
         if value is None:
@@ -460,6 +473,9 @@ def _check_non_negative(obj: object, kind: str) -> None:
             raise InvalidLimits(f"{kind}.{name} must be a number or None, not {value!r}")
         if value < 0:
             raise InvalidLimits(f"{kind}.{name} must not be negative, got {value}")
+        if name in whole and not isinstance(value, int):
+            raise InvalidLimits(f"{kind}.{name} counts whole {name.replace('_', ' ')}: a whole number or None, "
+                                f"not {value!r}")
 
 
 def coerce_messages(messages: Sequence[Message | Mapping[str, Any]] | str) -> tuple[Message, ...]:
