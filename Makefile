@@ -44,6 +44,7 @@ bench: sync
 	$(VENV)/bin/python benchmarks/finished_processes_memory.py
 	$(VENV)/bin/python benchmarks/ptc_tokens.py
 	$(VENV)/bin/python benchmarks/context_folding.py
+	$(VENV)/bin/python benchmarks/faults.py
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .pytest_cache .ruff_cache

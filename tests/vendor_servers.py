@@ -9,7 +9,10 @@ Every request is kept in ``requests``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +30,9 @@ class Reply:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    cut: Literal["reset", "truncate"] | None = None
+    """``reset``: the connection is reset (RST) halfway through the body; ``truncate``: the
+    body is cut in half and sent as if whole (a shorter content-length), so it is not JSON."""
 
 
 @dataclass
@@ -182,16 +188,32 @@ class VendorServer:
                     reply = server.answer(self.path, headers, body)
                 time.sleep(reply.delay)
                 data = json.dumps(reply.body).encode()
+                length = len(data)
+                if reply.cut == "truncate":
+                    data = data[: len(data) // 2]
+                    length = len(data)
                 try:
                     self.send_response(reply.status)
                     self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
+                    self.send_header("content-length", str(length))
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
                     self.end_headers()
+                    if reply.cut == "reset":
+                        self.wfile.write(data[: len(data) // 2])
+                        self.wfile.flush()
+                        # SO_LINGER with a zero timeout: close() sends RST, not FIN.
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.close_connection = True
+                        self.connection.close()
+                        return
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
+
+            def finish(self) -> None:
+                with contextlib.suppress(OSError, ValueError):  # a connection reset on purpose (``Reply.cut``)
+                    super().finish()
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: the tests read ``requests`` instead."""
