@@ -4,9 +4,8 @@
 timeout), against an OpenAI-format and an Anthropic-format server on 127.0.0.1 that answer
 each attempt with a fault drawn from ``FAULT_WEIGHTS`` (the same seed for both, so both meet
 the same schedule: the columns differ only if the two wire formats are handled differently); a
-SQLite journal. Prints what was
-injected, how the processes ended, the wall time and the peak memory, and whether the
-server's log and the journals agreed on every call.
+SQLite journal. Prints what was injected, how the processes ended, the wall time and the peak
+memory, and whether the server's log and the journals agreed on every call.
 
     .venv/bin/python benchmarks/faults.py [--processes 1000] [--calls 5] [--seed 17]
 """

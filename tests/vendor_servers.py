@@ -13,6 +13,7 @@ import contextlib
 import json
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -142,13 +143,20 @@ def anthropic_problem(headers: dict[str, str], body: dict[str, Any]) -> Reply | 
 
 
 # ---------------------------------------------------------------- the server
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (a timeout, a killed host) is not an error here."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class VendorServer:
     def __init__(self, vendor: Vendor, script: Script) -> None:
         self.vendor = vendor
         self.script = list(script)
         self.requests: list[Seen] = []
         self._lock = threading.Lock()
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._http = _QuietServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
 
     @property

@@ -29,7 +29,7 @@ from ringzero.core.host_tools import call_tool
 from ringzero.core.journal import llm_fingerprint
 from ringzero.core.loops import run_on
 from ringzero.core.protocols import Executor, Tool
-from ringzero.core.references import reference_of
+from ringzero.core.references import program_reference
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.timeouts import fail_after
 from ringzero.core.tokens import estimate_message_tokens
@@ -349,11 +349,19 @@ class Context:
     # ------------------------------------------------------------ messages
     async def send(self, pid: int, message: JSON, *, priority: int = 10) -> None:
         """Deliver ``message`` to process ``pid``'s mailbox (lower priority numbers first)."""
-        kernel = self._process.kernel
+        process = self._process
+        kernel = process.kernel
         kernel._check_message(pid, message, priority)
+        # Whether the target can take it is asked only live: a replayed send was delivered, to a
+        # process that may have ended since. The id is the send's place in program order, the
+        # same when the program is re-run, so a send that was delivered but not yet journaled
+        # when the host died is not delivered twice (``Kernel._deliver``).
+        process.sends += 1
+        mail_id = f"{process.pid}:{process.sends}"
 
         async def live() -> dict[str, JSON]:
-            await kernel._deliver(pid, message, priority, sender=self.pid)
+            await kernel._deliver(pid, message, priority, sender=self.pid, mail_id=mail_id,
+                                  maybe_delivered=process.recovered)
             return {"value": None}
 
         await self._process.syscall("send", {"to": pid, "message": message, "priority": priority}, f"to {pid}", live)
@@ -397,22 +405,27 @@ class Context:
 
         created: list[int] = []
         placed: list[RemoteProcessHandle] = []
+        process.spawns += 1
+        spawn_id = f"{process.pid}:{process.spawns}"
 
         async def live() -> dict[str, JSON]:
+            orphan = kernel._spawned_before_crash(process, spawn_id)
+            if orphan is not None:  # created before the host died, but the spawn was not journaled
+                return {"value": orphan}
             if kernel.child_placement is not None:
-                request = SpawnRequest(program=reference_of(program), args=list(args), name=name or program.__name__,
-                                       priority=child_priority, limits=child_limits)
+                request = SpawnRequest(program=program_reference(program)[0], args=list(args),
+                                       name=name or program.__name__, priority=child_priority, limits=child_limits)
                 remote = await kernel.child_placement.place_child(request, parent=process.pid)
                 if remote is not None:
                     placed.append(remote)
                     kernel._adopt_remote_child(process, remote, child_limits)
                     return {"value": remote.pid}
             child = await kernel._spawn_process(program, args, name=name, priority=child_priority,
-                                        limits=child_limits, parent=process.pid)
+                                                limits=child_limits, parent=process.pid, spawn_id=spawn_id)
             created.append(child.pid)  # create() registered it with this process already
             return {"value": child.pid}
 
-        fp = {"program": reference_of(program), "args": list(args), "name": name,
+        fp = {"program": program_reference(program)[0], "args": list(args), "name": name,
               "priority": child_priority, "limits": child_limits.to_dict()}
         outcome = await process.syscall("spawn", fp, fp["program"], live)  # type: ignore[arg-type]
         child_pid = int(outcome["value"])  # type: ignore[arg-type]

@@ -266,6 +266,8 @@ class Kernel:
         """Where children spawned here may go instead of this kernel: set by a cluster worker whose
         scheduler spreads children over nodes (None: every child runs with its parent)."""
         self._remote_watches: set[asyncio.Task[None]] = set()
+        self._children_by_spawn: dict[str, int] = {}
+        """Recovered children by ``spawn_id`` (see ``_spawned_before_crash``)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._closed = False
@@ -449,6 +451,7 @@ class Kernel:
         limits: Limits | None,
         parent: int | None,
         remote_parent: int | None = None,
+        spawn_id: str | None = None,
     ) -> Process:
         """``remote_parent``: the pid of a parent on another cluster node, recorded as the parent
         (whose kernel holds the budget reservation and waits for the end) with no local owner."""
@@ -464,7 +467,7 @@ class Kernel:
         record = ProcessRecord(
             pid=0, name=name or program.__name__, program=reference,
             args=list(args), priority=priority, limits=limits or Limits(),
-            parent=parent if remote_parent is None else remote_parent,
+            parent=parent if remote_parent is None else remote_parent, spawn_id=spawn_id,
         )
         owner = None if parent is None else self._process(parent)
         # The child is created in a task of its own that a kill of the parent cannot cut
@@ -617,14 +620,22 @@ class Kernel:
                                   "mailbox takes: send a reference to the data (a file, a memory key) instead")
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
             raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
-        if self._process(pid).status.terminal:
-            raise ProcessStateError(f"pid {pid} has {self._process(pid).status.value}; it receives no messages")
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise InvalidArgument(f"a pid is an integer, not {pid!r}")
 
-    async def _deliver(self, pid: int, message: JSON, priority: int, sender: int | None) -> None:
-        """Store the message durably, then put it in the live mailbox."""
+    async def _deliver(self, pid: int, message: JSON, priority: int, sender: int | None, *,
+                       mail_id: str | None = None, maybe_delivered: bool = False) -> None:
+        """Store the message durably, then put it in the live mailbox. ``maybe_delivered``: a
+        resumed sender's live send, which its host may have delivered before it died without
+        journaling it; a mail with the same ``mail_id`` in the target's mailbox means it was."""
+        if maybe_delivered and mail_id is not None and any(
+                body.get("id") == mail_id for _, body in await self.store.mail(pid)):
+            return
         target = self._process(pid)
+        if target.status.terminal:
+            raise ProcessStateError(f"pid {pid} has {target.status.value}; it receives no messages")
         seq = target.next_mail_seq()
-        await self.store.append_mail(pid, seq, priority, message, sender)
+        await self.store.append_mail(pid, seq, priority, message, sender, mail_id)
         target.mailbox.put(Mail(priority, seq, message, sender))
 
     # ------------------------------------------------------------------ budgets
@@ -701,7 +712,11 @@ class Kernel:
         await self.start()
         wanted = None if pids is None else set(pids)
         taken: dict[int, tuple[int, str] | None] = {}
-        for record in await self.store.load_processes():
+        everything = await self.store.load_processes()
+        unfinished = {r.pid for r in everything if not r.status.terminal}
+        self._children_by_spawn.update((r.spawn_id, r.pid) for r in everything
+                                       if r.spawn_id is not None and r.parent in unfinished)
+        for record in everything:
             if record.pid in self._procs or record.status.terminal:
                 continue  # an ended one is read from the store if a resumed parent asks for it
             if wanted is not None and record.pid not in wanted:
@@ -745,6 +760,13 @@ class Kernel:
         for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
             process.start()
         return [ProcessHandle(self, process) for process in [*to_start, *unfinished]]
+
+    def _spawned_before_crash(self, parent: Process, spawn_id: str) -> int | None:
+        """The pid of the child a resumed ``parent`` created with this spawn before its host
+        died without journaling the spawn: the resumed spawn takes it instead of a second one."""
+        if not parent.recovered:
+            return None
+        return self._children_by_spawn.pop(spawn_id, None)
 
     async def _take_over(self, pid: int, from_node: str | None) -> tuple[int, str] | None:
         """Claim the next ownership epoch of ``pid`` for this kernel's node: (epoch, node), or

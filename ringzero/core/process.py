@@ -97,6 +97,10 @@ class Process:
         self._watchdog: asyncio.TimerHandle | None = None
         self.fenced: Fenced | None = None
         """Set when another kernel took this process over: it stops here and writes nothing more."""
+        self.sends = 0
+        self.spawns = 0
+        """Sends and spawns made so far in program order (replayed ones too): the ids that make a
+        resumed program's first live send and spawn idempotent (``ctx.send``, ``ctx.spawn``)."""
         self.recovered = False
         """Resumed by ``recover()``: what this kernel lacks leaves it unfinished (``leave_unfinished``)."""
         self.not_resumed: NotResumed | None = None

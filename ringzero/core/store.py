@@ -89,6 +89,9 @@ class ProcessRecord:
     state: dict[str, JSON] = field(default_factory=dict)
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    spawn_id: str | None = None
+    """``parent-pid:n`` for the parent's n-th ``ctx.spawn`` in program order: how a resumed
+    parent finds the child it created before a crash cut it off from journaling the spawn."""
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -109,6 +112,7 @@ class ProcessRecord:
             "state": self.state,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
+            **({"spawn_id": self.spawn_id} if self.spawn_id is not None else {}),
         }
 
     @classmethod
@@ -131,6 +135,7 @@ class ProcessRecord:
             state=dict(data.get("state") or {}),
             created_at=float(data.get("created_at", 0.0)),
             updated_at=float(data.get("updated_at", 0.0)),
+            spawn_id=data.get("spawn_id"),
         )
 
 
@@ -318,8 +323,11 @@ class KernelStore:
             for seq, body in await self._read(pid, "journal")
         ]
 
-    async def append_mail(self, pid: int, seq: int, priority: int, message: JSON, sender: int | None) -> None:
-        body = {"priority": priority, "message": message, "sender": sender}
+    async def append_mail(self, pid: int, seq: int, priority: int, message: JSON, sender: int | None,
+                          mail_id: str | None = None) -> None:
+        body: dict[str, JSON] = {"priority": priority, "message": message, "sender": sender}
+        if mail_id is not None:  # a process's send: its place in the sender's program order
+            body["id"] = mail_id
         await self._append(pid, "mailbox", seq, body, {"priority": priority})
 
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
