@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringzero import Context, Kernel, LLMGate, ProcessFailed, RateLimit, RetryPolicy
+from ringzero import Context, Kernel, LLMGate, ProcessFailed, ProviderError, RateLimit, RetryPolicy
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.timeouts import fail_after
 from ringzero.testing import InProcessExecutor
@@ -51,8 +51,6 @@ ERROR_OF_FAULT = {
     "malformed 200": "ProviderUnavailable", "400": "BadRequest",
 }
 """The typed error each fault must come back as when it is a call's last attempt."""
-
-RETRYABLE = {fault for fault, error in ERROR_OF_FAULT.items() if error != "BadRequest"}
 
 RETRY_AFTER = 0.02
 """Seconds the ``429 retry-after`` answers ask for (``retry-after-ms`` for OpenAI; Anthropic's
@@ -130,6 +128,32 @@ def _prompt(message: dict[str, Any]) -> str:
     return "".join(block.get("text", "") for block in content or () if isinstance(block, dict))
 
 
+class ClientView:
+    """The provider as the gate calls it, recording what each attempt came to as the client saw
+    it: ``ok``, the typed error's name, or ``timeout`` (the gate's attempt timeout cancelled it;
+    on a loaded machine an answer the server sent in time can still arrive too late)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.seen: dict[str, list[str]] = defaultdict(list)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def complete(self, request: Any) -> Any:
+        prompt = request.messages[-1].content
+        try:
+            response = await self.inner.complete(request)
+        except ProviderError as exc:
+            self.seen[prompt].append(type(exc).__name__)
+            raise
+        except asyncio.CancelledError:
+            self.seen[prompt].append("timeout")
+            raise
+        self.seen[prompt].append("ok")
+        return response
+
+
 async def llm_caller(ctx: Context, calls: int) -> list[str]:
     """``calls`` model calls, each with a prompt that names the process and the call."""
     return [(await ctx.llm(f"pid {ctx.pid} call {i}")).content for i in range(calls)]
@@ -163,7 +187,8 @@ async def run_provider_faults(vendor: Vendor, *, processes: int, calls: int, see
     with server.running():
         provider = (OpenAIProvider("gpt-test", base_url=server.url, api_key="test-key") if vendor == "openai"
                     else AnthropicProvider("claude-test", base_url=server.url, api_key="test-key"))
-        gate = LLMGate(provider, RateLimit(max_concurrency=concurrency),
+        client = ClientView(provider)
+        gate = LLMGate(client, RateLimit(max_concurrency=concurrency),
                        RetryPolicy(max_retries=max_retries, base_delay=0.002, max_delay=0.02, timeout=attempt_timeout))
         async with Kernel(llm=gate, checkpointer=store, executor=InProcessExecutor()) as kernel:
             handles = [await kernel.spawn(llm_caller, calls, name=f"caller-{i}") for i in range(processes)]
@@ -184,14 +209,16 @@ async def run_provider_faults(vendor: Vendor, *, processes: int, calls: int, see
             expected = [f"answer to pid {handle.pid} call {i}" for i in range(calls)]
             if end != expected:
                 run.problems.append(f"pid {handle.pid} returned {end!r:.200}")
-    run.problems += _disagreements(server.attempts, journals, {h.pid: e for h, e in zip(handles, ends, strict=True)},
-                                   max_retries)
+    run.problems += _disagreements(server.attempts, client.seen, journals,
+                                   {h.pid: e for h, e in zip(handles, ends, strict=True)}, max_retries)
     return run
 
 
-def _disagreements(attempts: list[Attempt], journals: Mapping[int, list[Any]], ends: Mapping[int, Any],
-                   max_retries: int) -> list[str]:
-    """What the server's log, the journals and the retry rules disagree on (empty: nothing)."""
+def _disagreements(attempts: list[Attempt], client: Mapping[str, list[str]], journals: Mapping[int, list[Any]],
+                   ends: Mapping[int, Any], max_retries: int) -> list[str]:
+    """What the server's log, the client's view, the journals and the retry rules disagree on
+    (empty: nothing). Retries are judged by what the client saw; the server's log says which
+    fault each attempt met, and must map to the client's typed error wherever the two line up."""
     problems: list[str] = []
     by_prompt: dict[str, list[Attempt]] = defaultdict(list)
     for attempt in attempts:
@@ -203,30 +230,37 @@ def _disagreements(attempts: list[Attempt], journals: Mapping[int, list[Any]], e
             prompt = f"pid {pid} call {i}"
             journaled.add(prompt)
             tries = sorted(by_prompt.get(prompt, []), key=lambda a: a.number)
-            if not tries:
-                problems.append(f"{prompt}: journaled, but the server never saw it")
+            seen = list(client.get(prompt, []))
+            if not tries or not seen:
+                problems.append(f"{prompt}: journaled, but the server or the client never saw it")
                 continue
-            last = tries[-1]
-            if len(tries) > max_retries + 1:
-                problems.append(f"{prompt}: {len(tries)} attempts, over the policy's {max_retries + 1}")
-            for earlier in tries[:-1]:
-                if earlier.fault not in RETRYABLE:
-                    problems.append(f"{prompt}: retried after {earlier.fault!r}, which must not be retried")
-            for earlier, later in itertools.pairwise(tries):
-                if earlier.fault == "429 retry-after" and later.arrived - earlier.arrived < RETRY_AFTER - 0.002:
-                    problems.append(f"{prompt}: retried {later.arrived - earlier.arrived:.3f} s after a 429 that "
-                                    f"asked for {RETRY_AFTER} s")
-            outcome = entry.outcome
-            if last.fault == "ok":
+            if len(seen) > max_retries + 1:
+                problems.append(f"{prompt}: {len(seen)} attempts, over the policy's {max_retries + 1}")
+            if len(tries) > len(seen):
+                problems.append(f"{prompt}: the server saw {len(tries)} attempts, the client made {len(seen)}")
+            for earlier in seen[:-1]:
+                if earlier not in ("RateLimited", "ProviderUnavailable", "timeout"):
+                    problems.append(f"{prompt}: retried after {earlier!r}, which must not be retried")
+            if len(tries) == len(seen):
+                for attempt, saw in zip(tries, seen, strict=True):
+                    wanted = "ok" if attempt.fault == "ok" else ERROR_OF_FAULT[attempt.fault]
+                    if saw not in (wanted, "timeout"):
+                        problems.append(f"{prompt}: the server answered {attempt.fault!r}, the client saw {saw!r}")
+                for earlier, later in itertools.pairwise(tries):
+                    if earlier.fault == "429 retry-after" and later.arrived - earlier.arrived < RETRY_AFTER - 0.002:
+                        problems.append(f"{prompt}: retried {later.arrived - earlier.arrived:.3f} s after a 429 "
+                                        f"that asked for {RETRY_AFTER} s")
+            outcome, last = entry.outcome, seen[-1]
+            if last == "ok":
                 content = (outcome.get("value") or {}).get("message", {}).get("content")
                 if content != f"answer to {prompt}":
-                    problems.append(f"{prompt}: the server answered it, the journal holds {outcome!r:.200}")
+                    problems.append(f"{prompt}: the client got its answer, the journal holds {outcome!r:.200}")
             else:
                 error = (outcome.get("error") or {}).get("type")
-                if error != ERROR_OF_FAULT[last.fault]:
-                    problems.append(f"{prompt}: last attempt was {last.fault!r}, the journal holds {outcome!r:.200}")
-                if last.fault in RETRYABLE and len(tries) < max_retries + 1:
-                    problems.append(f"{prompt}: gave up after {len(tries)} attempts, the last {last.fault!r}, with "
+                if error != ("ProviderUnavailable" if last == "timeout" else last):
+                    problems.append(f"{prompt}: its last attempt ended {last!r}, the journal holds {outcome!r:.200}")
+                if last != "BadRequest" and len(seen) < max_retries + 1:
+                    problems.append(f"{prompt}: gave up after {len(seen)} attempts, the last {last!r}, with "
                                     "retries left")
         failed = isinstance(ends.get(pid), ProcessFailed)
         if failed and (not calls or "error" not in calls[-1].outcome):

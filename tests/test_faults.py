@@ -41,18 +41,28 @@ def test_the_checks_catch_each_kind_of_disagreement() -> None:
         return JournalEntry(1, "llm", "fp", "", {"error": {"type": error, "message": ""}})
 
     call = "pid 1 call 0"
-    assert _disagreements([Attempt(call, 0, "ok", 0.0)], {1: [answered(call)]}, {}, 4) == []
-    assert _disagreements([Attempt(call, 0, "ok", 0.0)], {1: []}, {}, 4) == [
-        f"{call}: the server saw it, no journal holds it"]
-    assert _disagreements([], {1: [answered(call)]}, {}, 4) == [f"{call}: journaled, but the server never saw it"]
-    assert _disagreements([Attempt(call, 0, "400", 0.0), Attempt(call, 1, "ok", 0.1)], {1: [answered(call)]}, {}, 4) \
-        == [f"{call}: retried after '400', which must not be retried"]
+    ok = [Attempt(call, 0, "ok", 0.0)]
+    assert _disagreements(ok, {call: ["ok"]}, {1: [answered(call)]}, {}, 4) == []
+    assert _disagreements(ok, {call: ["ok"]}, {1: []}, {}, 4) == [f"{call}: the server saw it, no journal holds it"]
+    assert _disagreements([], {}, {1: [answered(call)]}, {}, 4) == [
+        f"{call}: journaled, but the server or the client never saw it"]
+    after_400 = [Attempt(call, 0, "400", 0.0), Attempt(call, 1, "ok", 0.1)]
+    assert _disagreements(after_400, {call: ["BadRequest", "ok"]}, {1: [answered(call)]}, {}, 4) == [
+        f"{call}: retried after 'BadRequest', which must not be retried"]
+    late = [Attempt(call, 0, "ok", 0.0), Attempt(call, 1, "ok", 0.4)]  # the first answer came after the timeout
+    assert _disagreements(late, {call: ["timeout", "ok"]}, {1: [answered(call)]}, {}, 4) == []
     too_many = [Attempt(call, i, "500", i * 0.1) for i in range(3)]
-    assert _disagreements(too_many, {1: [failed("ProviderUnavailable")]}, {}, 1) == [
-        f"{call}: 3 attempts, over the policy's 2"]
+    assert _disagreements(too_many, {call: ["ProviderUnavailable"] * 3}, {1: [failed("ProviderUnavailable")]},
+                          {}, 1) == [f"{call}: 3 attempts, over the policy's 2"]
     early = [Attempt(call, 0, "429 retry-after", 0.0), Attempt(call, 1, "ok", 0.001)]
-    assert "after a 429 that asked for" in _disagreements(early, {1: [answered(call)]}, {}, 4)[0]
+    assert "after a 429 that asked for" in _disagreements(early, {call: ["RateLimited", "ok"]},
+                                                          {1: [answered(call)]}, {}, 4)[0]
     gave_up = [Attempt(call, 0, "503", 0.0)]
-    assert "with retries left" in _disagreements(gave_up, {1: [failed("ProviderUnavailable")]}, {}, 4)[0]
-    wrong_type = [Attempt(call, i, "529", i * 0.1) for i in range(2)]
-    assert "the journal holds" in _disagreements(wrong_type, {1: [failed("BadRequest")]}, {}, 1)[0]
+    assert "with retries left" in _disagreements(gave_up, {call: ["ProviderUnavailable"]},
+                                                 {1: [failed("ProviderUnavailable")]}, {}, 4)[0]
+    mistyped = [Attempt(call, 0, "529", 0.0)]
+    assert "the client saw 'RateLimited'" in _disagreements(mistyped, {call: ["RateLimited"]},
+                                                             {1: [failed("RateLimited")]}, {}, 0)[0]
+    wrong_record = [Attempt(call, 0, "400", 0.0)]
+    assert "the journal holds" in _disagreements(wrong_record, {call: ["BadRequest"]},
+                                                 {1: [failed("ProviderUnavailable")]}, {}, 4)[0]

@@ -713,9 +713,9 @@ class Kernel:
         wanted = None if pids is None else set(pids)
         taken: dict[int, tuple[int, str] | None] = {}
         everything = await self.store.load_processes()
-        unfinished = {r.pid for r in everything if not r.status.terminal}
+        open_parents = {r.pid for r in everything if not r.status.terminal}
         self._children_by_spawn.update((r.spawn_id, r.pid) for r in everything
-                                       if r.spawn_id is not None and r.parent in unfinished)
+                                       if r.spawn_id is not None and r.parent in open_parents)
         for record in everything:
             if record.pid in self._procs or record.status.terminal:
                 continue  # an ended one is read from the store if a resumed parent asks for it
@@ -744,7 +744,7 @@ class Kernel:
             )
             process.recovered = True
             if program is None:  # left as the crash left it, for a resume that can import it
-                process.not_resumed = NotResumed(record.pid, record.name, ProgramNotFound(
+                process.left_unfinished = NotResumed(record.pid, record.name, ProgramNotFound(
                     f"cannot import its program {record.program!r} (pass recover(programs={{...}}), or make it "
                     "importable from where you resume)"))
                 process.end_unfinished()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
 from ringzero.core.errors import (
+    CheckpointerError,
     Fenced,
     NonDeterminismError,
     NoProvider,
@@ -103,8 +104,8 @@ class Process:
         resumed program's first live send and spawn idempotent (``ctx.send``, ``ctx.spawn``)."""
         self.recovered = False
         """Resumed by ``recover()``: what this kernel lacks leaves it unfinished (``leave_unfinished``)."""
-        self.not_resumed: NotResumed | None = None
-        """Set when a recovered process stopped without ending, for lack of what it needs."""
+        self.left_unfinished: RingzeroError | None = None
+        """Why the process stopped without ending (``leave_unfinished``): what ``wait`` raises."""
 
     # ----------------------------------------------------------------- identity
     @property
@@ -142,7 +143,11 @@ class Process:
         self._unsaved.append((self._transition_seq,
                               {"from": old.value, "to": status.value, "at": time.time(), "detail": detail}))
         if status.terminal:  # its event comes once it is written, as whoever reads the store expects
-            await self.save_transitions()
+            try:
+                await self.save_transitions()
+            except BaseException:
+                self.record.status = old  # not ended where it was not recorded as ended
+                raise
         else:
             self.kernel._save_soon(self)
         self.kernel._emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
@@ -167,21 +172,24 @@ class Process:
         a failure. A resume with a kernel that has the part goes on from this syscall."""
         if not self.recovered:
             raise cause
-        self.leave_unfinished(cause)
+        self.leave_unfinished(NotResumed(self.pid, self.record.name, cause))
 
-    def leave_unfinished(self, cause: RingzeroError) -> NoReturn:
+    def leave_unfinished(self, error: RingzeroError) -> NoReturn:
         """Stop the process, unwound as a cancellation (which a program does not catch), with
-        nothing terminal written: see ``NotResumed``."""
-        self.not_resumed = NotResumed(self.pid, self.record.name, cause)
-        raise asyncio.CancelledError("not resumed")
+        nothing terminal written, so that ``recover()`` resumes it from its journal later:
+        ``NotResumed`` (this kernel lacks what it needs), or a ``CheckpointerError`` (the store
+        failed to record a syscall: the program never saw its result)."""
+        self.left_unfinished = error
+        raise asyncio.CancelledError("left unfinished")
 
     def end_unfinished(self) -> None:
         """What a process that stops without ending leaves (``Fenced``, ``NotResumed``): its
         waiters get why, it leaves the live table, and a later ``recover()`` may take it."""
         self._ended = time.monotonic()
-        reason = self.fenced or self.not_resumed
+        reason = self.fenced or self.left_unfinished
         if not self.finished.done() and reason is not None:
             self.finished.set_exception(reason)
+        if self.finished.done() and not self.finished.cancelled():
             self.finished.exception()  # retrieved: ``wait`` raises it; nobody else need see it
         self.kernel._retire(self)
 
@@ -212,7 +220,7 @@ class Process:
             self.ctx._enter()  # this task's context: programs and the tasks they start see it
             self.value = await self.program(self.ctx, *self.record.args)
         except asyncio.CancelledError:
-            if self.fenced is None and self.not_resumed is None and self.record.stop_reason is None:
+            if self.fenced is None and self.left_unfinished is None and self.record.stop_reason is None:
                 # The kernel is shutting down: leave the record as a crash would, so that
                 # recover() resumes this process later.
                 raise
@@ -223,16 +231,20 @@ class Process:
         finally:
             self._release()
             self._disarm_watchdog()
-        if self.fenced is not None or self.not_resumed is not None:
-            # Fenced: the new owner finishes it; this kernel lets go, silently. Not resumed: a
-            # kernel that has what it needs finishes it later.
-            if self.not_resumed is not None:
+        if self.fenced is not None or self.left_unfinished is not None:
+            # Fenced: the new owner finishes it; this kernel lets go, silently. Left unfinished:
+            # recover() finishes it, once the kernel has what it needs or the store is back.
+            if self.left_unfinished is not None:
                 await self.kernel.flush()  # its transitions so far, as a shutdown leaves them
             self.end_unfinished()
             return
         if self.record.stop_reason is not None:  # killed, or a budget ran out
             status, reason = ProcessStatus.KILLED, self.record.stop_reason
-        await self.finish(status, reason, error)
+        try:
+            await self.finish(status, reason, error)
+        except CheckpointerError as exc:  # its end is not recorded: it is not over, for recover()
+            self.left_unfinished = exc
+            self.end_unfinished()
 
     async def finish(self, status: ProcessStatus, reason: StopReason, error: dict[str, str] | None) -> None:
         """Record the end of the process, refund its parent, and wake its waiters.
@@ -377,6 +389,10 @@ class Process:
                 finally:
                     _RUNNING_LIVE.reset(token)
                 outcome = await self.journal.record(seq, kind, fp, summary, outcome)
+            except CheckpointerError as exc:
+                # The store could not record the syscall (or what it needed): the program must not
+                # go on as if it had happened. It stops unfinished, for recover() to resume.
+                self.leave_unfinished(exc)
             except Fenced as exc:
                 # Another kernel owns the process now; whatever the program would do next is
                 # its to do. Unwound as a cancellation, which a program does not catch.
