@@ -28,10 +28,8 @@ from tests.vendor_servers import (
     VendorServer,
     anthropic_answer,
     anthropic_error,
-    anthropic_problem,
     openai_answer,
     openai_error,
-    openai_problem,
 )
 
 FAULT_WEIGHTS: dict[str, float] = {
@@ -79,10 +77,7 @@ class FaultyServer(VendorServer):
         self._seen: Counter[str] = Counter()
 
     def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
-        expected = "/v1/chat/completions" if self.vendor == "openai" else "/v1/messages"
-        if path != expected:
-            return Reply(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
-        problem = (openai_problem if self.vendor == "openai" else anthropic_problem)(headers, body)
+        problem = self.refusal(path, headers, body)
         if problem is not None:
             return problem
         prompt = _prompt(body["messages"][-1])

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from ringzero import Context, Kernel, ProcessStatus, StopReason
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import NotResumed, ProcessFailed, ProgramNotFound
 from ringzero.testing import ScriptedProvider
+from tests.hosts import kill_host_when
 from tests.programs import echo_twice, logging_llm, parent_waits_for_child, prompt_from_env, receiver, record_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,21 +40,10 @@ def crash_host_midrun(db: Path, rounds: int, call_log: Path) -> int:
         [sys.executable, "-m", "tests.durable_host", str(db), str(rounds)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
     )
-    try:
-        assert host.stdout is not None
-        pid = int(host.stdout.readline())
-        deadline = time.monotonic() + 60
-        while len(lines(call_log)) < 9 and time.monotonic() < deadline:  # mid-run: some rounds done
-            time.sleep(0.005)
-        os.kill(host.pid, signal.SIGKILL)
-        host.wait(10)
-    finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait(10)
-        assert host.stdout is not None
-        host.stdout.close()
-    assert host.returncode == -signal.SIGKILL
+    assert host.stdout is not None
+    pid = int(host.stdout.readline())
+    # mid-run: some rounds done
+    assert kill_host_when(host, lambda: len(lines(call_log)) >= 9) == -signal.SIGKILL
     return pid
 
 

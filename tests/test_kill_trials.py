@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests import chaos
+from tests.hosts import kill_host_when
 from tests.postgres import fresh_database
 from tests.vendor_servers import VendorServer, openai_answer
 
@@ -101,19 +102,10 @@ def run_host_and_kill(store: str, url: str, tool_log: Path, kill_after: float) -
     it was killed before it finished."""
     host = subprocess.Popen([sys.executable, "-m", "tests.chaos", store, url, str(tool_log)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
-    try:
-        assert host.stdout is not None
-        assert host.stdout.readline().strip() == "spawned"
-        time.sleep(kill_after)
-        os.kill(host.pid, signal.SIGKILL)
-        host.wait(30)
-        return host.returncode == -signal.SIGKILL
-    finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait(30)
-        assert host.stdout is not None
-        host.stdout.close()
+    assert host.stdout is not None
+    assert host.stdout.readline().strip() == "spawned"
+    kill_at = time.monotonic() + kill_after
+    return kill_host_when(host, lambda: time.monotonic() >= kill_at) == -signal.SIGKILL
 
 
 async def snapshot(store: str) -> dict[int, list[tuple[int, str, str, Any]]]:

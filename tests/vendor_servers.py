@@ -165,11 +165,15 @@ class VendorServer:
         host, port = self._http.server_address[:2]
         return f"http://{host}:{port}" + ("/v1" if self.vendor == "openai" else "")
 
-    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
+    def refusal(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply | None:
+        """What the vendor's API answers a request it refuses (a wrong route, a malformed body)."""
         expected = "/v1/chat/completions" if self.vendor == "openai" else "/v1/messages"
         if path != expected:
             return Reply(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
-        problem = (openai_problem if self.vendor == "openai" else anthropic_problem)(headers, body)
+        return (openai_problem if self.vendor == "openai" else anthropic_problem)(headers, body)
+
+    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
+        problem = self.refusal(path, headers, body)
         if problem is not None:
             return problem
         with self._lock:

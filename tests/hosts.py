@@ -1,0 +1,28 @@
+"""Host processes the durability tests start and kill -9: one helper for the kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+
+
+def kill_host_when(host: subprocess.Popen[str] | subprocess.Popen[bytes], ready: Callable[[], bool],
+                   deadline: float = 60) -> int:
+    """SIGKILL ``host`` once ``ready()`` is true (or ``deadline`` seconds have passed); wait for
+    it, close its stdout, and return its exit status (``-SIGKILL`` where the kill ended it)."""
+    try:
+        give_up = time.monotonic() + deadline
+        while not ready() and time.monotonic() < give_up:
+            time.sleep(0.005)
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait(30)
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(30)
+        if host.stdout is not None:
+            host.stdout.close()
+    return host.returncode
