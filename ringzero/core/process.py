@@ -183,8 +183,9 @@ class Process:
         raise asyncio.CancelledError("left unfinished")
 
     def end_unfinished(self) -> None:
-        """What a process that stops without ending leaves (``Fenced``, ``NotResumed``): its
-        waiters get why, it leaves the live table, and a later ``recover()`` may take it."""
+        """What a process that stops without ending leaves (``Fenced``; ``NotResumed`` or a
+        ``CheckpointerError``, see ``leave_unfinished``): its waiters get why, it leaves the live
+        table, and a later ``recover()`` may take it."""
         self._ended = time.monotonic()
         reason = self.fenced or self.left_unfinished
         if not self.finished.done() and reason is not None:
