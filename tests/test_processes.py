@@ -182,6 +182,32 @@ async def test_a_kill_that_lands_while_a_spawn_is_recorded_still_kills_the_child
         assert stored is not None and stored.status is ProcessStatus.KILLED
 
 
+class SlowRunningRows(MemoryCheckpointer):
+    """Status rows that say ``running`` take 50 ms to land, as a write on a busy connection of a
+    pool does while another connection commits at once."""
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        await asyncio.sleep(0)  # every write waits on I/O, as a real store's does
+        if checkpoint.namespace == "status" and checkpoint.metadata.get("status") == "running":
+            await asyncio.sleep(0.05)
+        await super().put(checkpoint)
+
+
+async def wake_then_return(ctx: Context) -> str:
+    await ctx.sleep(0.001)  # the wake is a batched `running` row; the end follows in the same turn
+    return "done"
+
+
+async def test_a_status_row_that_lands_late_never_undoes_the_end_of_a_process() -> None:
+    store = SlowRunningRows()
+    async with Kernel(checkpointer=store) as kernel:
+        process = await kernel.spawn(wake_then_return)
+        assert await process.wait() == "done"
+        await kernel.flush()
+        stored = await kernel.store.load_process(process.pid)
+        assert stored is not None and stored.status is ProcessStatus.EXITED
+
+
 async def test_a_kill_survives_a_library_that_swallows_one_cancellation() -> None:
     async def stubborn_tool() -> None:
         with contextlib.suppress(asyncio.CancelledError):  # as Python 3.11's wait_for may

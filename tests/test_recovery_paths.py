@@ -150,8 +150,15 @@ async def test_a_script_program_survives_a_resume_without_its_kernel_then_finish
     assert "resumed 1 process(es): 1 finished, 0 failed" in out.stdout
     status, result, _ = await load(db, pid)
     assert status == "exited" and isinstance(result, list) and len(result) == 12
+    # Every call the journal held at the kill is made once; the one the kill cut off between its
+    # answer and its record (if any) may be made once more: the journal cannot know it happened.
     calls = log.read_text().splitlines()
-    assert len(calls) == len(set(calls)) == 24, "every call made exactly once, across the crash and both resumes"
+    everything = [line for i in range(12) for line in (f"llm step {i}", f"tool {i}")]
+    recorded = everything[:sum(kind in ("llm", "tool") for kind in kinds)]
+    assert before[:len(recorded)] == recorded and len(before) <= len(recorded) + 1
+    assert sorted(set(calls)) == sorted(everything)
+    assert all(calls.count(call) == 1 for call in recorded), "a recorded call was made again"
+    assert sum(calls.count(call) - 1 for call in everything) <= len(before) - len(recorded)
 
 
 def test_a_program_no_other_process_can_import_is_warned_about(tmp_path: Path) -> None:

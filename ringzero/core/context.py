@@ -499,7 +499,7 @@ class Context:
         async def live() -> dict[str, JSON]:
             process.snapshot()
             await kernel.store.save_state(process.record)
-            await kernel.store.save_status(process.record)
+            await process.write_status()
             return {"value": None}
 
         kernel = process.kernel

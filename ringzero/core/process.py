@@ -96,6 +96,8 @@ class Process:
         self._started = time.monotonic()
         self._ended: float | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self._status_write: asyncio.Future[None] | None = None
+        """The status write in flight (see ``write_status``)."""
         self.fenced: Fenced | None = None
         """Set when another kernel took this process over: it stops here and writes nothing more."""
         self.sends = 0
@@ -157,13 +159,27 @@ class Process:
         steps, self._unsaved = self._unsaved, []
         if not steps or self.fenced is not None:  # a fenced process writes nothing more
             return
-        self.snapshot()
         try:
             await self.kernel.store.record_transitions(self.pid, steps)
-            await self.kernel.store.save_status(self.record)
+            await self.write_status()
         except BaseException:
             self._unsaved[:0] = steps  # written with the next ones, or their error raised then
             raise
+
+    async def write_status(self) -> None:
+        """Write the status row (status, pause flag, counters), one write at a time for this
+        process. Over a pool of connections (PostgreSQL) two writes in flight may commit in
+        either order, and an older row committed last would undo what the newer one says (a
+        batched ``running`` landing after the process's end left it ``running`` for good)."""
+        while self._status_write is not None:
+            await asyncio.shield(self._status_write)
+        done = self._status_write = asyncio.get_running_loop().create_future()
+        try:
+            self.snapshot()  # taken now, so the row written last is also the newest
+            await self.kernel.store.save_status(self.record)
+        finally:
+            self._status_write = None
+            done.set_result(None)
 
     def needs(self, cause: NoProvider | ToolNotFound) -> NoReturn:
         """This kernel lacks an LLM provider or a tool the program asks for. A fresh process
@@ -324,8 +340,7 @@ class Process:
             return
         self.record.paused = True
         self._resume.clear()
-        self.snapshot()
-        await self.kernel.store.save_status(self.record)
+        await self.write_status()
 
     async def resume(self) -> None:
         self._check_alive("resume")
@@ -334,8 +349,7 @@ class Process:
         self.record.paused = False
         self._resume.set()
         if self.status is not ProcessStatus.PAUSED:  # paused before it reached a boundary
-            self.snapshot()
-            await self.kernel.store.save_status(self.record)
+            await self.write_status()
 
     def _check_alive(self, what: str) -> None:
         if self.status.terminal:
