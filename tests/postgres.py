@@ -44,6 +44,44 @@ def _as_postgres(args: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
 
 
+class PostgresServer:
+    """One PostgreSQL server of the tests' own: its data folder, its port, started and stopped here."""
+
+    def __init__(self, bindir: str) -> None:
+        self.bindir = bindir
+        # Not under pytest's 0700 temp root: the server runs as the postgres user, who must reach it.
+        self.data = Path(tempfile.mkdtemp(prefix="ringzero-pg-"))
+        if os.geteuid() == 0:
+            shutil.chown(self.data, "postgres", "postgres")
+        self.port = _free_port()
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        subprocess.run(_as_postgres([f"{bindir}/initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres"]),
+                       check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=on"
+        subprocess.run(_as_postgres([f"{self.bindir}/pg_ctl", "-D", str(self.data), "-o", options, "-w", "-l",
+                                     str(self.data / "log"), "start"]), check=True, capture_output=True, timeout=120)
+
+    def stop(self, mode: str = "immediate") -> None:
+        """``immediate`` is a crash (no shutdown checkpoint); ``fast`` is an operator's restart."""
+        subprocess.run(_as_postgres([f"{self.bindir}/pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop"]),
+                       capture_output=True, timeout=60)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def server_or_skip() -> PostgresServer:
+    """A new, stopped server (PostgreSQL installed from Debian's packages if need be)."""
+    bindir = _bindir() or _install()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed and cannot be installed here (apt-get needs root); "
+                    "set RINGZERO_TEST_POSTGRES_DSN to a running server")
+    return PostgresServer(bindir)
+
+
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
     """The DSN of a server to create test databases in."""
@@ -51,26 +89,12 @@ def postgres_dsn() -> Iterator[str]:
     if existing:
         yield existing
         return
-    bindir = _bindir() or _install()
-    if bindir is None:
-        pytest.skip("PostgreSQL is not installed and cannot be installed here (apt-get needs root); "
-                    "set RINGZERO_TEST_POSTGRES_DSN to a running server")
-    # Not under pytest's 0700 temp root: the server runs as the postgres user, who must reach it.
-    data = Path(tempfile.mkdtemp(prefix="ringzero-pg-"))
-    if os.geteuid() == 0:
-        shutil.chown(data, "postgres", "postgres")
-    port = _free_port()
-    subprocess.run(_as_postgres([f"{bindir}/initdb", "-D", str(data), "-A", "trust", "-U", "postgres"]),
-                   check=True, capture_output=True, timeout=120)
-    options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=on"
-    subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", str(data), "-o", options, "-w", "-l",
-                                 str(Path(data) / "log"), "start"]), check=True, capture_output=True, timeout=120)
+    server = server_or_skip()
+    server.start()
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        yield server.dsn
     finally:
-        subprocess.run(_as_postgres([f"{bindir}/pg_ctl", "-D", str(data), "-m", "immediate", "stop"]),
-                       capture_output=True, timeout=60)
-        shutil.rmtree(data, ignore_errors=True)
+        server.remove()
 
 
 def fresh_database(admin_dsn: str) -> str:

@@ -6,16 +6,21 @@ sees that result, and the store does not show it ended), and once the store is b
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sqlite3
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ringzero import CheckpointerError, Context, Kernel
-from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.checkpointers import PostgresCheckpointer, SqliteCheckpointer
 from ringzero.core.store import KernelStore
 from ringzero.testing import InProcessExecutor, ScriptedProvider
+from tests.postgres import PostgresServer, fresh_database, server_or_skip
 
 CALLS: list[str] = []
 
@@ -100,3 +105,136 @@ async def test_a_file_deleted_under_a_running_kernel_is_an_error_not_a_silent_lo
     async with kernel_on(db) as kernel:
         [again] = await kernel.recover()
         assert await again.wait(timeout=30) == expected
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 32 MiB tmpfs mounted for the test: a disk that fills up."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(where)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip("a full disk is made by mounting a small tmpfs, which needs root (CAP_SYS_ADMIN); this host "
+                    f"refused it: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of ``disk`` with one file; deleting it gives the room back."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+async def test_a_full_disk_stops_the_process_unfinished_until_there_is_room(small_disk: Path) -> None:
+    CALLS.clear()
+    db = small_disk / "state.db"
+    expected = [f"answer to round {i}" for i in range(100)]
+    async with kernel_on(db) as kernel:
+        handle = await kernel.spawn(steady_worker, 100)
+        while len(CALLS) < 5:
+            await asyncio.sleep(0.005)
+        filler = fill(small_disk)
+        with pytest.raises(CheckpointerError, match="full") as caught:
+            await handle.wait(timeout=60)
+        assert str(db) in str(caught.value)
+        assert not handle.status.terminal, "not reported as ended where its end was not recorded"
+        seen = handle.state["done"]
+        assert isinstance(seen, int) and seen < 100
+        filler.unlink()  # room again
+        assert await stored_status(db, handle.pid) not in ("exited", "failed", "killed")
+        [again] = await kernel.recover()
+        assert await again.wait(timeout=60) == expected
+    assert sorted(set(CALLS)) == sorted(f"round {i}" for i in range(100))
+    assert len(CALLS) <= 101, "only the call whose record could not be written is made again"
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of these tests' own: they stop it and cut its connections."""
+    server = server_or_skip()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+def postgres_kernel(dsn: str) -> Kernel:
+    return Kernel(checkpointer=PostgresCheckpointer(dsn, connect_timeout=2), llm=ScriptedProvider(answer),
+                  executor=InProcessExecutor())
+
+
+async def left_unfinished(handles: list[Any], rounds: int) -> list[int]:
+    """Wait for every process; return the pids the store failure left unfinished (the rest ran to
+    the end before or after it)."""
+    pids = []
+    for handle in handles:
+        try:
+            assert await handle.wait(timeout=60) == [f"answer to round {i}" for i in range(rounds)]
+        except CheckpointerError as exc:
+            assert "PostgreSQL at postgresql://postgres@127.0.0.1" in str(exc) and exc.__cause__ is not None
+            assert not handle.status.terminal, "not reported as ended where its end was not recorded"
+            pids.append(handle.pid)
+    return pids
+
+
+async def test_a_postgres_restart_mid_run_leaves_processes_unfinished_and_recover_finishes_them(
+    own_postgres: PostgresServer,
+) -> None:
+    CALLS.clear()
+    dsn = fresh_database(own_postgres.dsn)
+    async with postgres_kernel(dsn) as kernel:
+        handles = [await kernel.spawn(steady_worker, 100) for _ in range(4)]
+        while len(CALLS) < 20:
+            await asyncio.sleep(0.005)
+        await asyncio.to_thread(own_postgres.stop, "fast")  # an operator's restart: down, then up
+        try:
+            stopped = await left_unfinished(handles, 100)
+        finally:
+            await asyncio.to_thread(own_postgres.start)
+        assert sorted(stopped) == sorted(h.pid for h in handles), "every process was mid-run when the server went"
+        async with postgres_kernel(dsn) as reader:  # what another host reads: none of them ended
+            assert {p.status.value for p in await reader.ps(all=True)} <= {"ready", "running", "waiting"}
+        again = await kernel.recover()
+        assert sorted(h.pid for h in again) == sorted(stopped)
+        assert await asyncio.gather(*(h.wait(timeout=60) for h in again)) == [
+            [f"answer to round {i}" for i in range(100)]] * 4
+    made = {f"round {i}": CALLS.count(f"round {i}") for i in range(100)}
+    assert all(n >= 4 for n in made.values())
+    assert sum(n - 4 for n in made.values()) <= 4, "only a call whose record could not be written is made again"
+
+
+async def test_a_connection_killed_by_pg_terminate_backend_is_an_error_and_recover_finishes_the_work(
+    own_postgres: PostgresServer,
+) -> None:
+    import psycopg
+
+    CALLS.clear()
+    dsn = fresh_database(own_postgres.dsn)
+    async with postgres_kernel(dsn) as kernel:
+        handles = [await kernel.spawn(steady_worker, 100) for _ in range(4)]
+        while len(CALLS) < 20:
+            await asyncio.sleep(0.005)
+        with psycopg.connect(own_postgres.dsn, autocommit=True) as admin:
+            killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                   "WHERE datname = %s", (dsn.rsplit("/", 1)[1],)).fetchone()
+        assert killed is not None and killed[0] >= 1
+        stopped = await left_unfinished(handles, 100)
+        assert stopped, "a process whose write went to a killed connection stops"
+        again = await kernel.recover()  # the server never went away: the same kernel finishes them
+        assert sorted(h.pid for h in again) == sorted(stopped)
+        for handle in again:
+            assert await handle.wait(timeout=60) == [f"answer to round {i}" for i in range(100)]
+    made = {f"round {i}": CALLS.count(f"round {i}") for i in range(100)}
+    assert all(n >= 4 for n in made.values())
+    assert sum(n - 4 for n in made.values()) <= len(stopped)

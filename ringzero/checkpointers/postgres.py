@@ -10,6 +10,7 @@ server and database, never the password.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -80,6 +81,14 @@ class PostgresCheckpointer:
         self.dsn = dsn
         self._min, self._max, self._timeout = min_connections, max_connections, connect_timeout
         self._pool: AsyncConnectionPool[Any] | None = None
+        self._stale = False
+        """A connection failed (the server restarted, a backend was killed): the pool is replaced."""
+        self._opening: asyncio.Lock | None = None
+        self._attempts = 0
+        self._closing: set[asyncio.Task[None]] = set()
+        """Replaced pools, closing (``aclose`` waits for them)."""
+        self._failed: CheckpointerError | None = None
+        """Why the last attempt to open a pool failed (see ``_get_pool``)."""
         self._closed = False
 
     @property
@@ -96,29 +105,64 @@ class PostgresCheckpointer:
         return f"PostgresCheckpointer({self.where!r})"
 
     @contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
+    def _errors(self, doing: str, pool: AsyncConnectionPool[Any] | None = None) -> Iterator[None]:
+        """psycopg's errors as ``CheckpointerError``; a failed connection of ``pool`` (the one in
+        use) has it replaced at the next call (``_open_pool``)."""
         try:
             yield
         except (psycopg.Error, PoolTimeout) as exc:
+            if pool is not None and pool is self._pool and isinstance(exc, (psycopg.OperationalError, PoolTimeout)):
+                self._stale = True
             raise CheckpointerError(f"PostgreSQL at {self.where}: {doing} failed: {exc}") from exc
 
     async def _get_pool(self) -> AsyncConnectionPool[Any]:
         if self._closed:
             raise Closed(f"the PostgresCheckpointer for {self.where} is closed; open a new one to go on")
-        if self._pool is None:
+        if self._pool is not None and not self._stale:
+            return self._pool
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        attempts = self._attempts
+        async with self._opening:  # one pool at a time, however many tasks ask at once
+            if self._pool is not None and not self._stale:
+                return self._pool
+            if self._attempts != attempts and self._failed is not None:
+                # An attempt made while this caller waited failed: while the server is down,
+                # everyone waiting learns it from that one attempt, not from one each.
+                raise CheckpointerError(str(self._failed)) from self._failed.__cause__
+            self._attempts += 1
+            try:
+                self._pool = await self._open_pool()
+            except CheckpointerError as exc:
+                self._failed = exc
+                raise
+            self._failed, self._stale = None, False
+            return self._pool
+
+    async def _open_pool(self) -> AsyncConnectionPool[Any]:
+        """Open a pool, in place of one whose connections failed. A pool left to heal itself
+        retries with a growing backoff and hands out its dead idle connections one by one, so a
+        server back after a restart would stay unreachable for a while; a new pool reaches it at
+        once. One plain connection comes first: it fails at once, with the server's own words,
+        where the server is down (a pool would retry until its timeout), and it migrates."""
+        old, self._pool = self._pool, None
+        if old is not None:  # closed aside: its workers may be mid-connect; one lent out closes on return
+            closing = asyncio.get_running_loop().create_task(old.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        with self._errors("connecting"):
+            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True,
+                                                             connect_timeout=int(self._timeout)) as conn:
+                await self._check_and_migrate(conn)
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn, min_size=self._min, max_size=self._max, open=False, timeout=self._timeout,
                 kwargs={"autocommit": True, "connect_timeout": int(self._timeout)})
-            with self._errors("connecting"):
-                try:
-                    await pool.open(wait=True, timeout=self._timeout)
-                    async with pool.connection() as conn:
-                        await self._check_and_migrate(conn)
-                except BaseException:
-                    await pool.close()
-                    raise
-            self._pool = pool
-        return self._pool
+            try:
+                await pool.open(wait=True, timeout=self._timeout)
+            except BaseException:
+                await pool.close()
+                raise
+        return pool
 
     async def _check_and_migrate(self, conn: Any) -> None:
         async with conn.transaction():
@@ -139,7 +183,7 @@ class PostgresCheckpointer:
 
     async def put(self, checkpoint: Checkpoint) -> None:
         pool = await self._get_pool()
-        with self._errors("put"):
+        with self._errors("put", pool):
             async with pool.connection() as conn:
                 await conn.execute(
                     "INSERT INTO ringzero_checkpoints VALUES (%s, %s, %s, %s, %s, %s) "
@@ -150,7 +194,7 @@ class PostgresCheckpointer:
 
     async def claim(self, checkpoint: Checkpoint) -> bool:
         pool = await self._get_pool()
-        with self._errors("claim"):
+        with self._errors("claim", pool):
             async with pool.connection() as conn:
                 cursor = await conn.execute(
                     "INSERT INTO ringzero_checkpoints VALUES (%s, %s, %s, %s, %s, %s) "
@@ -166,7 +210,7 @@ class PostgresCheckpointer:
         rows = [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path)
                 for w in writes]
         special, ordinary = [r for r in rows if r[4] < 0], [r for r in rows if r[4] >= 0]
-        with self._errors("put_writes"):  # a special (negative idx) write replaces, others are kept first
+        with self._errors("put_writes", pool):  # a special (negative idx) write replaces, others are kept first
             async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                 if special:
                     await cur.executemany(
@@ -211,7 +255,7 @@ class PostgresCheckpointer:
     async def read(self, sql: str, params: Sequence[Any], doing: str = "reading") -> Sequence[Any]:
         """The rows of one statement (it commits: a write with RETURNING reads here too)."""
         pool = await self._get_pool()
-        with self._errors(doing):
+        with self._errors(doing, pool):
             async with pool.connection() as conn:
                 cursor = await conn.execute(sql, params)
                 return list(await cursor.fetchall()) if cursor.description is not None else []
@@ -222,14 +266,14 @@ class PostgresCheckpointer:
 
     async def delete_thread(self, thread_id: str) -> None:
         pool = await self._get_pool()
-        with self._errors("delete_thread"):
+        with self._errors("delete_thread", pool):
             async with pool.connection() as conn, conn.transaction():
                 await conn.execute("DELETE FROM ringzero_checkpoints WHERE thread_id=%s", (thread_id,))
                 await conn.execute("DELETE FROM ringzero_writes WHERE thread_id=%s", (thread_id,))
 
     async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
         pool = await self._get_pool()
-        with self._errors("delete_checkpoints"):
+        with self._errors("delete_checkpoints", pool):
             async with pool.connection() as conn, conn.transaction():
                 await conn.execute("DELETE FROM ringzero_checkpoints WHERE thread_id=%s AND namespace=%s "
                                    "AND id = ANY(%s)", (thread_id, namespace, list(ids)))
@@ -242,6 +286,8 @@ class PostgresCheckpointer:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+        if self._closing:
+            await asyncio.gather(*self._closing)
 
 
 def _checkpoint(row: Any) -> Checkpoint:
