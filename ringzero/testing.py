@@ -55,6 +55,9 @@ class ScriptedProvider:
     is kept in ``requests``.
     """
 
+    provider_name = "ringzero.scripted"
+    """``gen_ai.provider.name`` on this provider's spans (OpenTelemetry GenAI conventions)."""
+
     capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=False)
 
     def __init__(self, script: Script, *, latency: float = 0.0, model: str = "scripted") -> None:

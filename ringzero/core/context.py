@@ -215,8 +215,11 @@ class Context:
             return recorded
 
         summary = f"{len(request.messages)} messages to {provider}"
+        telemetry = process.kernel.telemetry
+        about = None if telemetry is None else (
+            lambda: telemetry.llm_about(process.kernel._gates.get(provider), provider, request))
         outcome = await process.syscall("llm", None, summary, live, needs=_LLM_NEEDS,
-                                        fp=llm_fingerprint(provider, request))
+                                        fp=llm_fingerprint(provider, request), about=about)
         if "error" in outcome:
             raise _provider_error(outcome["error"])  # type: ignore[arg-type]
         # Decoded when replayed, or when (a cluster's takeover) the slot holds another node's answer.
@@ -281,7 +284,10 @@ class Context:
             return {"value": result.to_dict(), **({"nested": nested} if nested else {})}  # type: ignore[dict-item]
 
         args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
-        outcome = await process.syscall("exec", args, f"{len(code)} chars", live, needs=(("exec_seconds", 1e-9),))
+        executor = process.kernel.executor
+        outcome = await process.syscall("exec", args, f"{len(code)} chars", live, needs=(("exec_seconds", 1e-9),),
+                                        about=lambda: {"ringzero.executor": type(executor).__name__,
+                                                       "ringzero.isolation": executor.capabilities.isolation})
         result = ExecResult.from_dict(outcome["value"])  # type: ignore[arg-type]
         if not ran_live and isinstance(outcome.get("nested"), dict):  # replayed: charge what its nested calls cost
             process.meter.charge(**{str(k): float(v) for k, v in outcome["nested"].items()})  # type: ignore[union-attr,arg-type]

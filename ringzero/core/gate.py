@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 from ringzero.core.errors import InvalidArgument, ProviderError, ProviderUnavailable, RateLimited
 from ringzero.core.loops import LoopHome, forward
 from ringzero.core.protocols import LLMProvider
+from ringzero.core.telemetry import gate_failed, gate_waited
 from ringzero.core.timeouts import Clock, MonotonicClock, SharedTimeout
 from ringzero.core.tokens import estimate_message_tokens, estimate_text_tokens
 from ringzero.core.types import LLMRequest, LLMResponse, Usage
@@ -257,7 +258,9 @@ class LLMGate:
         policy = self.retry
         for attempt in range(policy.max_retries + 1):
             if self._line or self._delay(estimate) != 0.0:
+                waiting_since = self._clock()
                 await self._admit(priority, estimate)
+                gate_waited(self._clock() - waiting_since, priority)
             else:  # nobody waiting and room now: the common case, without a coroutine
                 self._grant(estimate)
             permits = self.permits
@@ -273,7 +276,9 @@ class LLMGate:
                 response = await self._attempt(request)
             except ProviderError as exc:
                 delay = self._on_failure(exc, attempt)
-                if not exc.retryable or attempt == policy.max_retries:
+                final = not exc.retryable or attempt == policy.max_retries
+                gate_failed(exc, attempt, None if final else delay)
+                if final:
                     self.stats.failures += 1
                     raise
                 self.stats.retries += 1

@@ -13,6 +13,7 @@ import inspect
 from typing import Any
 
 from ringzero.core.protocols import Tool
+from ringzero.core.telemetry import exec_tool_span
 
 __all__ = ["call_tool"]
 
@@ -27,6 +28,14 @@ async def call_tool(tool: Tool, args: list[Any], kwargs: dict[str, Any]) -> Any:
     fixed = sorted(set(kwargs) & set(tool.keywords)) if isinstance(tool, functools.partial) else []
     if fixed:
         raise TypeError(f"argument {fixed[0]!r} is fixed by the host and cannot be passed")
+    span = exec_tool_span(tool)
+    if span is None:
+        return await _call(tool, args, kwargs)
+    with span:
+        return await _call(tool, args, kwargs)
+
+
+async def _call(tool: Tool, args: list[Any], kwargs: dict[str, Any]) -> Any:
     if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
         return await tool(*args, **kwargs)
     result = await asyncio.to_thread(tool, *args, **kwargs)

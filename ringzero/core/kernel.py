@@ -17,7 +17,7 @@ import inspect
 import time
 import warnings
 import weakref
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +45,7 @@ from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Schedul
 from ringzero.core.references import import_reference, importable_reference, program_reference, reference_of
 from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
+from ringzero.core.telemetry import Telemetry
 from ringzero.core.timeouts import fail_after
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json, json_size
 
@@ -198,6 +199,9 @@ class Kernel:
         tools: Mapping[str, Tool] | None = None,
         max_running: int | None = None,
         state_dir: str | Path = ".ringzero",
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        capture_content: bool | None = None,
     ) -> None:
         if checkpointer is None:
             from ringzero.checkpointers.sqlite import SqliteCheckpointer
@@ -271,6 +275,13 @@ class Kernel:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._closed = False
+        self._telemetry_from = (tracer_provider, meter_provider, capture_content)
+        self.telemetry: Telemetry | None = None
+        """OpenTelemetry spans and metrics (``ringzero.core.telemetry``), set when the kernel
+        starts: from ``tracer_provider``/``meter_provider``, else the providers the application
+        set globally; None where there are neither (or no ``ringzero[otel]``). Prompts and
+        completions go on spans only with ``capture_content=True`` (or
+        ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``)."""
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Kernel:
@@ -287,6 +298,9 @@ class Kernel:
         self._check_loop()
         if not self._started:
             self._started = True
+            tracer_provider, meter_provider, capture_content = self._telemetry_from
+            self.telemetry = Telemetry.detect(tracer_provider, meter_provider, capture_content,
+                                              lambda: Counter(p.status.value for p in self._procs.values()))
             self._next_pid = await self.store.max_pid()
 
     def _check_loop(self) -> None:

@@ -96,6 +96,11 @@ class Process:
         self._started = time.monotonic()
         self._ended: float | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self.span: Any = None
+        """The process's OpenTelemetry span while it runs (``ringzero.core.telemetry``)."""
+        telemetry = kernel.telemetry
+        self._span_parent: Any = telemetry.current_context() if telemetry is not None else None
+        """Where the span goes: under the context the spawn was made in."""
         self._status_write: asyncio.Future[None] | None = None
         """The status write in flight (see ``write_status``)."""
         self.fenced: Fenced | None = None
@@ -226,6 +231,17 @@ class Process:
 
     async def _main(self) -> None:
         self._entered = True
+        telemetry = self.kernel.telemetry
+        if telemetry is not None:
+            self.span = telemetry.process_started(self, self._span_parent)
+        try:
+            await self._run()
+        finally:
+            if self.span is not None:
+                span, self.span = self.span, None
+                telemetry.process_ended(span, self)  # type: ignore[union-attr]
+
+    async def _run(self) -> None:
         status, reason, error = ProcessStatus.EXITED, StopReason.RETURNED, None
         try:
             if self.record.stop_reason is not None:  # stopped before it ever ran
@@ -366,12 +382,14 @@ class Process:
         needs: tuple[tuple[str, float], ...] = (),
         waits: bool = False,
         fp: str | None = None,
+        about: Callable[[], dict[str, Any]] | None = None,
     ) -> Outcome:
         """Run one syscall through the boundary, the journal and the budgets.
 
         ``needs`` are (resource, amount) that must be left before the call; ``waits`` marks
         syscalls that block on an event (recv, sleep), which give their run slot back; ``fp``
-        is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``).
+        is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``);
+        ``about`` gives the attributes of the syscall's span, called only where telemetry is on.
         """
         if self.fenced is not None:
             raise asyncio.CancelledError("fenced")
@@ -398,11 +416,14 @@ class Process:
             try:
                 if self.journal.owner is not None:
                     await self.journal.check_owner()
-                token = _RUNNING_LIVE.set(self)
-                try:
-                    outcome = await (self._blocking(live) if waits else live())
-                finally:
-                    _RUNNING_LIVE.reset(token)
+                if self.kernel.telemetry is None:
+                    token = _RUNNING_LIVE.set(self)
+                    try:
+                        outcome = await (self._blocking(live) if waits else live())
+                    finally:
+                        _RUNNING_LIVE.reset(token)
+                else:
+                    outcome = await self._traced(kind, seq, summary, live, waits, about)
                 outcome = await self.journal.record(seq, kind, fp, summary, outcome)
             except CheckpointerError as exc:
                 # The store could not record the syscall (or what it needed): the program must not
@@ -413,6 +434,29 @@ class Process:
                 # its to do. Unwound as a cancellation, which a program does not catch.
                 self.fenced = exc
                 raise asyncio.CancelledError("fenced") from exc
+        elif self.span is not None:
+            self.kernel.telemetry.replayed(self.span, kind, seq)  # type: ignore[union-attr]
+        return outcome
+
+    async def _traced(self, kind: str, seq: int, summary: str, live: Callable[[], Awaitable[Outcome]],
+                      waits: bool, about: Callable[[], dict[str, Any]] | None) -> Outcome:
+        """A live syscall inside its span, with its metrics (``ringzero.core.telemetry``)."""
+        telemetry = self.kernel.telemetry
+        assert telemetry is not None
+        attributes = about() if about is not None else None
+        started = time.monotonic()
+        span, entered = telemetry.syscall_started(self, kind, seq, summary, attributes)
+        token = _RUNNING_LIVE.set(self)
+        try:
+            outcome = await (self._blocking(live) if waits else live())
+        except BaseException as exc:
+            telemetry.syscall_raised(span, exc)
+            raise
+        else:
+            telemetry.syscall_ended(span, self, kind, outcome, started, attributes)
+        finally:
+            _RUNNING_LIVE.reset(token)
+            telemetry.leave(span, entered)
         return outcome
 
     def _charge_step(self) -> None:

@@ -37,6 +37,9 @@ class AnthropicProvider:
     request sets none.
     """
 
+    provider_name = "anthropic"
+    """``gen_ai.provider.name`` on this provider's spans (OpenTelemetry GenAI conventions)."""
+
     capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=True)
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,

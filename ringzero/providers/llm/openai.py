@@ -43,6 +43,9 @@ class OpenAIProvider:
     (e.g. ``{"api-key": ...}`` for Azure).
     """
 
+    provider_name = "openai"
+    """``gen_ai.provider.name`` on this provider's spans (OpenTelemetry GenAI conventions)."""
+
     capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=True)
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,

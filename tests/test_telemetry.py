@@ -1,0 +1,204 @@
+"""OpenTelemetry: the spans and metrics a kernel makes, read back with the SDK's in-memory
+exporter and reader, as an application that configured the SDK would get them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ringzero import Context, Kernel, ProcessFailed, ProcessStatus
+from ringzero.checkpointers import MemoryCheckpointer
+from ringzero.core.types import LLMResponse, Message, Usage
+from ringzero.testing import ScriptedProvider
+
+
+class Telemetry:
+    """An SDK tracer provider and meter provider whose output the test reads."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def kernel(self, **kwargs: Any) -> Kernel:
+        return Kernel(tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **kwargs)
+
+    @property
+    def spans(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def named(self, prefix: str) -> list[ReadableSpan]:
+        return [s for s in self.spans if s.name.startswith(prefix)]
+
+    def metrics(self) -> dict[str, list[Any]]:
+        data = self.reader.get_metrics_data()
+        out: dict[str, list[Any]] = {}
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    out.setdefault(metric.name, []).extend(metric.data.data_points)
+        return out
+
+
+@pytest.fixture
+def otel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
+    # conftest turns the SDK off for CrewAI's own telemetry; these providers are the test's.
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    telemetry = Telemetry()
+    yield telemetry
+    telemetry.tracer_provider.shutdown()
+    telemetry.meter_provider.shutdown()
+
+
+def answer(request: Any) -> LLMResponse:
+    return LLMResponse(Message("assistant", f"answer to {request.messages[-1].content}"),
+                       Usage(input_tokens=11, output_tokens=7, cost=0.002), model="scripted-1")
+
+
+def double(x: int) -> int:
+    return x * 2
+
+
+async def child(ctx: Context) -> str:
+    await ctx.sleep(3600)
+    return "never"
+
+
+async def parent(ctx: Context) -> None:
+    await ctx.llm("hello", model="scripted-1")
+    result = await ctx.exec("double(21)", tools={"double": double})
+    assert result.value == 42, result
+    await ctx.spawn(child)
+    await ctx.sleep(3600)  # killed here
+
+
+def parent_of(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+async def test_the_span_tree_of_a_process_that_is_killed(otel: Telemetry) -> None:
+    async with otel.kernel(llm=ScriptedProvider(answer), checkpointer=MemoryCheckpointer()) as kernel:
+        process = await kernel.spawn(parent, name="planner", priority=3)
+        while len(await kernel.ps()) < 2 or any(p.status is not ProcessStatus.WAITING for p in await kernel.ps()):
+            await asyncio.sleep(0.01)
+        await process.kill()
+        with pytest.raises(ProcessFailed):
+            await process.wait()
+    [root] = otel.named("invoke_agent planner")
+    assert root.parent is None and root.kind is trace.SpanKind.INTERNAL
+    attrs = root.attributes or {}
+    assert attrs["gen_ai.operation.name"] == "invoke_agent" and attrs["gen_ai.agent.name"] == "planner"
+    assert attrs["ringzero.process.pid"] == process.pid and attrs["ringzero.process.priority"] == 3
+    assert attrs["ringzero.process.status"] == "killed" and attrs["ringzero.process.stop_reason"] == "killed"
+
+    [chat] = otel.named("chat")
+    assert chat.name == "chat scripted-1" and chat.kind is trace.SpanKind.CLIENT
+    assert parent_of(chat) == root.context.span_id
+    c = chat.attributes or {}
+    assert c["gen_ai.operation.name"] == "chat" and c["gen_ai.provider.name"] == "ringzero.scripted"
+    assert c["gen_ai.request.model"] == "scripted-1" and c["gen_ai.response.model"] == "scripted-1"
+    assert c["gen_ai.usage.input_tokens"] == 11 and c["gen_ai.usage.output_tokens"] == 7
+    assert tuple(c["gen_ai.response.finish_reasons"]) == ("end_turn",)  # type: ignore[arg-type]
+    assert "gen_ai.input.messages" not in c and "gen_ai.output.messages" not in c, "content only when asked"
+
+    [run] = otel.named("exec ")
+    assert run.name == "exec MontyExecutor" and parent_of(run) == root.context.span_id
+    assert (run.attributes or {})["ringzero.isolation"] == "interpreter"
+    [tool] = otel.named("execute_tool")
+    assert tool.name == "execute_tool double" and parent_of(tool) == run.context.span_id
+    assert (tool.attributes or {})["gen_ai.tool.name"] == "double"
+
+    [spawn] = otel.named("ringzero.spawn")
+    assert parent_of(spawn) == root.context.span_id
+    [kid] = otel.named("invoke_agent child")
+    assert parent_of(kid) == spawn.context.span_id, "a child's span goes under the spawn that made it"
+    assert (kid.attributes or {})["ringzero.process.parent"] == process.pid
+    assert (kid.attributes or {})["ringzero.process.status"] == "killed"  # a killed parent's children go too
+
+    sleeps = otel.named("ringzero.sleep")
+    assert {parent_of(s) for s in sleeps} == {root.context.span_id, kid.context.span_id}
+    killed_sleep = next(s for s in sleeps if parent_of(s) == root.context.span_id)
+    assert (killed_sleep.attributes or {})["error.type"] == "CancelledError"
+
+
+async def test_llm_metrics_per_process_and_model(otel: Telemetry) -> None:
+    async def asks(ctx: Context, n: int) -> None:
+        for i in range(n):
+            await ctx.llm(f"q{i}", model="scripted-1")
+
+    async with otel.kernel(llm=ScriptedProvider(answer), checkpointer=MemoryCheckpointer()) as kernel:
+        a = await kernel.spawn(asks, 2, name="a")
+        b = await kernel.spawn(asks, 3, name="b")
+        await a.wait()
+        await b.wait()
+        metrics = otel.metrics()
+    tokens = {(p.attributes["ringzero.process.name"], p.attributes["gen_ai.token.type"]): p.value
+              for p in metrics["ringzero.llm.tokens"]}
+    assert tokens == {("a", "input"): 22, ("a", "output"): 14, ("b", "input"): 33, ("b", "output"): 21}
+    cost = {p.attributes["ringzero.process.name"]: round(p.value, 6) for p in metrics["ringzero.llm.cost"]}
+    assert cost == {"a": 0.004, "b": 0.006}
+    usage = {p.attributes["gen_ai.token.type"]: (p.count, p.sum) for p in metrics["gen_ai.client.token.usage"]}
+    assert usage == {"input": (5, 55), "output": (5, 35)}
+    [duration] = metrics["gen_ai.client.operation.duration"]
+    assert duration.count == 5 and duration.attributes["gen_ai.request.model"] == "scripted-1"
+    kinds = {p.attributes["ringzero.syscall.kind"]: p.count for p in metrics["ringzero.syscall.duration"]}
+    assert kinds == {"llm": 5}
+
+
+async def test_live_processes_by_status_are_observed(otel: Telemetry) -> None:
+    async with otel.kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        sleepers = [await kernel.spawn(child) for _ in range(3)]
+        while any(p.status is not ProcessStatus.WAITING for p in sleepers):
+            await asyncio.sleep(0.01)
+        observed = {p.attributes["ringzero.process.status"]: p.value for p in otel.metrics()["ringzero.processes"]}
+        assert observed == {"waiting": 3}
+        for p in sleepers:
+            await p.kill()
+
+
+async def test_content_is_recorded_only_when_asked(otel: Telemetry) -> None:
+    async def one(ctx: Context) -> None:
+        await ctx.llm("the secret plan")
+
+    async with otel.kernel(llm=ScriptedProvider(answer), checkpointer=MemoryCheckpointer(),
+                           capture_content=True) as kernel:
+        await (await kernel.spawn(one)).wait()
+    [chat] = otel.named("chat")
+    attrs = chat.attributes or {}
+    assert "the secret plan" in str(attrs["gen_ai.input.messages"])
+    assert "answer to the secret plan" in str(attrs["gen_ai.output.messages"])
+
+
+async def test_spans_a_program_opens_nest_under_its_process(otel: Telemetry) -> None:
+    tracer = otel.tracer_provider.get_tracer("my-graph")
+
+    async def graph(ctx: Context) -> None:
+        with tracer.start_as_current_span("node plan"):
+            await ctx.llm("plan")
+        await asyncio.gather(*(asyncio.to_thread(lambda: tracer.start_span("in a thread").end()) for _ in range(1)))
+
+    async with otel.kernel(llm=ScriptedProvider(answer), checkpointer=MemoryCheckpointer()) as kernel:
+        await (await kernel.spawn(graph)).wait()
+    [root] = otel.named("invoke_agent")
+    [node] = otel.named("node plan")
+    [chat] = otel.named("chat")
+    assert parent_of(node) == root.context.span_id and parent_of(chat) == node.context.span_id
+    [threaded] = otel.named("in a thread")
+    assert parent_of(threaded) == root.context.span_id, "the process's context reaches its worker threads"
+
+
+async def test_without_a_configured_provider_telemetry_is_off() -> None:
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider), "no test sets the global provider"
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        assert kernel.telemetry is None
