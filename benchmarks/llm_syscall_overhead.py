@@ -14,8 +14,10 @@ import asyncio
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -27,6 +29,7 @@ from ringzero.core.types import LLMRequest, Message
 from ringzero.testing import ScriptedProvider
 
 REQUEST = LLMRequest(messages=(Message("user", "ping"),))
+warnings.filterwarnings("ignore", message="program .* is defined where no other Python process can import it")
 
 
 def summarize(samples: list[float]) -> tuple[float, float]:
@@ -45,7 +48,7 @@ async def timed(call: Callable[[], Awaitable[object]], n: int) -> list[float]:
     return samples
 
 
-async def through_kernel(store: Checkpointer, n: int) -> list[float]:
+async def through_kernel(store: Checkpointer, n: int, **kernel_options: Any) -> list[float]:
     samples: list[float] = []
 
     async def program(ctx: Context) -> None:
@@ -56,9 +59,25 @@ async def through_kernel(store: Checkpointer, n: int) -> list[float]:
             await ctx.llm("ping")
             samples.append(time.perf_counter() - start)
 
-    async with Kernel(checkpointer=store, llm=ScriptedProvider(lambda r: "pong")) as kernel:
+    async with Kernel(checkpointer=store, llm=ScriptedProvider(lambda r: "pong"), **kernel_options) as kernel:
         await (await kernel.spawn(program)).wait()
     return samples
+
+
+def traced_paths(n: int) -> list[tuple[str, Callable[[int], Awaitable[list[float]]]]]:
+    """ctx.llm with OpenTelemetry on: the SDK's tracer (spans made, then dropped: no exporter) and
+    meter. The rows above run with no provider configured: telemetry off, the default."""
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError:  # the SDK is in the dev extra, which `make bench` installs
+        return []
+    tracer = TracerProvider()
+    meter = MeterProvider()
+    return [("ctx.llm(), journal in memory, OpenTelemetry SDK tracer", lambda i: through_kernel(
+                MemoryCheckpointer(), n, tracer_provider=tracer)),
+            ("ctx.llm(), journal in memory, SDK tracer and meter", lambda i: through_kernel(
+                MemoryCheckpointer(), n, tracer_provider=tracer, meter_provider=meter))]
 
 
 async def main(n: int, rounds: int) -> None:
@@ -69,6 +88,7 @@ async def main(n: int, rounds: int) -> None:
             ("provider.complete() directly (the peer)", lambda i: timed(lambda: provider.complete(REQUEST), n)),
             ("LLMGate.complete()", lambda i: timed(lambda: gate.complete(REQUEST), n)),
             ("ctx.llm(), journal in memory", lambda i: through_kernel(MemoryCheckpointer(), n)),
+            *traced_paths(n),
             ("ctx.llm(), journal in SQLite (durable)",
              lambda i: through_kernel(SqliteCheckpointer(Path(tmp) / f"normal-{i}.db"), n)),
             ("ctx.llm(), journal in SQLite, fsync per commit (power-loss durable)",

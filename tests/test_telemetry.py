@@ -4,7 +4,11 @@ exporter and reader, as an application that configured the SDK would get them.""
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ringzero import Context, Kernel, ProcessFailed, ProcessStatus
-from ringzero.checkpointers import MemoryCheckpointer
+from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
 from ringzero.core.types import LLMResponse, Message, Usage
 from ringzero.testing import ScriptedProvider
 
@@ -202,3 +206,141 @@ async def test_without_a_configured_provider_telemetry_is_off() -> None:
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider), "no test sets the global provider"
     async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
         assert kernel.telemetry is None
+
+
+@pytest.mark.timeout(120)
+async def test_after_kill_9_and_recover_a_replayed_llm_call_makes_no_second_span(
+    otel: Telemetry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.programs import logging_llm, record_tool
+    from tests.test_durable import crash_host_midrun
+
+    log = tmp_path / "calls.log"
+    log.touch()
+    monkeypatch.setenv("RINGZERO_TEST_LOG", str(log))
+    db = tmp_path / "state.db"
+    pid = await asyncio.to_thread(crash_host_midrun, db, 12, log)
+
+    def asked() -> int:
+        return sum(line.startswith("llm") for line in log.read_text().splitlines())
+
+    asked_before = asked()
+    async with otel.kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(logging_llm),
+                           tools={"record": record_tool}) as kernel:
+        journal = await kernel.store.journal(pid)
+        replayed_llm = sum(e.kind == "llm" for e in journal)
+        assert replayed_llm >= 4
+        [handle] = await kernel.recover()
+        await handle.wait(timeout=30)
+    [root] = otel.named("invoke_agent worker")
+    assert (root.attributes or {})["ringzero.process.recovered"] is True
+    replays = [e for e in root.events if e.name == "ringzero.syscall.replayed"]
+    assert [e.attributes["ringzero.syscall.kind"] for e in replays] == [e.kind for e in journal]  # type: ignore[index]
+    chats = otel.named("chat")
+    assert len(chats) == 12 - replayed_llm == asked() - asked_before, \
+        "a chat span for each call made live after the recovery, none for a replayed one"
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector's front door: keeps every body POSTed to /v1/traces."""
+
+    bodies: list[bytes] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf":
+            type(self).bodies.append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+async def test_spans_exported_over_otlp_http_reach_a_receiver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    _Receiver.bodies = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        provider = TracerProvider(resource=Resource.create({"service.name": "agents"}))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
+            endpoint=f"http://127.0.0.1:{server.server_address[1]}/v1/traces")))
+
+        async def one(ctx: Context) -> str:
+            return (await ctx.llm("hi", model="scripted-1")).content
+
+        async with Kernel(checkpointer=MemoryCheckpointer(), llm=ScriptedProvider(answer),
+                          tracer_provider=provider) as kernel:
+            await (await kernel.spawn(one, name="greeter")).wait()
+        assert await asyncio.to_thread(provider.force_flush, 10_000)
+        provider.shutdown()
+    finally:
+        server.shutdown()
+        server.server_close()
+    spans = {}
+    for body in _Receiver.bodies:
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource_spans in request.resource_spans:
+            service = {a.key: a.value.string_value for a in resource_spans.resource.attributes}["service.name"]
+            for scope_spans in resource_spans.scope_spans:
+                assert scope_spans.scope.name == "ringzero"
+                for span in scope_spans.spans:
+                    spans[span.name] = ({a.key: a.value for a in span.attributes}, span, service)
+    assert set(spans) == {"invoke_agent greeter", "chat scripted-1"}
+    chat_attrs, chat, service = spans["chat scripted-1"]
+    root = spans["invoke_agent greeter"][1]
+    assert service == "agents" and chat.parent_span_id == root.span_id and chat.trace_id == root.trace_id
+    assert chat_attrs["gen_ai.usage.input_tokens"].int_value == 11
+    assert chat_attrs["gen_ai.provider.name"].string_value == "ringzero.scripted"
+
+
+def test_the_readme_lines_send_a_kernel_s_spans_to_a_collector(tmp_path: Path) -> None:
+    """The README's three lines, in a fresh interpreter (the global provider is set once per
+    process), against a receiver this test starts on 127.0.0.1."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = re.search(r"```python\n(from opentelemetry import trace\n.*?)```", readme, re.S)
+    assert block is not None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    _Receiver.bodies = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    script = block.group(1).replace("127.0.0.1:4318", f"127.0.0.1:{server.server_address[1]}") + (
+        "import asyncio\n"
+        "from ringzero import Kernel\n"
+        "from ringzero.checkpointers import MemoryCheckpointer\n"
+        "from ringzero.testing import ScriptedProvider\n"
+        "from tests.test_telemetry import answer\n"
+        "async def agent(ctx):\n"
+        "    return (await ctx.llm('hi', model='scripted-1')).content\n"
+        "async def main():\n"
+        "    async with Kernel(checkpointer=MemoryCheckpointer(), llm=ScriptedProvider(answer)) as kernel:\n"
+        "        await (await kernel.spawn(agent, name='readme')).wait()\n"
+        "asyncio.run(main())\n"
+        "provider.shutdown()\n")
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "OTEL_SDK_DISABLED"}
+        done = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).parent.parent, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    names = {span.name for body in _Receiver.bodies
+             for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+             for ss in rs.scope_spans for span in ss.spans}
+    assert names == {"invoke_agent readme", "chat scripted-1"}
