@@ -188,15 +188,29 @@ async def left_unfinished(handles: list[Any], rounds: int) -> list[int]:
     return pids
 
 
+async def four_workers_under_way(kernel: Kernel) -> list[Any]:
+    """Four processes of 100 rounds each, returned once 20 model calls are made between them."""
+    CALLS.clear()
+    handles = [await kernel.spawn(steady_worker, 100) for _ in range(4)]
+    while len(CALLS) < 20:
+        await asyncio.sleep(0.005)
+    return handles
+
+
+def check_calls_made_again(at_most: int) -> None:
+    """Each round was asked by all four processes; only calls whose record could not be
+    written (at most one per stopped process) were asked again."""
+    made = {f"round {i}": CALLS.count(f"round {i}") for i in range(100)}
+    assert all(n >= 4 for n in made.values())
+    assert sum(n - 4 for n in made.values()) <= at_most, "only a call whose record could not be written is made again"
+
+
 async def test_a_postgres_restart_mid_run_leaves_processes_unfinished_and_recover_finishes_them(
     own_postgres: PostgresServer,
 ) -> None:
-    CALLS.clear()
     dsn = fresh_database(own_postgres.dsn)
     async with postgres_kernel(dsn) as kernel:
-        handles = [await kernel.spawn(steady_worker, 100) for _ in range(4)]
-        while len(CALLS) < 20:
-            await asyncio.sleep(0.005)
+        handles = await four_workers_under_way(kernel)
         await asyncio.to_thread(own_postgres.stop, "fast")  # an operator's restart: down, then up
         try:
             stopped = await left_unfinished(handles, 100)
@@ -209,9 +223,7 @@ async def test_a_postgres_restart_mid_run_leaves_processes_unfinished_and_recove
         assert sorted(h.pid for h in again) == sorted(stopped)
         assert await asyncio.gather(*(h.wait(timeout=60) for h in again)) == [
             [f"answer to round {i}" for i in range(100)]] * 4
-    made = {f"round {i}": CALLS.count(f"round {i}") for i in range(100)}
-    assert all(n >= 4 for n in made.values())
-    assert sum(n - 4 for n in made.values()) <= 4, "only a call whose record could not be written is made again"
+    check_calls_made_again(at_most=4)
 
 
 async def test_a_connection_killed_by_pg_terminate_backend_is_an_error_and_recover_finishes_the_work(
@@ -219,12 +231,9 @@ async def test_a_connection_killed_by_pg_terminate_backend_is_an_error_and_recov
 ) -> None:
     import psycopg
 
-    CALLS.clear()
     dsn = fresh_database(own_postgres.dsn)
     async with postgres_kernel(dsn) as kernel:
-        handles = [await kernel.spawn(steady_worker, 100) for _ in range(4)]
-        while len(CALLS) < 20:
-            await asyncio.sleep(0.005)
+        handles = await four_workers_under_way(kernel)
         with psycopg.connect(own_postgres.dsn, autocommit=True) as admin:
             killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                    "WHERE datname = %s", (dsn.rsplit("/", 1)[1],)).fetchone()
@@ -235,6 +244,4 @@ async def test_a_connection_killed_by_pg_terminate_backend_is_an_error_and_recov
         assert sorted(h.pid for h in again) == sorted(stopped)
         for handle in again:
             assert await handle.wait(timeout=60) == [f"answer to round {i}" for i in range(100)]
-    made = {f"round {i}": CALLS.count(f"round {i}") for i in range(100)}
-    assert all(n >= 4 for n in made.values())
-    assert sum(n - 4 for n in made.values()) <= len(stopped)
+    check_calls_made_again(at_most=len(stopped))
