@@ -344,3 +344,38 @@ def test_the_readme_lines_send_a_kernel_s_spans_to_a_collector(tmp_path: Path) -
              for rs in ExportTraceServiceRequest.FromString(body).resource_spans
              for ss in rs.scope_spans for span in ss.spans}
     assert names == {"invoke_agent readme", "chat scripted-1"}
+
+
+async def test_a_429_its_retry_and_time_in_line_at_the_gate_are_events_on_the_chat_span(otel: Telemetry) -> None:
+    from ringzero import LLMGate, RateLimit, RetryPolicy
+    from ringzero.core.errors import RateLimited
+
+    refused: list[str] = []
+
+    def once_refused(request: Any) -> LLMResponse:
+        prompt = request.messages[-1].content
+        if prompt == "first" and not refused:
+            refused.append(prompt)
+            raise RateLimited("429 from the test", retry_after=0.01)
+        return answer(request)
+
+    async def ask(ctx: Context, prompt: str) -> None:
+        await ctx.llm(prompt)
+
+    gate = LLMGate(ScriptedProvider(once_refused, latency=0.05), RateLimit(max_concurrency=1),
+                   RetryPolicy(base_delay=0.01))
+    async with otel.kernel(llm=gate, checkpointer=MemoryCheckpointer()) as kernel:
+        first = await kernel.spawn(ask, "first", name="first")
+        second = await kernel.spawn(ask, "second", name="second")
+        await first.wait()
+        await second.wait()
+    events = {span.attributes["ringzero.process.pid"]: [e.name for e in span.events]  # type: ignore[index]
+              for span in otel.named("chat")}
+    assert events[first.pid][0] == "ringzero.llm.rate_limited"
+    limited = next(e for s in otel.named("chat") for e in s.events if e.name == "ringzero.llm.rate_limited")
+    attributes = dict(limited.attributes or {})
+    assert attributes.pop("ringzero.llm.retry_in") >= 0.01  # type: ignore[operator]  # Retry-After, plus jitter
+    assert attributes == {"error.type": "RateLimited", "ringzero.llm.attempt": 1, "ringzero.llm.retried": True}
+    assert "ringzero.gate.wait" in events[first.pid] + events[second.pid], "one of them waited for the other's slot"
+    [wait] = [p for p in otel.metrics()["ringzero.gate.wait"]]
+    assert wait.count >= 1 and wait.sum > 0

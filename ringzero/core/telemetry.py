@@ -125,6 +125,7 @@ class Telemetry:
     def process_started(self, process: Process, parent: Any) -> Any:
         """Open the process's span (under ``parent``: its parent process's span, or the context
         the spawn was made in) and make it current in the process's task. Returns the span."""
+        _SERVING.set(None)  # a child's task starts in a copy of its parent's spawn syscall's context
         if self.tracer is None:
             return None
         record = process.record
