@@ -43,6 +43,10 @@ class ClusterGate:
         self._closed_until = 0.0
         self.in_flight = 0
         self.granted = 0
+        self.held_at: float | None = None
+        """When (``time.monotonic``) the latest 429 to close an open gate reached this actor."""
+        self.granted_when_held = 0
+        """Permits granted before that moment: the only ones a call may use while the gate is closed."""
 
     async def lease(self, wanted: int, tokens: float, ended: int = 0, extra_tokens: float = 0.0) -> dict[str, float]:
         """Up to ``wanted`` permits of ``tokens`` each: ``granted`` (maybe 0), and when none were,
@@ -91,10 +95,16 @@ class ClusterGate:
 
     async def hold_back(self, seconds: float) -> None:
         """A server answered 429: nobody in the cluster sends for ``seconds``."""
-        self._closed_until = max(self._closed_until, time.monotonic() + seconds)
+        now = time.monotonic()
+        if now >= self._closed_until:
+            self.held_at, self.granted_when_held = now, self.granted
+        self._closed_until = max(self._closed_until, now + seconds)
 
-    async def stats(self) -> dict[str, float]:
-        return {"granted": self.granted, "in_flight": self.in_flight}
+    async def stats(self) -> dict[str, float | None]:
+        """Permits granted and in flight, and when the latest 429 closed the gate (``held_at``,
+        ``granted_when_held``), so a caller can tell which calls could have been sent after it."""
+        return {"granted": self.granted, "in_flight": self.in_flight,
+                "held_at": self.held_at, "granted_when_held": self.granted_when_held}
 
 
 class ClusterPermits:
