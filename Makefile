@@ -34,17 +34,8 @@ typecheck: sync
 
 bench: sync
 	$(UV) sync --locked --extra dev --extra bench --python $(PYTHON) --inexact
-	$(VENV)/bin/python benchmarks/executors.py
-	$(VENV)/bin/python benchmarks/fork_servers.py
-	$(VENV)/bin/python benchmarks/checkpointers.py
-	$(VENV)/bin/python benchmarks/llm_syscall_overhead.py
-	$(VENV)/bin/python benchmarks/tool_node.py
-	$(VENV)/bin/python benchmarks/rate_limited_agents.py
-	$(VENV)/bin/python benchmarks/idle_processes.py
-	$(VENV)/bin/python benchmarks/finished_processes_memory.py
-	$(VENV)/bin/python benchmarks/ptc_tokens.py
-	$(VENV)/bin/python benchmarks/context_folding.py
-	$(VENV)/bin/python benchmarks/faults.py
+	$(VENV)/bin/python benchmarks/run.py executors fork_servers checkpointers llm_syscall_overhead tool_node \
+		rate_limited_agents idle_processes finished_processes_memory ptc_tokens context_folding faults monitor_tick
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .pytest_cache .ruff_cache

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
+from _progress import step
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -131,12 +132,14 @@ async def main(graphs: int) -> None:
         for rounds in range(2):  # each saver twice, interleaved, keeping its best: this machine is noisy
             for level in levels:
                 for name, make in cases:
+                    step(f"round {rounds + 1}/2: {name}, {level} at a time")
                     rate = await graph_throughput(make, Path(tmp) / f"{rounds}-{level}", graphs, level)
                     rates[name][level] = max(rates[name].get(level, 0.0), rate)
         ceiling = rates["LangGraph InMemorySaver (the peer, not durable)"]
         for name, by_level in rates.items():
             table.add_row(name, *(f"{by_level[level]:,.0f} ({by_level[level] / ceiling[level]:.2f}x)"
                                   for level in levels))
+        step("SqliteCheckpointer raw ops")
         raw = await raw_ops(Path(tmp), 2000)
     console = Console(width=140)
     console.print(table)

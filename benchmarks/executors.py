@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pydantic_monty as pm
+from _progress import step
 from rich.console import Console
 from rich.table import Table
 
@@ -114,6 +115,7 @@ async def main(runs: int) -> None:
             table.add_column(column, justify="left" if column == "executor" else "right")
         for name, run, with_tools in rows:
             n = runs if with_tools is not None else max(20, runs // 20)
+            step(f"{name}: latency and throughput")
             median, p99 = await latency(run, "1 + 1", n)
             tools = "n/a"
             if with_tools is not None:

@@ -16,6 +16,7 @@ import itertools
 import os
 import time
 
+from _progress import step
 from rich.console import Console
 from rich.table import Table
 
@@ -54,6 +55,7 @@ async def main(runs: int) -> None:
         for column in ("fork servers", "concurrency", "runs/s", "machine CPU busy"):
             table.add_column(column, justify="right")
         for servers, concurrency in ((1, 1), (1, 8), (2, 8)):
+            step(f"{servers} fork server(s) at concurrency {concurrency}")
             rate, busy = await throughput([one, two][:servers], concurrency, runs)
             table.add_row(str(servers), str(concurrency), f"{rate:,.0f}", f"{busy:.0f}%")
         Console(width=120).print(table)

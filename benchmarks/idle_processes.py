@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _progress import step
 from rich.console import Console
 from rich.table import Table
 
@@ -109,6 +110,7 @@ async def main(count: int, many: int) -> None:
              lambda: ringzero_processes(MemoryCheckpointer(), many, True)),
         ]
         for name, n, run in cases:
+            step(f"{name}: {n:,} processes")
             spawned, per_process, finished = await run()  # type: ignore[misc]
             table.add_row(name, f"{n:,}", f"{spawned:.2f}", f"{per_process / 1024:.1f}", f"{finished:.2f}")
     Console(width=140).print(table)

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from _progress import step
 from rich.console import Console
 from rich.table import Table
 
@@ -99,6 +100,7 @@ async def main(n: int, rounds: int) -> None:
         best: dict[str, list[float]] = {}
         for i in range(rounds):
             for name, measure in paths:
+                step(f"round {i + 1}/{rounds}: {name}")
                 samples = await measure(i)
                 if name not in best or summarize(samples)[0] < summarize(best[name])[0]:
                     best[name] = samples

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import bpe_openai
+from _progress import step
 from rich.console import Console
 from rich.table import Table
 
@@ -150,6 +151,7 @@ async def main(sizes: list[int]) -> None:
     for column in ("rows", "agent", "model calls", "tokens sent", "vs JSON tool calling"):
         table.add_column(column, justify="left" if column == "agent" else "right")
     for rows in sizes:
+        step(f"{rows:,} rows")
         json_calls, json_tokens, code_calls, code_tokens = await measure(rows)
         table.add_row(f"{rows:,}", "JSON tool calling (the peer)", str(json_calls), f"{json_tokens:,}", "-")
         table.add_row(f"{rows:,}", "ringzero CodeAgent (programmatic)", str(code_calls), f"{code_tokens:,}",

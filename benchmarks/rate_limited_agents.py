@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from _progress import step
 from rich.console import Console
 from rich.table import Table
 
@@ -136,6 +137,7 @@ async def main(agents: int, calls: int, rate: float, burst: float) -> None:
         ]
         for label, job in cases:  # a fresh server (and a full bucket) for each client
             with local_server(rate, burst) as port:
+                step(label)
                 table.add_row(*await run(label, port, job, total, bound))
     Console(width=130).print(table)
 

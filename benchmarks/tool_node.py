@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _progress import step
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -88,6 +89,7 @@ async def main(invocations: int, calls: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, make, kind) in enumerate(rows):
             store = MemoryCheckpointer() if kind == "memory" else SqliteCheckpointer(Path(tmp) / f"{i}.db")
+            step(name)
             results[name] = await per_call_us(make, store, invocations, calls)
     for name, cost in results.items():
         peer = results[rows[3][0]] if "sandboxed" in name else results[rows[0][0]]

@@ -1,9 +1,10 @@
-"""The ``ringzero`` command: ``demo``, ``doctor``, ``ps``, ``resume`` and ``--version``."""
+"""The ``ringzero`` command: ``demo``, ``doctor``, ``ps``, ``top``, ``resume``, ``mcp`` and ``--version``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import sys
@@ -12,15 +13,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.table import Table
 
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import InvalidArgument, NotResumed, RingzeroError
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.references import import_reference
+from ringzero.top import SORT_KEYS
 
 if TYPE_CHECKING:
-    from ringzero import Kernel
+    from ringzero import Kernel, ProcessHandle
 
 __all__ = ["main"]
 
@@ -38,6 +41,17 @@ def _port(text: str) -> int:
     return port
 
 
+def _seconds(text: str) -> float:
+    """A refresh interval for ``--interval``: a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0.05 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"an interval is a number of seconds from 0.05 to 3600, not {text!r}")
+    return seconds
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ringzero", description="An agent kernel for Python.")
     parser.add_argument("--version", action="version", version=f"ringzero {ringzero.__version__}")
@@ -52,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     db_help = "SQLite state file, or a postgresql:// DSN (a cluster's shared store) (default: %(default)s)"
     ps = commands.add_parser("ps", help="list the processes recorded in a state database (every node's)")
     ps.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    top = commands.add_parser("top", help="a live view of the processes in a state database, with keys to pause, "
+                                          "resume and kill them (in whichever process or node runs them)")
+    top.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    top.add_argument("--interval", type=_seconds, default=1.0, help="seconds between reads (default: %(default)s)")
+    top.add_argument("--sort", choices=SORT_KEYS, default="pid", help="the column to sort by (default: %(default)s)")
+    top.add_argument("--filter", default="", help="show processes whose name, status or syscall has this text")
+    top.add_argument("--once", action="store_true", help="print one view and exit (what a pipe or a log gets)")
     resume = commands.add_parser("resume", help="resume unfinished processes after a crash and wait for them")
     resume.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
     resume.add_argument("--kernel", metavar="MODULE:FUNCTION",
@@ -126,6 +147,17 @@ async def _ps(db: Path | str, console: Console) -> int:
     return 0
 
 
+async def _top(db: Path | str, console: Console, args: argparse.Namespace) -> int:
+    from ringzero.top import run_top
+
+    store = _store(db)
+    try:
+        return await run_top(store, _where(db, store), console, interval=args.interval, once=args.once,
+                             sort=args.sort, filter=args.filter)
+    finally:
+        await store.aclose()
+
+
 def _kernel_factory(spec: str | None) -> Callable[[Path | str], Kernel]:
     from ringzero import Kernel
 
@@ -144,21 +176,17 @@ async def _resume(db: Path | str, factory: Callable[[Path | str], Kernel], conso
         # A shared store may have cluster nodes on it: take each process as a node does (an
         # ownership claim), so that a node still running one is fenced, never doubled.
         kernel.node = f"resume@{socket.gethostname()}:{os.getpid()}"
-    failed, unfinished = 0, 0
     async with kernel:
         handles = await kernel.recover()
         console.print(f"found {len(handles)} unfinished process(es)")
-        for handle in handles:
-            try:
-                console.print(f"  pid {handle.pid} {handle.name}: {await handle.wait()!r}")
-            except NotResumed as exc:
-                unfinished += 1
-                console.print(f"  pid {handle.pid} {handle.name}: [bold red]not resumed[/]: {exc.cause}")
-            except RingzeroError as exc:
-                failed += 1
-                console.print(f"  pid {handle.pid} {handle.name}: {exc}")
+        ends = await _follow_resumed(handles, console)
+    failed = sum(outcome == "failed" for outcome, _ in ends.values())
+    unfinished = sum(outcome == "unfinished" for outcome, _ in ends.values())
+    replayed = sum(h.replayed_syscalls for h in handles)
+    live = sum(h.live_syscalls for h in handles)
     console.print(f"resumed {len(handles) - unfinished} process(es): {len(handles) - unfinished - failed} "
-                  f"finished, {failed} failed")
+                  f"finished, {failed} failed; {replayed} recorded syscall(s) replayed from the journal (no LLM "
+                  f"call or tool run made again), {live} made live")
     if unfinished:
         hint = (" No --kernel was given: the default kernel has no LLM provider and no tools; pass "
                 "--kernel module:function returning your configured Kernel.") if default_kernel else ""
@@ -167,13 +195,53 @@ async def _resume(db: Path | str, factory: Callable[[Path | str], Kernel], conso
     return 1 if failed or unfinished else 0
 
 
+async def _follow_resumed(handles: Sequence[ProcessHandle], console: Console) -> dict[int, tuple[str, str]]:
+    """Wait for the resumed processes, with a live table of each one's replayed and live syscalls
+    and a line as each ends: pid -> ("finished"|"failed"|"unfinished", what it ended with)."""
+    from rich.live import Live
+
+    ends: dict[int, tuple[str, str]] = {}
+
+    async def follow(handle: ProcessHandle) -> None:
+        try:
+            ends[handle.pid] = ("finished", repr(await handle.wait()))
+        except NotResumed as exc:
+            ends[handle.pid] = ("unfinished", f"[bold red]not resumed[/]: {exc.cause}")
+        except RingzeroError as exc:
+            ends[handle.pid] = ("failed", str(exc))
+        console.print(f"  pid {handle.pid} {handle.name}: {ends[handle.pid][1]} (replayed "
+                      f"{handle.replayed_syscalls}, made live {handle.live_syscalls})")
+
+    def table() -> Table:
+        view = Table(title="resuming", title_justify="left")
+        for column in ("pid", "name", "status", "replayed", "live", "syscall now"):
+            view.add_column(column, justify="right" if column in ("pid", "replayed", "live") else "left")
+        for h in handles:
+            view.add_row(str(h.pid), h.name, h.status.value, str(h.replayed_syscalls), str(h.live_syscalls),
+                         h.syscall_now or "")
+        return view
+
+    followers = [asyncio.ensure_future(follow(h)) for h in handles]
+    if not followers:
+        return ends
+    # In a terminal the table is redrawn as the processes go; a log gets the line of each end.
+    with Live(table(), console=console, refresh_per_second=4, transient=True,
+              redirect_stdout=False) if console.is_terminal else contextlib.nullcontext() as live:
+        pending = set(followers)
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=0.25)
+            if live is not None:
+                live.update(table())
+    return ends
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console()
     if not console.is_terminal:
         console.width = max(console.width, 110)  # a log or pipe gets the whole table, not 80 columns
     try:
-        db = _database(args.db) if args.command in ("ps", "resume") else None
+        db = _database(args.db) if args.command in ("ps", "top", "resume") else None
         if isinstance(db, Path) and not db.exists():
             console.print(f"no state database at {db}")
             return 1
@@ -197,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "ps":
             assert db is not None
             return asyncio.run(_ps(db, console))
+        if args.command == "top":
+            assert db is not None
+            return asyncio.run(_top(db, console, args))
         if args.command == "mcp":
             return _serve_mcp(args)
         assert db is not None

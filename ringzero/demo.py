@@ -158,6 +158,8 @@ async def run_demo(state_dir: Path, console: Console) -> int:
                     _, action, key = script.pop(0)
                     await getattr(procs[key], action)()
                     events.append(f"t={now:4.1f}s  {action} pid {procs[key].pid} ({procs[key].name})")
+                    if not console.is_terminal:  # a log gets each event as it happens, not only the last table
+                        console.print(events[-1])
                 rows = await kernel.ps()
                 live.update(frame())
                 await asyncio.sleep(0.1)

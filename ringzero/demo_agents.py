@@ -9,6 +9,7 @@ data never enters the model's context.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -54,11 +55,41 @@ def recursive_model(request: LLMRequest) -> str:
     return f"```python\nfinal_answer({{'pieces_asked': {pieces}, 'errors': {total}}})\n```"
 
 
+def narrated(script: Callable[[LLMRequest], str], console: Console,
+             describe: Callable[[LLMRequest], str]) -> Callable[[LLMRequest], str]:
+    """``script``, saying what each model call is for as it is answered: the progress of a run
+    whose work is otherwise out of sight (in the sandbox, on the kernel's own loop)."""
+    calls = 0
+
+    def answer(request: LLMRequest) -> str:
+        nonlocal calls
+        calls += 1
+        console.print(f"  [dim]· model call {calls}: {describe(request)}[/]")
+        return script(request)
+
+    return answer
+
+
+def _ptc_step(request: LLMRequest) -> str:
+    if _turn(request) == 1:
+        return "the model writes Python that calls sales_table() inside the Monty sandbox"
+    return "the model reads what the code printed (not the rows) and answers"
+
+
+def _recursive_step(request: LLMRequest) -> str:
+    prompt = request.messages[-1].content
+    if prompt.startswith("Count the lines with ERROR"):
+        return f"ask_llm from the sandbox: count the errors in a piece of {len(prompt.splitlines()) - 1:,} lines"
+    if _turn(request) == 1:
+        return "the root model writes code that splits the log and asks about each piece"
+    return "the root model reads the counts and answers"
+
+
 async def run_agents_demo(state_dir: Path, console: Console) -> int:
     """Run both agents; returns how many of them failed."""
     failures = 0
     console.rule("[bold]Programmatic tool calling: CodeAgent")
-    model = ScriptedProvider(ptc_model)
+    model = ScriptedProvider(narrated(ptc_model, console, _ptc_step))
     async with CodeAgent(["ringzero.demo_agents:sales_table"], llm=model, state_dir=state_dir) as agent:
         result = await agent.aexecute_task("Total sales amount by region?")
     rows_as_text = str(sales_table(10000))
@@ -73,7 +104,7 @@ async def run_agents_demo(state_dir: Path, console: Console) -> int:
     lines = [f"2026-11-{1 + i % 28:02d}T12:{i % 60:02d} {'ERROR disk full' if i % 13 == 0 else 'INFO ok'} req={i}"
              for i in range(20_000)]
     await asyncio.to_thread(log.write_text, "\n".join(lines))
-    model = ScriptedProvider(recursive_model)
+    model = ScriptedProvider(narrated(recursive_model, console, _recursive_step))
     async with RecursiveAgent(llm=model, state_dir=state_dir) as recursive:
         found = await recursive.aanalyze(log, "How many errors are in the log?")
     expected = sum("ERROR" in line for line in lines)

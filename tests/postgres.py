@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.debian import apt_install
+
 
 def _bindir() -> str | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
@@ -25,13 +27,7 @@ def _bindir() -> str | None:
 
 def _install() -> str | None:
     """Install Debian's postgresql package when it is missing and we may (root, apt)."""
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return None
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, capture_output=True, timeout=300)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "postgresql"], check=False, env=env, capture_output=True,
-                   timeout=600)
-    return _bindir()
+    return _bindir() if apt_install("postgresql") else None
 
 
 def _free_port() -> int:

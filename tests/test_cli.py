@@ -36,7 +36,10 @@ def test_demo_runs_every_scenario_with_zero_failed_llm_calls(tmp_path: Path) -> 
     for expected in ("pause pid", "resume pid", "kill pid", "report with 4 sections",
                      "ConnectionError: the upstream data source went away", "budget_llm_calls",
                      "answer: {'north': 620000, 'south': 627500, 'east': 625000, 'west': 622500}",
-                     "answer: {'pieces_asked': 8, 'errors': 1539} (the file has 1539 ERROR lines)"):
+                     "answer: {'pieces_asked': 8, 'errors': 1539} (the file has 1539 ERROR lines)",
+                     # progress as it happens: each model call of the agents, said as it is answered
+                     "· model call 1: the model writes Python that calls sales_table() inside the Monty sandbox",
+                     "· model call 3: ask_llm from the sandbox: count the errors in a piece of 2,500 lines"):
         assert expected in out.stdout, expected
     listing = ringzero_cli("ps", "--db", ".ringzero/demo/state.db", cwd=tmp_path)
     assert listing.returncode == 0
@@ -58,13 +61,24 @@ async def test_resume_finishes_a_process_whose_host_was_killed(tmp_path: Path, m
     monkeypatch.setenv("RINGZERO_TEST_LOG", str(log))
     db = tmp_path / "state.db"
     pid = await asyncio.to_thread(crash_host_midrun, db, 12, log)
+    store = SqliteCheckpointer(db)
+    recorded = len(await KernelStore(store).journal(pid))
+    await store.aclose()
     out = await asyncio.to_thread(ringzero_cli, "resume", "--db", str(db), "--kernel", "tests.programs:make_kernel",
                                   cwd=tmp_path, env={"RINGZERO_TEST_LOG": str(log)})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "resumed 1 process(es)" in out.stdout and f"pid {pid} worker" in out.stdout
     store = SqliteCheckpointer(db)
     record = await KernelStore(store).load_process(pid)
+    journaled = len(await KernelStore(store).journal(pid))
     await store.aclose()
+    # The summary says what was served from the journal and what was new: every recorded call
+    # replayed, the rest of the journal made live by the resume.
+    summary = " ".join(out.stdout.split())
+    assert 0 < recorded < journaled
+    assert f"{recorded} recorded syscall(s) replayed from the journal" in summary, summary
+    assert f"{journaled - recorded} made live" in summary
+    assert f"(replayed {recorded}, made live {journaled - recorded})" in summary
     assert record is not None and record.status.value == "exited" and len(record.result) == 12  # type: ignore[arg-type]
 
 

@@ -188,3 +188,24 @@ async def test_an_encrypting_serializer_keeps_state_unreadable_at_rest(tmp_path:
     again = counter_graph(KernelSaver(reopened, serde=EncryptedSerializer.from_pycryptodome_aes(key=key)))
     assert (await again.aget_state(config)).values["trail"][0] == "patient-id-4471"
     await reopened.aclose()
+
+
+async def test_a_saver_sharing_a_kernels_store_lists_only_graph_checkpoints(tmp_path: Path) -> None:
+    from ringzero import Context, Kernel
+
+    async def napper(ctx: Context) -> str:
+        await ctx.sleep(0.3)  # long enough for an activity row
+        return "rested"
+
+    store = SqliteCheckpointer(tmp_path / "shared.db")
+    saver = KernelSaver(store)
+    graph = build(saver)
+    async with Kernel(checkpointer=store, monitor_interval=0.1) as kernel:
+        assert await (await kernel.spawn(napper)).wait() == "rested"
+        config = {"configurable": {"thread_id": "graph-thread"}}
+        await graph.ainvoke({"steps": [], "answer": ""}, config)
+        kernel_rows = [cp.thread_id async for cp in store.list(None)]
+        assert any(t.startswith("ringzero/") for t in kernel_rows)  # the kernel's records are in this store
+        listed = [t.config["configurable"]["thread_id"] async for t in saver.alist(None)]
+        assert listed and set(listed) == {"graph-thread"}
+        assert len([t async for t in saver.alist(None, limit=1)]) == 1

@@ -26,6 +26,7 @@ from ringzero.checkpointers import open_checkpointer
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.loops import Closing, LoopHome, forward
 from ringzero.core.protocols import Checkpointer
+from ringzero.core.store import KERNEL_THREADS
 from ringzero.core.types import Checkpoint as Record
 from ringzero.core.types import PendingWrite
 
@@ -133,11 +134,19 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         conf = (config or {}).get("configurable", {})
         wanted_id = conf.get("checkpoint_id")
         before_id = None if before is None else get_checkpoint_id(before)
+        every_thread = conf.get("thread_id") is None
+        left = limit if every_thread and not wanted_id else None
         async for record in self.checkpointer.list(conf.get("thread_id"), conf.get("checkpoint_ns"),
                                             filter=_jsonable(filter) if filter else None, before=before_id,
-                                            limit=None if wanted_id else limit):
+                                            limit=None if wanted_id or left is not None else limit):
+            if every_thread and record.thread_id.startswith(KERNEL_THREADS):
+                continue  # a kernel's own records (processes, journals, activity) in a store it shares
             if wanted_id is None or record.id == wanted_id:
                 yield self._tuple(record)
+                if left is not None:
+                    left -= 1
+                    if left <= 0:
+                        return
 
     async def _put(
         self,

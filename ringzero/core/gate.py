@@ -235,6 +235,15 @@ class LLMGate:
         """Everything process ``pid`` has spent through this gate."""
         return self._usage_by_pid.get(pid, Usage())
 
+    def snapshot(self) -> dict[str, float]:
+        """The gate now, for ``ringzero top``: calls waiting in line and in flight, counters since
+        it was made, and how long a 429 keeps it closed yet."""
+        stats, total = self.stats, self._total
+        return {"waiting": len(self._line), "in_flight": self._in_flight, "calls": stats.calls,
+                "retries": stats.retries, "rate_limited": stats.rate_limited, "failures": stats.failures,
+                "tokens": int(total[0] + total[1]),
+                "closed_for_s": round(max(0.0, self._closed_until - self._clock()), 2)}
+
     def forget(self, pid: int) -> None:
         """Let go of what the gate keeps about ``pid`` (its usage): the kernel calls this when the
         process ends, so a long-lived gate does not grow with every process it served. The

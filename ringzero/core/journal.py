@@ -121,6 +121,16 @@ class Journal:
         return self._loaded
 
     @property
+    def replayed(self) -> int:
+        """How many syscalls were served from the journal so far."""
+        return self._loaded - len(self._by_seq)
+
+    @property
+    def made_live(self) -> int:
+        """How many syscalls took a slot past the journal (run live, or running now)."""
+        return self._cursor - self.replayed
+
+    @property
     def entries(self) -> tuple[JournalEntry, ...]:
         """The recorded outcomes not yet served, in program order."""
         return tuple(self._by_seq[seq] for seq in sorted(self._by_seq))

@@ -40,6 +40,7 @@ from ringzero.core.gate import LLMGate
 from ringzero.core.journal import OWNER_RECHECK, Journal
 from ringzero.core.mailbox import Mail
 from ringzero.core.memory import MemoryStore
+from ringzero.core.monitor import Monitor
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
 from ringzero.core.references import import_reference, importable_reference, program_reference, reference_of
@@ -145,6 +146,23 @@ class ProcessHandle:
         """The recorded return value of a process that exited (its JSON form), else None."""
         return self._process.record.result
 
+    @property
+    def replayed_syscalls(self) -> int:
+        """Syscalls this run served from the journal (after ``recover()``: calls made before the
+        crash, not made again)."""
+        return self._process.journal.replayed
+
+    @property
+    def live_syscalls(self) -> int:
+        """Syscalls this run made live (or is making now)."""
+        return self._process.journal.made_live
+
+    @property
+    def syscall_now(self) -> str | None:
+        """The kind of the syscall the process is in now (``llm``, ``exec``, ``sleep``...), or None."""
+        current = self._process.in_syscall
+        return None if current is None else current[0]
+
     def info(self) -> ProcessInfo:
         self._process.snapshot()
         return ProcessInfo.of(self._process.record)
@@ -202,6 +220,7 @@ class Kernel:
         tracer_provider: Any = None,
         meter_provider: Any = None,
         capture_content: bool | None = None,
+        monitor_interval: float | None = 1.0,
     ) -> None:
         if checkpointer is None:
             from ringzero.checkpointers.sqlite import SqliteCheckpointer
@@ -226,6 +245,10 @@ class Kernel:
         if tools is not None and (not isinstance(tools, Mapping) or not all(
                 isinstance(k, str) and callable(v) for k, v in tools.items())):
             raise InvalidArgument(f"tools maps names to functions, e.g. {{'search': search}}, not {tools!r:.80}")
+        if monitor_interval is not None and (isinstance(monitor_interval, bool) or not isinstance(
+                monitor_interval, (int, float)) or not 0 < monitor_interval < float("inf")):
+            raise InvalidArgument(f"monitor_interval is a positive number of seconds, or None for no activity rows, "
+                                  f"not {monitor_interval!r}")
         if max_running is not None and (isinstance(max_running, bool) or not isinstance(max_running, int)
                                         or max_running < 1):
             raise InvalidArgument(f"max_running is a whole number of processes, at least 1, not {max_running!r}")
@@ -276,6 +299,10 @@ class Kernel:
         self._started = False
         self._closed = False
         self._telemetry_from = (tracer_provider, meter_provider, capture_content)
+        self.monitor: Monitor | None = None if monitor_interval is None else Monitor(self, float(monitor_interval))
+        """What ``ringzero top`` reads and how it controls this kernel's processes from another OS
+        process: an activity row a second while processes live, and commands taken from the store
+        (``ringzero.core.monitor``). ``monitor_interval=None`` turns it off."""
         self.telemetry: Telemetry | None = None
         """OpenTelemetry spans and metrics (``ringzero.core.telemetry``), set when the kernel
         starts: from ``tracer_provider``/``meter_provider``, else the providers the application
@@ -302,6 +329,8 @@ class Kernel:
             self.telemetry = Telemetry.detect(tracer_provider, meter_provider, capture_content,
                                               lambda: Counter(p.status.value for p in self._procs.values()))
             self._next_pid = await self.store.max_pid()
+        if self.monitor is not None:
+            self.monitor.start()  # again on a new loop, if the kernel moved to one
 
     def _check_loop(self) -> None:
         """A kernel lives on one event loop: the one it is started on (its processes are tasks
@@ -327,6 +356,8 @@ class Kernel:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.flush()  # the transitions processes made before they were stopped
+        if self.monitor is not None:
+            await self.monitor.aclose()
         for process in list(self._procs.values()):
             if not process.finished.done():
                 process.finished.set_exception(ProcessStateError(f"pid {process.pid}: the kernel shut down"))

@@ -105,6 +105,9 @@ class Process:
         """The status write in flight (see ``write_status``)."""
         self.fenced: Fenced | None = None
         """Set when another kernel took this process over: it stops here and writes nothing more."""
+        self.in_syscall: tuple[str, str, float] | None = None
+        """(kind, summary, monotonic start) of the syscall running live now, the latest one
+        where several run at once: what ``ringzero top`` shows (``ringzero.core.monitor``)."""
         self.sends = 0
         self.spawns = 0
         """Sends and spawns made so far in program order (replayed ones too): the ids that make a
@@ -413,6 +416,7 @@ class Process:
         if outcome is None:
             if not self._resume.is_set() or self.kernel.scheduler.should_yield(self.pid, self.record.priority):
                 await self._boundary()
+            self.in_syscall = current = (kind, summary, time.monotonic())
             try:
                 if self.journal.owner is not None:
                     await self.journal.check_owner()
@@ -434,6 +438,9 @@ class Process:
                 # its to do. Unwound as a cancellation, which a program does not catch.
                 self.fenced = exc
                 raise asyncio.CancelledError("fenced") from exc
+            finally:
+                if self.in_syscall is current:
+                    self.in_syscall = None
         elif self.span is not None:
             self.kernel.telemetry.replayed(self.span, kind, seq)  # type: ignore[union-attr]
         return outcome

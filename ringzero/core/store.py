@@ -40,6 +40,9 @@ from ringzero.core.types import JSON, NO_METADATA, Checkpoint, Limits, ProcessSt
 
 __all__ = ["JournalEntry", "KernelStore", "ProcessRecord", "dumps", "loads"]
 
+KERNEL_THREADS = "ringzero/"
+"""The prefix of every thread the kernel writes (processes, journals, memory, activity): a
+LangGraph saver sharing the store lists the rest."""
 PROCESS_TABLE = "ringzero/processes"
 PID_BLOCKS = "ringzero/pid-blocks"
 

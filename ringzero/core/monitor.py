@@ -1,0 +1,258 @@
+"""What ``ringzero top`` reads and writes in a store: each kernel's activity, and commands to it.
+
+A kernel's state database says where every process is at its last transition; it does not
+say which syscall a process is in now, what it has spent since, or how long the LLM gate's
+line is. So each kernel with live processes writes one small activity row a second (the
+``Monitor``), and ``ringzero top``, in any OS process, on any machine that reaches the store,
+reads it beside the process table. The same tick reads the commands ``top`` left for the
+processes this kernel runs (pause, resume, kill) and carries them out: control goes through
+the store, so it reaches a kernel in another process as it reaches one on another node.
+
+=========================  ===========  ================================================
+thread                     namespace    one checkpoint per
+=========================  ===========  ================================================
+``ringzero/activity``      ``""``       kernel: its live processes' syscalls and spend,
+                                        its gates' line, calls and tokens (replaced)
+``ringzero/commands``      ``""``       command: ``{"pid", "action", "at"}`` (kept)
+``ringzero/commands``      done         command: which kernel took it, and how it went
+=========================  ===========  ================================================
+
+A kernel with no live process writes nothing and reads nothing, so an idle kernel costs the
+store nothing; one whose store fails goes on running (monitoring never stops a process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core.errors import InvalidArgument, RingzeroError
+from ringzero.core.protocols import Checkpointer
+from ringzero.core.store import dumps, loads
+from ringzero.core.types import JSON, NO_METADATA, Checkpoint
+
+if TYPE_CHECKING:
+    from ringzero.core.kernel import Kernel
+
+__all__ = [
+    "ACTIONS", "KernelActivity", "Monitor", "command_outcome", "read_activity", "send_command",
+]
+
+ACTIVITY = "ringzero/activity"
+COMMANDS = "ringzero/commands"
+ACTIONS = ("pause", "resume", "kill")
+MAX_LISTED = 1000
+"""Live processes an activity row lists (those beyond are counted in ``more``): the row is
+written every second, and 100,000 idle processes must not make it megabytes."""
+COMMAND_WINDOW = 60.0
+"""Seconds after which a command nobody took is left alone (its target was not running)."""
+_RECENT_COMMANDS = 50
+"""The newest commands a tick reads: more than a person at a keyboard makes in a second."""
+_kernels = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class KernelActivity:
+    """One kernel's latest activity row, as ``ringzero top`` reads it."""
+
+    kernel: str
+    at: float
+    interval: float
+    closed: bool
+    processes: dict[int, dict[str, Any]]
+    """Per live pid: ``status``, ``paused``, ``syscall`` (kind, or None between syscalls),
+    ``detail``, ``in_syscall_s``, ``tokens``, ``cost``, ``llm_calls``, ``steps``, ``wall_s``."""
+    more: int
+    gates: dict[str, dict[str, Any]]
+    """Per gate: ``waiting`` (calls in line), ``in_flight``, ``calls``, ``rate_limited``,
+    ``retries``, ``failures``, ``tokens``, ``calls_per_s``, ``tokens_per_s``, ``closed_for_s``."""
+
+    def fresh(self, now: float | None = None) -> bool:
+        """True while the kernel is alive as far as anyone can tell: not closed, and its last row
+        is not older than three of its ticks (a kernel killed with -9 stops writing)."""
+        now = time.time() if now is None else now
+        return not self.closed and now - self.at <= 3 * self.interval + 1.0
+
+
+async def read_activity(checkpointer: Checkpointer) -> list[KernelActivity]:
+    """Every kernel's latest activity row on this store (fresh or not: see ``fresh``)."""
+    out = []
+    async for cp in checkpointer.list(ACTIVITY, ""):
+        body = loads(cp.payload, f"activity row {cp.id}")
+        out.append(KernelActivity(
+            kernel=str(body.get("kernel", cp.id)), at=float(body.get("at", 0.0)),
+            interval=float(body.get("interval", 1.0)), closed=bool(body.get("closed", False)),
+            processes={int(p["pid"]): p for p in body.get("processes", [])}, more=int(body.get("more", 0)),
+            gates=dict(body.get("gates") or {}),
+        ))
+    return out
+
+
+async def send_command(checkpointer: Checkpointer, pid: int, action: str) -> str:
+    """Ask whichever kernel runs ``pid`` to ``action`` it (pause, resume or kill); returns the
+    command's id, for ``command_outcome``. The kernel acts at its next tick (within a second)."""
+    if action not in ACTIONS:
+        raise InvalidArgument(f"a command is one of {', '.join(ACTIONS)}, not {action!r}")
+    command_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+    body = {"pid": pid, "action": action, "at": time.time()}
+    await checkpointer.put(Checkpoint(thread_id=COMMANDS, namespace="", id=command_id, payload=dumps(body),
+                                      metadata={"pid": pid, "action": action}))
+    return command_id
+
+
+async def command_outcome(checkpointer: Checkpointer, command_id: str) -> dict[str, Any] | None:
+    """``{"kernel", "state": "taken"|"done"|"failed", "message"}`` once a kernel took the
+    command, else None."""
+    cp = await checkpointer.get(COMMANDS, "done", command_id)
+    return None if cp is None else dict(loads(cp.payload, f"command {command_id}"))
+
+
+def _gate_row(name: str, gate: Any, before: Mapping[str, float] | None, seconds: float) -> dict[str, JSON]:
+    row = gate.snapshot()
+    row["name"] = name
+    if before is not None and seconds > 0:
+        row["calls_per_s"] = round((row["calls"] - before["calls"]) / seconds, 2)
+        row["tokens_per_s"] = round((row["tokens"] - before["tokens"]) / seconds, 1)
+    else:
+        row["calls_per_s"] = row["tokens_per_s"] = 0.0
+    return row  # type: ignore[no-any-return]
+
+
+@dataclass
+class Monitor:
+    """A kernel's side of ``ringzero top``: the activity row and the commands (one task)."""
+
+    kernel: Kernel
+    interval: float = 1.0
+    id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{next(_kernels)}")
+    _task: asyncio.Task[None] | None = None
+    _wrote_idle: bool = True
+    _written: bool = False
+    _seen: dict[str, None] = field(default_factory=dict)
+    _gates_before: dict[str, dict[str, float]] = field(default_factory=dict)
+    _ticked: float = field(default_factory=time.monotonic)
+    _acting: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def start(self) -> None:
+        """Start ticking on the running loop (again, where the kernel moved to a new loop)."""
+        task = self._task
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"ringzero-monitor-{self.id}")
+
+    async def aclose(self) -> None:
+        """Stop ticking, and mark the row closed (a closed kernel is not shown as alive)."""
+        task, self._task = self._task, None
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            return  # one on a loop that has gone ended with it
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for acting in list(self._acting):
+            acting.cancel()
+        if self._written:  # a kernel that wrote a row says it is gone; one that never did, nothing
+            with contextlib.suppress(Exception):
+                await self._write({"kernel": self.id, "at": time.time(), "interval": self.interval, "closed": True,
+                                   "processes": [], "gates": {}})
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.tick()
+            except (RingzeroError, OSError):  # the store is down: the processes see it themselves
+                continue
+
+    async def tick(self) -> None:
+        """Write the activity row and take this kernel's commands (nothing when idle)."""
+        live = list(self.kernel._procs.values())
+        if not live and self._wrote_idle:
+            return
+        await self._write(self._activity(live))
+        self._written, self._wrote_idle = True, not live
+        if live:
+            await self._take_commands()
+
+    def _activity(self, live: list[Any]) -> dict[str, JSON]:
+        now = time.monotonic()
+        seconds, self._ticked = now - self._ticked, now
+        processes: list[JSON] = []
+        for process in live[:MAX_LISTED]:
+            spent = process.meter.spent_dict()
+            current = process.in_syscall
+            processes.append({
+                "pid": process.pid, "status": process.status.value, "paused": process.record.paused,
+                "syscall": None if current is None else current[0],
+                "detail": None if current is None else current[1][:80],
+                "in_syscall_s": None if current is None else round(now - current[2], 2),
+                "tokens": spent.get("tokens", 0), "cost": spent.get("cost", 0.0),
+                "llm_calls": spent.get("llm_calls", 0), "steps": spent.get("steps", 0),
+                "wall_s": round(process.wall_seconds, 2),
+            })
+        gates: dict[str, JSON] = {}
+        for name, gate in self.kernel._gates.items():
+            row = _gate_row(name, gate, self._gates_before.get(name), seconds)
+            self._gates_before[name] = {"calls": row["calls"], "tokens": row["tokens"]}  # type: ignore[dict-item]
+            gates[name] = row
+        return {"kernel": self.id, "node": self.kernel.node, "at": time.time(), "interval": self.interval,
+                "closed": False, "processes": processes, "more": max(0, len(live) - MAX_LISTED), "gates": gates}
+
+    async def _write(self, body: Mapping[str, JSON]) -> None:
+        await self.kernel.checkpointer.put(Checkpoint(thread_id=ACTIVITY, namespace="", id=self.id,
+                                                      payload=dumps(body), metadata=NO_METADATA))
+
+    async def _take_commands(self) -> None:
+        """Carry out the new commands for processes this kernel runs. Where several kernels share
+        the store, the one that claims a command's ``done`` row acts; each acts in a task of its
+        own, so a kill that waits for a process to end does not hold the next tick."""
+        fresh = []
+        async for cp in self.kernel.checkpointer.list(COMMANDS, "", limit=_RECENT_COMMANDS):
+            if cp.id in self._seen:
+                continue
+            self._seen[cp.id] = None
+            body = loads(cp.payload, f"command {cp.id}")
+            if int(body.get("pid", -1)) in self.kernel._procs and time.time() - float(body.get("at", 0)) \
+                    <= COMMAND_WINDOW:
+                fresh.append((cp.id, body))
+        while len(self._seen) > 4 * _RECENT_COMMANDS:  # oldest first: a dict keeps insertion order
+            del self._seen[next(iter(self._seen))]
+        for command_id, body in reversed(fresh):  # listed newest first; carried out in the order sent
+            if not await self._claim(command_id):
+                continue
+            task = asyncio.get_running_loop().create_task(self._act(command_id, int(body["pid"]), str(body["action"])))
+            self._acting.add(task)
+            task.add_done_callback(self._acting.discard)
+
+    async def _claim(self, command_id: str) -> bool:
+        row = Checkpoint(thread_id=COMMANDS, namespace="done", id=command_id,
+                         payload=dumps({"kernel": self.id, "state": "taken", "message": ""}), metadata=NO_METADATA)
+        if self.kernel.checkpointer.capabilities.claims:
+            return await self.kernel.checkpointer.claim(row)
+        await self.kernel.checkpointer.put(row)
+        return True
+
+    async def _act(self, command_id: str, pid: int, action: str) -> None:
+        state, message = "done", f"{action} pid {pid}: done"
+        try:
+            handle = self.kernel.get(pid)
+            if action == "kill":
+                await handle.kill()
+            elif action == "pause":
+                await handle.pause()
+            elif action == "resume":
+                await handle.resume()
+            else:
+                state, message = "failed", f"unknown action {action!r}"
+        except RingzeroError as exc:
+            state, message = "failed", f"{action} pid {pid}: {exc}"
+        with contextlib.suppress(RingzeroError, OSError):
+            await self.kernel.checkpointer.put(Checkpoint(
+                thread_id=COMMANDS, namespace="done", id=command_id,
+                payload=dumps({"kernel": self.id, "state": state, "message": message}), metadata=NO_METADATA))
