@@ -24,7 +24,7 @@ demo: sync
 test: sync
 	$(VENV)/bin/ruff check ringzero tests benchmarks examples
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=20
 
 lint: sync
 	$(VENV)/bin/ruff check ringzero tests benchmarks examples
