@@ -92,12 +92,20 @@ async def test_concurrent_writes_share_commits_and_a_bad_one_fails_alone(tmp_pat
     assert not [r for r in results if isinstance(r, BaseException)]
     assert store.commits - before < 200, "200 concurrent puts were not grouped"
     assert len([c async for c in store.list("g")]) == 201
-    # A write the store rejects (NOT NULL payload) fails alone; writes grouped with it land.
+    # A write the store rejects (NOT NULL payload) fails alone; writes grouped with it land,
+    # those that ran before it in the batch (and were rolled back with it) as well as after.
+    first = store.put(Checkpoint("g", "", "before", b"v"))
+    claimed = store.claim(Checkpoint("g", "", "claimed", b"v"))
     rejected = store.put(Checkpoint("g", "", "rejected", None))  # type: ignore[arg-type]
     fine = store.put(Checkpoint("g", "", "after", b"v"))
-    outcome = await asyncio.gather(rejected, fine, return_exceptions=True)
-    assert isinstance(outcome[0], CheckpointerError) and "NOT NULL" in str(outcome[0]) and outcome[1] is None
-    assert await store.get("g", "", "after") is not None and await store.get("g", "", "rejected") is None
+    before_batch = store.commits
+    outcome = await asyncio.gather(first, claimed, rejected, fine, return_exceptions=True)
+    assert store.commits == before_batch + 1, "the four writes were not one batch: the test would prove nothing"
+    assert outcome[0] is None and outcome[1] is True and outcome[3] is None, outcome
+    assert isinstance(outcome[2], CheckpointerError) and "NOT NULL" in str(outcome[2])
+    assert await store.get("g", "", "rejected") is None
+    assert all([await store.get("g", "", key) for key in ("before", "claimed", "after")])
+    assert await store.claim(Checkpoint("g", "", "claimed", b"w")) is False  # it counted once, and is taken
     await store.aclose()
 
 
