@@ -126,6 +126,29 @@ async def test_recv_with_timeout_returns_none(kernel: Kernel) -> None:
     assert await (await kernel.spawn(program)).wait() is None
 
 
+async def test_receives_at_once_each_get_their_own_message_and_a_cancelled_one_takes_none(kernel: Kernel) -> None:
+    # The first receive waiting forever has a future of its own; the others wait on an event.
+    async def program(ctx: Context) -> dict[str, Any]:
+        forever = asyncio.create_task(ctx.recv())
+        await asyncio.sleep(0)
+        cancelled = asyncio.create_task(ctx.recv())
+        second = asyncio.create_task(ctx.recv())
+        timed_out = await ctx.recv(timeout=0.05)  # nobody has sent anything yet
+        cancelled.cancel()
+        ctx.state["waiting"] = True
+        got = await asyncio.gather(forever, second)
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        return {"timed_out": timed_out, "got": sorted(got), "after": await ctx.recv()}
+
+    p = await kernel.spawn(program)
+    while not p.state.get("waiting"):
+        await asyncio.sleep(0.005)
+    for n in (1, 2, 3):
+        await p.send(n)
+    assert await p.wait(10) == {"timed_out": None, "got": [1, 2], "after": 3}
+
+
 async def test_child_gets_a_slice_of_the_budget_and_unspent_budget_is_refunded(kernel: Kernel) -> None:
     async def child(ctx: Context) -> float | None:
         await ctx.recv()  # until its parent has looked at its own budget

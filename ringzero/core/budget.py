@@ -18,6 +18,8 @@ __all__ = ["Meter", "Spend"]
 
 CONSUMABLE = ("tokens", "cost", "llm_calls", "steps", "exec_seconds")
 _WHOLE = ("tokens", "llm_calls", "steps")
+_NONE_WARNED: frozenset[str] = frozenset()
+"""What no meter has warned of yet: one object for every process, not a set each."""
 _REASON = {
     "tokens": StopReason.TOKENS,
     "cost": StopReason.COST,
@@ -55,7 +57,7 @@ class Meter:
         self._spent: dict[str, float] = dict.fromkeys(CONSUMABLE, 0)
         self._reserved: dict[str, float] = dict.fromkeys(CONSUMABLE, 0)
         self._limit = {r: float(getattr(limits, r)) for r in CONSUMABLE if getattr(limits, r) is not None}
-        self._warned: set[str] = set()
+        self._warned: frozenset[str] = _NONE_WARNED  # a new set per meter only once one warns
 
     @property
     def spent(self) -> Spend:
@@ -114,7 +116,7 @@ class Meter:
         for resource, limit in self._limit.items():
             used = self._spent[resource] + self._reserved[resource]
             if resource not in self._warned and used >= fraction * limit:
-                self._warned.add(resource)
+                self._warned = self._warned | {resource}
                 out.append((resource, used, limit))
         return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -147,6 +148,8 @@ class Context:
             if process.record.stop_reason is not None:
                 coro.close()
                 raise asyncio.CancelledError(process.record.stop_reason.value)
+            if process.from_threads is None:
+                process.from_threads = set()
             process.from_threads.add(task)
             try:
                 return await coro
@@ -378,13 +381,7 @@ class Context:
                                     or not timeout >= 0):
             raise InvalidArgument(f"recv needs a non-negative timeout in seconds or None, not {timeout!r}")
         process = self._process
-
-        async def live() -> dict[str, JSON]:
-            mail = await process.mailbox.get(timeout)
-            if mail is None:
-                return {"value": None}
-            return {"value": {"seq": mail.seq, "message": mail.message}}
-
+        live = functools.partial(process.mailbox.receive, timeout)
         outcome = await process.syscall("recv", {"timeout": timeout}, "", live, waits=True)
         got = outcome["value"]
         return None if got is None else got["message"]  # type: ignore[call-overload,index]
@@ -451,7 +448,7 @@ class Context:
                 kernel._adopt_remote_child(process, remote, process.children[child_pid])
             return remote
         if not created:
-            process.offspring.append(handle._process)
+            process.keep_child(handle._process)
         return handle
 
     async def wait(self, child: ProcessHandle | RemoteProcessHandle | int, timeout: float | None = None) -> JSON:

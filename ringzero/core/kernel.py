@@ -523,6 +523,8 @@ class Kernel:
         creation = asyncio.ensure_future(self._create(record, program, owner))
         creation.add_done_callback(_retrieved)  # its caller may be gone (killed) when it fails
         if owner is not None:
+            if owner.spawning is None:
+                owner.spawning = set()
             owner.spawning.add(creation)
             creation.add_done_callback(owner.spawning.discard)
         return await asyncio.shield(creation)
@@ -537,7 +539,7 @@ class Kernel:
         self._procs[record.pid] = process
         if owner is not None:
             owner.children[record.pid] = record.limits
-            owner.offspring.append(process)
+            owner.keep_child(process)
             if owner.record.stop_reason is StopReason.KILLED:
                 process.request_stop(StopReason.KILLED)
         process.start()

@@ -33,7 +33,11 @@ class Mailbox:
 
     def __init__(self) -> None:
         self._line: PriorityLine[Mail] | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        """What the one ``receive`` waiting forever awaits: a bare future, not an event (an
+        event is three more objects per idle process: itself, its deque and its ``wait``)."""
         self._arrived: asyncio.Event | None = None
+        """For any other wait: one with a timeout, or a second ``receive`` at the same time."""
 
     def __len__(self) -> int:
         return 0 if self._line is None else len(self._line)
@@ -43,22 +47,36 @@ class Mailbox:
         if self._line is None:
             self._line = PriorityLine()
         self._line.push(mail.priority, mail)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
         if self._arrived is not None:
             self._arrived.set()
 
-    async def get(self, timeout: float | None = None) -> Mail | None:
-        """The most urgent message, waiting up to ``timeout`` seconds (None: forever)."""
+    async def receive(self, timeout: float | None = None) -> dict[str, JSON]:
+        """The outcome the ``recv`` syscall journals: ``{"value": {"seq", "message"}}`` for the
+        most urgent message, ``{"value": None}`` when ``timeout`` seconds (None: forever) passed
+        first. The syscall runs this itself (``functools.partial``), with no closure and no
+        coroutine of its own in the await chain of every idle process."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not self._line:
+            if deadline is None and self._waiter is None:  # forever, alone: most idle processes
+                self._waiter = waiter = loop.create_future()
+                try:
+                    await waiter
+                finally:
+                    self._waiter = None
+                continue
             if self._arrived is None:
                 self._arrived = asyncio.Event()
             self._arrived.clear()
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
-                return None
-            if remaining is None:  # forever: without a timeout's context manager (most idle processes)
+                return {"value": None}
+            if remaining is None:
                 await self._arrived.wait()
             elif not await wait_until_set(self._arrived, remaining):
-                return None
-        return self._line.pop()
+                return {"value": None}
+        mail = self._line.pop()
+        return {"value": {"seq": mail.seq, "message": mail.message}}

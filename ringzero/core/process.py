@@ -72,15 +72,17 @@ class Process:
         self.value: Any = None
         self.children: dict[int, Limits] = {}
         """Live children's budget reservations, settled as each child ends."""
-        self.offspring: list[Process] = []
-        """The children it spawned, held so that their handles work while it is held."""
+        self.offspring: list[Process] | None = None
+        """The children it spawned, held so that their handles work while it is held. This and
+        the sets below are made when first needed: every object an idle process holds is one
+        more for the garbage collector to walk, at 100,000 processes."""
         self.remote_children: dict[int, RemoteProcessHandle] = {}
         """Children it spawned that run on other cluster nodes (``Kernel._adopt_remote_child``)."""
-        self.spawning: set[asyncio.Future[Process]] = set()
-        self.from_threads: set[asyncio.Task[Any]] = set()
+        self.spawning: set[asyncio.Future[Process]] | None = None
+        """Children whose creation is in flight (see ``Kernel._spawn_process``)."""
+        self.from_threads: set[asyncio.Task[Any]] | None = None
         """Syscalls a framework's worker thread sent to the loop (``Context.call_from_thread``):
         tasks of their own, so a stop cancels them along with the process's task."""
-        """Children whose creation is in flight (see ``Kernel.create``)."""
         self.task: asyncio.Task[None] | None = None
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._transition_seq = transition_seq
@@ -136,9 +138,18 @@ class Process:
         self._mail_seq += 1
         return self._mail_seq
 
+    def keep_child(self, child: Process) -> None:
+        """Hold ``child`` (``offspring``), so that its handle works while this process is held."""
+        if self.offspring is None:
+            self.offspring = []
+        self.offspring.append(child)
+
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._main(), name=f"ringzero-pid-{self.pid}")
+        # Without telemetry the task runs _run itself: one coroutine fewer in the await chain
+        # every idle process holds.
+        main = self._run() if self.kernel.telemetry is None else self._run_in_span()
+        self.task = asyncio.get_running_loop().create_task(main, name=f"ringzero-pid-{self.pid}")
 
     async def _set(self, status: ProcessStatus, detail: str = "") -> None:
         """Move to ``status``. The end of a process is written before this returns; a
@@ -232,7 +243,8 @@ class Process:
             self._holds_slot = False
             self.kernel.scheduler.release(self.pid)
 
-    async def _main(self) -> None:
+    async def _run_in_span(self) -> None:
+        """``_run`` inside the process's span."""
         self._entered = True
         telemetry = self.kernel.telemetry
         if telemetry is not None:
@@ -245,6 +257,7 @@ class Process:
                 telemetry.process_ended(span, self)  # type: ignore[union-attr]
 
     async def _run(self) -> None:
+        self._entered = True
         status, reason, error = ProcessStatus.EXITED, StopReason.RETURNED, None
         try:
             if self.record.stop_reason is not None:  # stopped before it ever ran
@@ -323,11 +336,11 @@ class Process:
         """
         if self.record.stop_reason is None:
             self.record.stop_reason = reason
-        # A task cancelled before its first step would never run _main (which checks the stop
+        # A task cancelled before its first step would never run _run (which checks the stop
         # reason on entry instead); one that is finishing is already stopping.
         if self.task is not None and not self.task.done() and self._entered and not self._finishing:
             self.task.cancel()
-            for syscall in list(self.from_threads):
+            for syscall in list(self.from_threads or ()):
                 syscall.cancel()
             asyncio.get_running_loop().call_later(_RECANCEL_AFTER, self._cancel_again)
 
