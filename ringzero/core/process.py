@@ -89,9 +89,9 @@ class Process:
         self._unsaved: list[tuple[int, dict[str, JSON]]] = []
         """Transitions made but not yet written (see ``_set``)."""
         self._mail_seq = mail_seq
-        self._resume = asyncio.Event()
-        if not record.paused:
-            self._resume.set()
+        self._resumed: asyncio.Event | None = asyncio.Event() if record.paused else None
+        """While paused, what is set when it is resumed; None while it is not paused (most
+        processes, most of the time: no event, and its deque, for each of them)."""
         self._holds_slot = False
         self._entered = False
         self._finishing = False
@@ -371,7 +371,8 @@ class Process:
         if self.record.paused:
             return
         self.record.paused = True
-        self._resume.clear()
+        if self._resumed is None:
+            self._resumed = asyncio.Event()
         await self.write_status()
 
     async def resume(self) -> None:
@@ -379,7 +380,9 @@ class Process:
         if not self.record.paused:
             raise ProcessStateError(f"pid {self.pid} is not paused (it is {self.status.value})")
         self.record.paused = False
-        self._resume.set()
+        resumed, self._resumed = self._resumed, None
+        if resumed is not None:
+            resumed.set()
         if self.status is not ProcessStatus.PAUSED:  # paused before it reached a boundary
             await self.write_status()
 
@@ -427,7 +430,7 @@ class Process:
             fp = fingerprint(args)
         seq, outcome = self.journal.take_slot(kind, fp, summary)
         if outcome is None:
-            if not self._resume.is_set() or self.kernel.scheduler.should_yield(self.pid, self.record.priority):
+            if self._resumed is not None or self.kernel.scheduler.should_yield(self.pid, self.record.priority):
                 await self._boundary()
             self.in_syscall = current = (kind, summary, time.monotonic())
             try:
@@ -502,10 +505,11 @@ class Process:
 
     async def _boundary(self) -> None:
         """Where pause takes effect and equal-or-higher-priority processes get their turn."""
-        if not self._resume.is_set():
+        resumed = self._resumed
+        if resumed is not None:
             self._release()
             await self._set(ProcessStatus.PAUSED)
-            await self._resume.wait()
+            await resumed.wait()
             await self._set(ProcessStatus.READY, "resumed")
             await self._acquire()
             await self._set(ProcessStatus.RUNNING)
