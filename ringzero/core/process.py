@@ -439,7 +439,11 @@ class Process:
                 if self.kernel.telemetry is None:
                     token = _RUNNING_LIVE.set(self)
                     try:
-                        outcome = await (self._blocking(live) if waits else live())
+                        if waits:
+                            await self._wait_begins()
+                        outcome = await live()
+                        if waits:
+                            await self._wait_ends()
                     finally:
                         _RUNNING_LIVE.reset(token)
                 else:
@@ -471,7 +475,11 @@ class Process:
         span, entered = telemetry.syscall_started(self, kind, seq, summary, attributes)
         token = _RUNNING_LIVE.set(self)
         try:
-            outcome = await (self._blocking(live) if waits else live())
+            if waits:
+                await self._wait_begins()
+            outcome = await live()
+            if waits:
+                await self._wait_ends()
         except BaseException as exc:
             telemetry.syscall_raised(span, exc)
             raise
@@ -519,14 +527,18 @@ class Process:
             await self._acquire()
             await self._set(ProcessStatus.RUNNING)
 
-    async def _blocking(self, live: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    async def _wait_begins(self) -> None:
+        """Before a syscall that blocks on an event (``waits``): the run slot goes back. Awaited
+        before the wait, not around it, so no coroutine of its own sits in the await chain of
+        every idle process."""
         self._release()
         await self._set(ProcessStatus.WAITING)
-        outcome = await live()
+
+    async def _wait_ends(self) -> None:
+        """After it: ready, then running once a slot is free again."""
         await self._set(ProcessStatus.READY)
         await self._acquire()
         await self._set(ProcessStatus.RUNNING)
-        return outcome
 
 
 def _error_info(exc: BaseException) -> dict[str, str]:
