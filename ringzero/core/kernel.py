@@ -55,6 +55,8 @@ __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
 DEFAULT_PRIORITY = 10
 PID_BLOCK = 1000
 """How many pids a cluster node claims at a time."""
+_NO_LIMITS = Limits()
+"""The limits of every process spawned without any: one frozen object, not one each."""
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The largest message (its JSON) a mailbox takes: each is stored, and read back at recovery."""
 _SAVERS = 64
@@ -476,7 +478,7 @@ class Kernel:
                     or not amount >= 0:
                 raise InvalidArgument(f"resources maps names to non-negative amounts, got {key!r}: {amount!r}")
         request = SpawnRequest(program=reference, args=list(args), name=name or program.__name__,
-                               priority=priority, limits=limits or Limits(), resources=dict(resources))
+                               priority=priority, limits=limits or _NO_LIMITS, resources=dict(resources))
         return await self.placement.place(request)
 
     def _check_program(self, program: Any, args: Sequence[Any]) -> None:
@@ -511,7 +513,7 @@ class Kernel:
         reference = _recorded_reference(program)
         record = ProcessRecord(
             pid=0, name=name or program.__name__, program=reference,
-            args=list(args), priority=priority, limits=limits or Limits(),
+            args=list(args), priority=priority, limits=limits or _NO_LIMITS,
             parent=parent if remote_parent is None else remote_parent, spawn_id=spawn_id,
         )
         owner = None if parent is None else self._process(parent)

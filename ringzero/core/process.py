@@ -86,8 +86,9 @@ class Process:
         self.task: asyncio.Task[None] | None = None
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._transition_seq = transition_seq
-        self._unsaved: list[tuple[int, dict[str, JSON]]] = []
-        """Transitions made but not yet written (see ``_set``)."""
+        self._unsaved: list[tuple[int, dict[str, JSON]]] | None = None
+        """Transitions made but not yet written (see ``_set``); None when there are none, as
+        for every idle process once its way to waiting is written."""
         self._mail_seq = mail_seq
         self._resumed: asyncio.Event | None = asyncio.Event() if record.paused else None
         """While paused, what is set when it is resumed; None while it is not paused (most
@@ -161,6 +162,8 @@ class Process:
         old = self.record.status
         self.record.status = status
         self._transition_seq += 1
+        if self._unsaved is None:
+            self._unsaved = []
         self._unsaved.append((self._transition_seq,
                               {"from": old.value, "to": status.value, "at": time.time(), "detail": detail}))
         if status.terminal:  # its event comes once it is written, as whoever reads the store expects
@@ -175,14 +178,14 @@ class Process:
 
     async def save_transitions(self) -> None:
         """Write the transitions not yet written (one row) and the status they end in."""
-        steps, self._unsaved = self._unsaved, []
+        steps, self._unsaved = self._unsaved, None
         if not steps or self.fenced is not None:  # a fenced process writes nothing more
             return
         try:
             await self.kernel.store.record_transitions(self.pid, steps)
             await self.write_status()
         except BaseException:
-            self._unsaved[:0] = steps  # written with the next ones, or their error raised then
+            self._unsaved = steps + (self._unsaved or [])  # written with the next ones, or their error raised then
             raise
 
     async def write_status(self) -> None:
