@@ -381,7 +381,8 @@ class Context:
                                     or not timeout >= 0):
             raise InvalidArgument(f"recv needs a non-negative timeout in seconds or None, not {timeout!r}")
         process = self._process
-        live = functools.partial(process.mailbox.receive, timeout)
+        mailbox = process.mailbox
+        live = mailbox.receive if timeout is None else functools.partial(mailbox.receive, timeout)
         outcome = await process.syscall("recv", {"timeout": timeout}, "", live, waits=True)
         got = outcome["value"]
         return None if got is None else got["message"]  # type: ignore[call-overload,index]

@@ -56,8 +56,9 @@ class Mailbox:
     async def receive(self, timeout: float | None = None) -> dict[str, JSON]:
         """The outcome the ``recv`` syscall journals: ``{"value": {"seq", "message"}}`` for the
         most urgent message, ``{"value": None}`` when ``timeout`` seconds (None: forever) passed
-        first. The syscall runs this itself (``functools.partial``), with no closure and no
-        coroutine of its own in the await chain of every idle process."""
+        first. The syscall runs this itself (the bound method, or ``functools.partial`` with a
+        timeout), with no closure and no coroutine of its own in every idle process's await
+        chain."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while not self._line:
