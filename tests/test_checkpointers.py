@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.compat.checkpointer import CheckpointerConformance, cp
 from ringzero.core.errors import CheckpointerError, Closed
+from ringzero.core.types import Checkpoint
 
 
 async def test_a_closed_sqlite_checkpointer_refuses_instead_of_reopening(tmp_path: Path) -> None:
@@ -69,3 +71,22 @@ async def test_sqlite_refuses_a_newer_schema_version(tmp_path: Path) -> None:
 
 class TestBuiltinCheckpointers(CheckpointerConformance):
     """The kit, with the ``checkpointer`` fixture from conftest.py: memory and SQLite."""
+
+
+@pytest.mark.parametrize("alongside", ["alone", "with another writer in the same commit"])
+async def test_sqlite_put_many_stores_all_or_none(tmp_path: Path, alongside: str) -> None:
+    store = SqliteCheckpointer(tmp_path / "s.db")
+    await store.put(cp("open", "1"))  # open, so that nothing below waits before it writes
+    bad = Checkpoint("t", "", "2", {"not": "bytes"})  # type: ignore[arg-type]
+    others = []
+    if alongside != "alone":  # started in the same turn, so that both join one group commit
+        others.append(asyncio.ensure_future(store.put(cp("other", "1"))))
+    with pytest.raises(CheckpointerError, match="put_many"):
+        await store.put_many([cp("t", "1"), bad, cp("t", "3")])
+    await asyncio.gather(*others)
+    assert [c.id async for c in store.list("t")] == []  # not the rows before or after the bad one
+    if others:
+        assert await store.get("other") is not None  # the other writer's commit went through
+    await store.put_many([cp("t", "1"), cp("t", "3")])
+    assert [c.id async for c in store.list("t")] == ["3", "1"]
+    await store.aclose()

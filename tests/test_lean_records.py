@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import itertools
 import tracemalloc
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from ringzero import Context, Kernel, ProcessStatus
 from ringzero.checkpointers import SqliteCheckpointer
@@ -112,3 +116,52 @@ async def test_recover_loads_only_unfinished_processes(tmp_path: Path) -> None:
 
 async def sleeps_long(ctx: Context) -> None:
     await ctx.sleep(3600)
+
+
+class LogsWrites(MemoryCheckpointer):
+    """Logs each write call with the namespaces it carries; ``put_many`` only where ``grouped``."""
+
+    def __init__(self, grouped: bool) -> None:
+        super().__init__()
+        self.capabilities = dataclasses.replace(MemoryCheckpointer.capabilities, put_many=grouped)
+        self.log: list[tuple[str, ...]] = []
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        self.log.append(("put", checkpoint.namespace))
+        await super().put(checkpoint)
+
+    async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
+        assert self.capabilities.put_many, "put_many called on a store that does not declare it"
+        self.log.append(("put_many", *(cp.namespace for cp in checkpoints)))
+        for checkpoint in checkpoints:
+            await MemoryCheckpointer.put(self, checkpoint)
+
+
+async def sets_state_then_returns(ctx: Context) -> str:
+    await ctx.sleep(0.001)  # its transitions so far are written meanwhile, on the way
+    ctx.state["step"] = 1
+    await ctx.checkpoint()
+    ctx.state["step"] = 2
+    return "done"
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["put_many", "one put each"])
+async def test_a_process_writes_its_transitions_with_its_status_and_its_end_with_its_result(grouped: bool) -> None:
+    store = LogsWrites(grouped)
+    async with Kernel(checkpointer=store) as kernel:
+        process = await kernel.spawn(sets_state_then_returns)
+        assert await process.wait() == "done"
+        await kernel.flush()
+        stored = await kernel.store.load_process(process.pid)
+    assert stored is not None and stored.status is ProcessStatus.EXITED
+    assert stored.result == "done" and stored.state == {"step": 2}
+    ended = ("state", "transitions", "status")  # the result ahead of the end: a reader of "exited" finds it
+    checkpointed = ("state", "status")
+    if grouped:
+        assert ("put_many", *checkpointed) in store.log
+        assert store.log[-1] == ("put_many", *ended)
+        on_the_way = [call for call in store.log[:-1] if "transitions" in call]
+        assert on_the_way and all(call == ("put_many", "transitions", "status") for call in on_the_way)
+    else:
+        assert not any(call[0] == "put_many" for call in store.log)
+        assert store.log[-3:] == [("put", namespace) for namespace in ended]

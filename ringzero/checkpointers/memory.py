@@ -21,7 +21,8 @@ __all__ = ["MemoryCheckpointer"]
 class MemoryCheckpointer:
     """Keeps every checkpoint in memory; everything is lost with the process."""
 
-    capabilities = CheckpointerCapabilities(durable=False, multi_process=False, delete_checkpoints=True, claims=True)
+    capabilities = CheckpointerCapabilities(durable=False, multi_process=False, delete_checkpoints=True, claims=True,
+                                          put_many=True)
 
     def __init__(self) -> None:
         self._threads: dict[str, dict[str, dict[str, Checkpoint]]] = {}
@@ -39,6 +40,11 @@ class MemoryCheckpointer:
             checkpoint.parent_id, dict(checkpoint.metadata),
         )
         self._threads.setdefault(checkpoint.thread_id, {}).setdefault(checkpoint.namespace, {})[checkpoint.id] = stored
+
+    async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """``put`` each, in order: in memory nothing fails halfway, so that is atomic."""
+        for checkpoint in checkpoints:
+            await self.put(checkpoint)
 
     async def claim(self, checkpoint: Checkpoint) -> bool:
         if checkpoint.id in self._threads.get(checkpoint.thread_id, {}).get(checkpoint.namespace, {}):

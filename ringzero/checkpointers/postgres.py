@@ -74,7 +74,8 @@ _SELECT = ("SELECT c.thread_id, c.namespace, c.id, c.parent_id, c.payload, c.met
 class PostgresCheckpointer:
     """Durable checkpoints shared by kernels on any number of machines."""
 
-    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True, claims=True)
+    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True, claims=True,
+                                          put_many=True)
 
     def __init__(self, dsn: str, *, min_connections: int = 1, max_connections: int = 8,
                  connect_timeout: float = 10.0) -> None:
@@ -185,12 +186,14 @@ class PostgresCheckpointer:
         pool = await self._get_pool()
         with self._errors("put", pool):
             async with pool.connection() as conn:
-                await conn.execute(
-                    "INSERT INTO ringzero_checkpoints VALUES (%s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (thread_id, namespace, id) DO UPDATE SET parent_id = EXCLUDED.parent_id, "
-                    "payload = EXCLUDED.payload, metadata = EXCLUDED.metadata",
-                    (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
-                     checkpoint.payload, json.dumps(dict(checkpoint.metadata))))
+                await conn.execute(_PUT, _row(checkpoint))
+
+    async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """Store each, in order, in one transaction: one round trip's worth of waiting, not one each."""
+        pool = await self._get_pool()
+        with self._errors("put_many", pool):
+            async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                await cur.executemany(_PUT, [_row(cp) for cp in checkpoints])
 
     async def claim(self, checkpoint: Checkpoint) -> bool:
         pool = await self._get_pool()
@@ -198,9 +201,7 @@ class PostgresCheckpointer:
             async with pool.connection() as conn:
                 cursor = await conn.execute(
                     "INSERT INTO ringzero_checkpoints VALUES (%s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT (thread_id, namespace, id) DO NOTHING",
-                    (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
-                     checkpoint.payload, json.dumps(dict(checkpoint.metadata))))
+                    "ON CONFLICT (thread_id, namespace, id) DO NOTHING", _row(checkpoint))
                 return bool(cursor.rowcount == 1)
 
     async def put_writes(
@@ -295,3 +296,14 @@ def _checkpoint(row: Any) -> Checkpoint:
     return Checkpoint(thread_id=thread_id, namespace=namespace, id=cid, parent_id=parent_id, payload=bytes(payload),
                       metadata=metadata,
                       writes=tuple(PendingWrite(t, c, bytes.fromhex(v), p, i) for t, c, v, p, i in writes))
+
+
+_PUT = ("INSERT INTO ringzero_checkpoints VALUES (%s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (thread_id, namespace, id) DO UPDATE SET parent_id = EXCLUDED.parent_id, "
+        "payload = EXCLUDED.payload, metadata = EXCLUDED.metadata")
+
+
+def _row(checkpoint: Checkpoint) -> tuple[Any, ...]:
+    """``checkpoint`` as the parameters of one ``ringzero_checkpoints`` row."""
+    return (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id, checkpoint.payload,
+            json.dumps(dict(checkpoint.metadata)))

@@ -254,7 +254,8 @@ DEFAULT_PATH = ".ringzero/state.db"
 class SqliteCheckpointer:
     """Durable checkpoints in one SQLite file."""
 
-    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True, claims=True)
+    capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True, claims=True,
+                                          put_many=True)
 
     def __init__(
         self,
@@ -551,6 +552,14 @@ class SqliteCheckpointer:
                 await self._transaction(db, [(_PUT, [row])])
         except sqlite3.Error as exc:
             raise CheckpointerError(f"SQLite file {self.path}: put failed: {exc}") from exc
+
+    async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """Store each, in order, in one transaction (grouped with the other writes of this turn)."""
+        db = self._db or await self._conn()
+        rows = [(cp.thread_id, cp.namespace, cp.id, cp.parent_id, cp.payload,
+                 json.dumps(dict(cp.metadata)) if cp.metadata else "{}") for cp in checkpoints]
+        with self._errors("put_many"):
+            await self._transaction(db, [(_PUT, rows)])
 
     def _put_here(self, row: tuple[Any, ...]) -> bool:
         """``_transaction``'s commit at once, for one row, without its bookkeeping (a ``put`` at

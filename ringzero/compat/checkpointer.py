@@ -32,7 +32,8 @@ def cp(thread: str, cid: str, ns: str = "", **meta: object) -> Checkpoint:
 @pytest.mark.asyncio
 class CheckpointerConformance:
     """Addressing, latest-by-id, replacement, newest-first listing with filter/before/limit,
-    writes returned with their checkpoint, deletion, and (where declared) atomic claims."""
+    writes returned with their checkpoint, deletion, and (where declared) atomic claims and
+    ``put_many``."""
 
     async def test_get_returns_the_latest_or_the_named_checkpoint(self, checkpointer: Checkpointer) -> None:
         assert await checkpointer.get("t") is None
@@ -99,6 +100,19 @@ class CheckpointerConformance:
         await checkpointer.put(cp("t", "1"))  # a re-used id starts with no stale writes
         again = await checkpointer.get("t", "", "1")
         assert again is not None and again.writes == ()
+
+    async def test_put_many_stores_each_in_order(self, checkpointer: Checkpointer) -> None:
+        if not checkpointer.capabilities.put_many:
+            pytest.skip("this checkpointer declares no put_many")
+        put_many = checkpointer.put_many  # type: ignore[attr-defined]
+        await put_many([])
+        assert await checkpointer.get("t") is None
+        await put_many([cp("t", "1", step=1), cp("t", "2", ns="sub"), cp("u", "1"),
+                        Checkpoint("t", "", "1", b"again", metadata={"step": 2})])  # the later one wins
+        first = await checkpointer.get("t", "", "1")
+        assert first is not None and first.payload == b"again" and first.metadata == {"step": 2}
+        assert [c.id async for c in checkpointer.list("t", "sub")] == ["2"]
+        assert (await checkpointer.get("u")) is not None
 
     async def test_claim_stores_only_where_the_address_is_free(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.claims:

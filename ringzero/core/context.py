@@ -501,9 +501,7 @@ class Context:
             raise NotSerializable(problem)
 
         async def live() -> dict[str, JSON]:
-            process.snapshot()
-            await kernel.store.save_state(process.record)
-            await process.write_status()
+            await process.write_status((kernel.store.state_row(process.record),))  # one commit with the status
             return {"value": None}
 
         kernel = process.kernel

@@ -11,7 +11,7 @@ import asyncio
 import contextvars
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
@@ -29,7 +29,16 @@ from ringzero.core.errors import (
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.store import ProcessRecord
-from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json, json_form, json_problem
+from ringzero.core.types import (
+    JSON,
+    Checkpoint,
+    Limits,
+    ProcessStatus,
+    StopReason,
+    ensure_json,
+    json_form,
+    json_problem,
+)
 
 _RUNNING_LIVE: contextvars.ContextVar[Process | None] = contextvars.ContextVar("ringzero_running_live", default=None)
 """The process whose syscall is running live in this context: a syscall it makes from there (an
@@ -168,7 +177,7 @@ class Process:
                               {"from": old.value, "to": status.value, "at": time.time(), "detail": detail}))
         if status.terminal:  # its event comes once it is written, as whoever reads the store expects
             try:
-                await self.save_transitions()
+                await self.save_transitions(with_state=True)
             except BaseException:
                 self.record.status = old  # not ended where it was not recorded as ended
                 raise
@@ -176,29 +185,34 @@ class Process:
             self.kernel._save_soon(self)
         self.kernel._emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
 
-    async def save_transitions(self) -> None:
-        """Write the transitions not yet written (one row) and the status they end in."""
+    async def save_transitions(self, *, with_state: bool = False) -> None:
+        """Write the transitions not yet written (one row) and the status they end in, together
+        (``KernelStore.put_rows``: one commit where the store can); ``with_state``: the state
+        row (``ctx.state``, result, error) too, ahead of them, as at the end of the process."""
         steps, self._unsaved = self._unsaved, None
         if not steps or self.fenced is not None:  # a fenced process writes nothing more
             return
+        store = self.kernel.store
         try:
-            await self.kernel.store.record_transitions(self.pid, steps)
-            await self.write_status()
+            first = store.transitions_row(self.pid, steps)
+            await self.write_status((store.state_row(self.record), first) if with_state else (first,))
         except BaseException:
             self._unsaved = steps + (self._unsaved or [])  # written with the next ones, or their error raised then
             raise
 
-    async def write_status(self) -> None:
+    async def write_status(self, before: Sequence[Checkpoint] = ()) -> None:
         """Write the status row (status, pause flag, counters), one write at a time for this
-        process. Over a pool of connections (PostgreSQL) two writes in flight may commit in
-        either order, and an older row committed last would undo what the newer one says (a
-        batched ``running`` landing after the process's end left it ``running`` for good)."""
+        process, after the rows ``before`` and atomically with them where the store can. Over
+        a pool of connections (PostgreSQL) two writes in flight may commit in either order, and
+        an older row committed last would undo what the newer one says (a batched ``running``
+        landing after the process's end left it ``running`` for good)."""
         while self._status_write is not None:
             await asyncio.shield(self._status_write)
         done = self._status_write = asyncio.get_running_loop().create_future()
         try:
             self.snapshot()  # taken now, so the row written last is also the newest
-            await self.kernel.store.save_status(self.record)
+            store = self.kernel.store
+            await store.put_rows((*before, store.status_row(self.record)))
         finally:
             self._status_write = None
             done.set_result(None)
@@ -319,8 +333,8 @@ class Process:
             except NotSerializable:
                 self.record.result = repr(self.value)
         try:
-            # The result first: whoever reads an ended status finds what the process left.
-            await self.kernel.store.save_state(self.record)
+            # The result with the end, ahead of it: whoever reads an ended status finds what the
+            # process left.
             await self._set(status, reason.value)
         except BaseException as exc:
             if not self.finished.done():

@@ -114,6 +114,10 @@ class CheckpointerCapabilities:
     claims: bool = False
     """``claim()`` stores a checkpoint only if its address is free, atomically across processes
     (how kernels sharing one store allocate pids without colliding)."""
+    put_many: bool = False
+    """``put_many(checkpoints)`` stores several checkpoints, in order, in one atomic step (one
+    commit, not one each): the kernel writes a process's transitions, status and state rows
+    so. Not a method of the protocol: a store without it gets one ``put`` after another."""
 
 
 @runtime_checkable

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,28 +161,41 @@ class KernelStore:
 
     def __init__(self, checkpointer: Checkpointer) -> None:
         self.checkpointer = checkpointer
+        self._put_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \
+            getattr(checkpointer, "put_many", None) if checkpointer.capabilities.put_many else None
 
     async def save_process(self, record: ProcessRecord) -> None:
         """Write the whole record (its three rows)."""
         await self.checkpointer.put(self._process_row(record))
-        await self.save_state(record)
-        await self.save_status(record)
+        await self.put_rows([self.state_row(record), self.status_row(record)])
 
-    async def save_status(self, record: ProcessRecord) -> None:
-        """Write where the process is: status, stop reason, pause flag, counters. Small."""
+    async def put_rows(self, rows: Sequence[Checkpoint]) -> None:
+        """Write ``rows`` in one atomic step where the store can (``capabilities.put_many``: one
+        commit, not one each), else one after another, in order."""
+        if self._put_many is not None and len(rows) > 1:
+            await self._put_many(rows)
+            return
+        for row in rows:
+            await self.checkpointer.put(row)
+
+    @staticmethod
+    def status_row(record: ProcessRecord) -> Checkpoint:
+        """The row of where the process is: status, stop reason, pause flag, counters. Small;
+        stamped now."""
         record.updated_at = time.time()
         body = {"status": record.status.value,
                 "stop_reason": None if record.stop_reason is None else record.stop_reason.value,
                 "paused": record.paused, "spent": record.spent, "wall_seconds": record.wall_seconds,
                 "updated_at": record.updated_at}
-        await self.checkpointer.put(Checkpoint(thread_id=PROCESS_TABLE, namespace="status", id=_key(record.pid),
-                                               payload=dumps(body), metadata={"status": record.status.value}))
+        return Checkpoint(thread_id=PROCESS_TABLE, namespace="status", id=_key(record.pid), payload=dumps(body),
+                          metadata={"status": record.status.value})
 
-    async def save_state(self, record: ProcessRecord) -> None:
-        """Write ``ctx.state``, the result and the error."""
+    @staticmethod
+    def state_row(record: ProcessRecord) -> Checkpoint:
+        """The row of ``ctx.state``, the result and the error."""
         body = {"state": record.state, "result": record.result, "error": record.error}
-        await self.checkpointer.put(Checkpoint(thread_id=PROCESS_TABLE, namespace="state", id=_key(record.pid),
-                                               payload=dumps(body), metadata={}))
+        return Checkpoint(thread_id=PROCESS_TABLE, namespace="state", id=_key(record.pid), payload=dumps(body),
+                          metadata={})
 
     async def claim_process(self, record: ProcessRecord) -> bool:
         """Write a new process's first record only if its pid is free in the store (False if
@@ -243,14 +256,15 @@ class KernelStore:
         rows.reverse()
         return rows
 
-    async def record_transitions(self, pid: int, steps: list[tuple[int, dict[str, JSON]]]) -> None:
-        """Write lifecycle transitions ``(seq, {"from", "to", "at", "detail"})`` as one row,
-        under the last one's seq (so that ``last_seq`` goes on from it): a lone transition as it
-        is, several as ``{"steps": [...]}``."""
+    @classmethod
+    def transitions_row(cls, pid: int, steps: list[tuple[int, dict[str, JSON]]]) -> Checkpoint:
+        """The row of lifecycle transitions ``(seq, {"from", "to", "at", "detail"})``, under the
+        last one's seq (so that ``last_seq`` goes on from it): a lone transition as it is,
+        several as ``{"steps": [...]}``."""
         seq, body = steps[-1]
         if len(steps) > 1:
             body = {"steps": [step for _, step in steps]}
-        await self._append(pid, "transitions", seq, body, NO_METADATA)
+        return cls._row(pid, "transitions", seq, body, NO_METADATA)
 
     async def transitions(self, pid: int) -> list[dict[str, Any]]:
         """Every lifecycle transition of ``pid``, in order."""
