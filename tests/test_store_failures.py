@@ -10,7 +10,7 @@ import errno
 import os
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,16 @@ from ringzero.testing import InProcessExecutor, ScriptedProvider
 from tests.postgres import PostgresServer, fresh_database, server_or_skip
 
 CALLS: list[str] = []
+AT_CALL: dict[int, Callable[[], object]] = {}
+"""What to do when the model is asked for the n-th time (once), before it answers."""
 
 
 def answer(request: object) -> str:
     prompt = request.messages[-1].content  # type: ignore[attr-defined]
     CALLS.append(prompt)
+    happening = AT_CALL.pop(len(CALLS), None)
+    if happening is not None:
+        happening()
     return f"answer to {prompt}"
 
 
@@ -232,13 +237,26 @@ async def test_a_connection_killed_by_pg_terminate_backend_is_an_error_and_recov
     import psycopg
 
     dsn = fresh_database(own_postgres.dsn)
-    async with postgres_kernel(dsn) as kernel:
-        handles = await four_workers_under_way(kernel)
+    killed: list[int] = []
+
+    def terminate_every_connection() -> None:
         with psycopg.connect(own_postgres.dsn, autocommit=True) as admin:
-            killed = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                   "WHERE datname = %s", (dsn.rsplit("/", 1)[1],)).fetchone()
-        assert killed is not None and killed[0] >= 1
-        stopped = await left_unfinished(handles, 100)
+            row = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                "WHERE datname = %s", (dsn.rsplit("/", 1)[1],)).fetchone()
+        killed.append(row[0] if row is not None else 0)
+
+    # Killed while a process waits for the model's answer: the record of that answer is the next
+    # write, and it goes to a killed connection. (Killed from outside at a random moment, the
+    # first write to fail was at times the kernel's own, of some transitions, which replaced
+    # the pool before any process wrote: no process stopped, and the test could not tell.)
+    AT_CALL[20] = terminate_every_connection
+    async with postgres_kernel(dsn) as kernel:
+        try:
+            handles = await four_workers_under_way(kernel)
+            stopped = await left_unfinished(handles, 100)
+        finally:
+            AT_CALL.clear()
+        assert killed and killed[0] >= 1
         assert stopped, "a process whose write went to a killed connection stops"
         again = await kernel.recover()  # the server never went away: the same kernel finishes them
         assert sorted(h.pid for h in again) == sorted(stopped)
