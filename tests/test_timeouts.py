@@ -1,4 +1,4 @@
-"""SharedTimeout: one loop timer for many calls, with asyncio.timeout's meaning for each."""
+"""SharedTimeout: one loop timer for many calls, with asyncio.timeout's meaning for each; shielded waits."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ringzero.core.timeouts import SharedTimeout
+from ringzero.core.timeouts import SharedTimeout, shielded
 
 
 async def test_each_call_times_out_at_its_own_deadline_and_no_other() -> None:
@@ -73,3 +73,33 @@ async def test_run_is_the_same_timeout_without_the_context_manager() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await shared.run(asyncio.sleep(0.01, result="after")) == "after"  # the task was uncancelled
+
+
+async def test_shielded_gives_the_outcome_and_a_cancelled_wait_leaves_the_future_alone() -> None:
+    loop = asyncio.get_running_loop()
+    inner: asyncio.Future[str] = loop.create_future()
+    waiter = asyncio.ensure_future(shielded(inner))
+    await asyncio.sleep(0)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert not inner.done() and not inner._callbacks  # type: ignore[attr-defined]  # nothing left on it
+    second = asyncio.ensure_future(shielded(inner))
+    await asyncio.sleep(0)
+    inner.set_result("answer")
+    assert await second == "answer"
+    assert await shielded(inner) == "answer"  # already done
+
+    failing: asyncio.Future[str] = loop.create_future()
+    waiting = asyncio.ensure_future(shielded(failing))
+    await asyncio.sleep(0)
+    failing.set_exception(KeyError("gone"))
+    with pytest.raises(KeyError, match="gone"):
+        await waiting
+
+    dropped: asyncio.Future[str] = loop.create_future()
+    waiting = asyncio.ensure_future(shielded(dropped))
+    await asyncio.sleep(0)
+    dropped.cancel()  # the future itself cancelled: its waiter is too
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

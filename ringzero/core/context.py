@@ -32,7 +32,7 @@ from ringzero.core.loops import run_on
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.references import program_reference
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
-from ringzero.core.timeouts import fail_after
+from ringzero.core.timeouts import fail_after, shielded
 from ringzero.core.tokens import estimate_message_tokens
 from ringzero.core.types import (
     JSON,
@@ -476,7 +476,7 @@ class Context:
                                                   ended.get("error"), ended.get("result"))
             else:
                 async with fail_after(timeout):
-                    await asyncio.shield(target._process.finished)
+                    await shielded(target._process.finished)
                 record = target._process.record
                 status, result = record.status, record.result
                 reason = None if record.stop_reason is None else record.stop_reason.value

@@ -47,7 +47,7 @@ from ringzero.core.references import import_reference, importable_reference, pro
 from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.telemetry import Telemetry
-from ringzero.core.timeouts import fail_after
+from ringzero.core.timeouts import fail_after, shielded
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json, json_size
 
 __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
@@ -174,7 +174,7 @@ class ProcessHandle:
         when it raised or was killed."""
         process = self._process
         async with fail_after(timeout):
-            await asyncio.shield(process.finished)
+            await shielded(process.finished)
         record = process.record
         if record.status is ProcessStatus.EXITED:
             return process.value if process.task is not None else record.result
@@ -409,7 +409,7 @@ class Kernel:
         """Wait until every lifecycle transition made so far is in the store (each process's end
         is written before its ``wait`` returns; the transitions on the way, a moment later)."""
         while self._saving is not None:
-            await asyncio.shield(self._saving)
+            await shielded(self._saving)
 
     def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``listener`` for every event; returns a function that unsubscribes it."""
@@ -533,7 +533,7 @@ class Kernel:
                 owner.spawning = set()
             owner.spawning.add(creation)
             creation.add_done_callback(owner.spawning.discard)
-        return await asyncio.shield(creation)
+        return await shielded(creation)
 
     async def _create(self, record: ProcessRecord, program: Program, owner: Process | None) -> Process:
         await self.start()
@@ -663,7 +663,7 @@ class Kernel:
             with contextlib.suppress(ProcessNotFound):
                 await remote.kill()
         if not process.finished.done() and process.task is not None:
-            await asyncio.shield(process.finished)
+            await shielded(process.finished)
 
     # ------------------------------------------------------------------ messages
     def _check_message(self, pid: int, message: JSON, priority: int) -> None:

@@ -29,6 +29,7 @@ from ringzero.core.errors import (
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.store import ProcessRecord
+from ringzero.core.timeouts import shielded
 from ringzero.core.types import (
     JSON,
     Checkpoint,
@@ -207,7 +208,7 @@ class Process:
         an older row committed last would undo what the newer one says (a batched ``running``
         landing after the process's end left it ``running`` for good)."""
         while self._status_write is not None:
-            await asyncio.shield(self._status_write)
+            await shielded(self._status_write)
         done = self._status_write = asyncio.get_running_loop().create_future()
         try:
             self.snapshot()  # taken now, so the row written last is also the newest

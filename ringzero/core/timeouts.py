@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import sys
 import time
 from collections import deque
@@ -151,6 +152,34 @@ class _TimedCall:
                         tb: TracebackType | None) -> None:
         if self.ended(self._cancelling) and exc_type is asyncio.CancelledError:
             raise TimeoutError from exc
+
+
+async def shielded(future: asyncio.Future[T]) -> T:
+    """``await asyncio.shield(future)``: the outcome of ``future``, which cancelling this wait
+    leaves running. Without shield's two closures per call: at every ``ProcessHandle.wait``
+    and every spawn, over 10,000 processes at once that was 70,000 objects more for each of
+    the garbage collector's full passes."""
+    if future.done():
+        return future.result()
+    outer: asyncio.Future[T] = future.get_loop().create_future()
+    settle = functools.partial(_settle_from, outer)
+    future.add_done_callback(settle)
+    try:
+        return await outer
+    except asyncio.CancelledError:
+        future.remove_done_callback(settle)  # a cancelled wait leaves nothing behind on ``future``
+        raise
+
+
+def _settle_from(outer: asyncio.Future[T], inner: asyncio.Future[T]) -> None:
+    if outer.done():
+        return
+    if inner.cancelled():
+        outer.cancel()
+    elif (error := inner.exception()) is not None:
+        outer.set_exception(error)
+    else:
+        outer.set_result(inner.result())
 
 
 async def wait_until_set(event: asyncio.Event, seconds: float | None) -> bool:
