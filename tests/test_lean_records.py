@@ -149,11 +149,10 @@ async def sets_state_then_returns(ctx: Context) -> str:
 async def test_a_process_writes_its_transitions_with_its_status_and_its_end_with_its_result(grouped: bool) -> None:
     store = LogsWrites(grouped)
     async with Kernel(checkpointer=store) as kernel:
-        process = await kernel.spawn(sets_state_then_returns)
-        assert await process.wait() == "done"
+        assert await (await kernel.spawn(sets_state_then_returns)).wait() == "done"
         await kernel.flush()
-        stored = await kernel.store.load_process(process.pid)
-    assert stored is not None and stored.status is ProcessStatus.EXITED
+        [stored] = await kernel.store.load_processes()
+    assert stored.status is ProcessStatus.EXITED
     assert stored.result == "done" and stored.state == {"step": 2}
     ended = ("state", "transitions", "status")  # the result ahead of the end: a reader of "exited" finds it
     checkpointed = ("state", "status")

@@ -134,17 +134,13 @@ def _write(conn: sqlite3.Connection, batch: Sequence[_Pending]) -> bool:
     try:
         for item in batch:
             item.changed = _run(conn, item)
-    except sqlite3.Error:
-        conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
         if len(batch) == 1:
-            raise
+            return _failed(conn, batch, exc)
+        conn.execute("ROLLBACK")
         return _write_each_alone(conn, batch)
     except BaseException as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        for item in batch:
-            item.error = item.error or exc
-        return False
+        return _failed(conn, batch, exc)
     return _commit(conn, batch)
 
 
@@ -162,11 +158,7 @@ def _write_each_alone(conn: sqlite3.Connection, batch: Sequence[_Pending]) -> bo
                 item.changed, item.error = 0, exc
             conn.execute("RELEASE item")
     except BaseException as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        for item in batch:
-            item.error = item.error or exc
-        return False
+        return _failed(conn, batch, exc)
     return _commit(conn, batch)
 
 
@@ -184,13 +176,19 @@ def _run(conn: sqlite3.Connection, item: _Pending) -> int:
 def _commit(conn: sqlite3.Connection, batch: Sequence[_Pending]) -> bool:
     try:
         conn.execute("COMMIT")
-        return True
     except BaseException as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        for item in batch:
-            item.error = item.error or exc
-        return False
+        return _failed(conn, batch, exc)
+    return True
+
+
+def _failed(conn: sqlite3.Connection, batch: Sequence[_Pending], exc: BaseException) -> bool:
+    """Roll back the open transaction and give ``exc`` to each write of ``batch`` without an
+    error of its own; False (nothing committed)."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+    for item in batch:
+        item.error = item.error or exc
+    return False
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
