@@ -157,8 +157,9 @@ class _TimedCall:
 async def shielded(future: asyncio.Future[T]) -> T:
     """``await asyncio.shield(future)``: the outcome of ``future``, which cancelling this wait
     leaves running. Without shield's two closures (with their cells, and a context copied for
-    each callback): 5 objects for the garbage collector while a wait is pending, not 10, at
-    every ``ProcessHandle.wait`` and every spawn."""
+    each callback): a pending wait, its waiting task included, holds 7 objects for the garbage
+    collector to walk, not 18 (``gc.get_objects()`` over 1,000 waits), at every
+    ``ProcessHandle.wait`` and every spawn."""
     if future.done():
         return future.result()
     outer: asyncio.Future[T] = future.get_loop().create_future()
