@@ -42,7 +42,7 @@ class MemoryCheckpointer:
         self._threads.setdefault(checkpoint.thread_id, {}).setdefault(checkpoint.namespace, {})[checkpoint.id] = stored
 
     async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
-        """``put`` each, in order: in memory nothing fails halfway, so that is atomic."""
+        """``put`` each, in order: this class's ``put`` cannot fail, so none is left half done."""
         for checkpoint in checkpoints:
             await self.put(checkpoint)
 
