@@ -1,4 +1,5 @@
-"""SharedTimeout: one loop timer for many calls, with asyncio.timeout's meaning for each; shielded waits."""
+"""SharedTimeout: one loop timer for many calls, with asyncio.timeout's meaning for each; shielded waits;
+cancel_and_wait."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 
 import pytest
 
-from ringzero.core.timeouts import SharedTimeout, shielded
+from ringzero.core.timeouts import SharedTimeout, cancel_and_wait, fail_after, shielded
 
 
 async def test_each_call_times_out_at_its_own_deadline_and_no_other() -> None:
@@ -103,3 +104,53 @@ async def test_shielded_gives_the_outcome_and_a_cancelled_wait_leaves_the_future
     dropped.cancel()  # the future itself cancelled: its waiter is too
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+async def test_cancel_and_wait_stops_a_task_that_lost_its_first_cancellation() -> None:
+    lost: list[int] = []
+
+    async def ticker() -> None:  # the monitor's loop: a tick, then a sleep, for ever
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if lost:
+                    raise
+                lost.append(1)  # what Python 3.11's wait_for does when its result lands in the same turn
+
+    once = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    once.cancel()
+    _, running = await asyncio.wait([once], timeout=0.3)
+    assert running == {once} and lost == [1]  # one cancellation, lost: the task runs on
+    lost.clear()
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    async with fail_after(5):
+        await cancel_and_wait([task])
+    assert task.cancelled() and lost == [1]
+    await cancel_and_wait([once])
+    assert once.cancelled()
+
+
+async def test_cancel_and_wait_leaves_a_task_alone_where_again_says_no_and_retrieves_each_outcome() -> None:
+    async def cleans_up() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.2)  # longer than the repeat interval: not cut short
+            return "cleaned up"
+        return "slept"
+
+    async def fails() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            raise ValueError("while stopping") from None
+
+    first, second = asyncio.create_task(cleans_up()), asyncio.create_task(fails())
+    await asyncio.sleep(0)
+    await cancel_and_wait([first, second], again=lambda task: task is not first)
+    assert first.result() == "cleaned up"
+    assert isinstance(second.exception(), ValueError)
+    await cancel_and_wait([first])  # an ended task: nothing to do

@@ -47,7 +47,7 @@ from ringzero.core.references import import_reference, importable_reference, pro
 from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.telemetry import Telemetry
-from ringzero.core.timeouts import fail_after, shielded
+from ringzero.core.timeouts import cancel_and_wait, fail_after, shielded
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json, json_size
 
 __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
@@ -353,10 +353,10 @@ class Kernel:
         self._closed = True
         for watch in list(self._remote_watches):
             watch.cancel()
-        tasks = [p.task for p in self._procs.values() if p.task is not None and not p.task.done()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        running = {p.task: p for p in self._procs.values() if p.task is not None and not p.task.done()}
+        # Cancelled again while it runs on, as a kill is (Process.request_stop): not while it
+        # records its end.
+        await cancel_and_wait(running, again=lambda task: not running[task].finishing)
         await self.flush()  # the transitions processes made before they were stopped
         if self.monitor is not None:
             await self.monitor.aclose()

@@ -31,6 +31,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ringzero.core.errors import Closed, WrongEventLoop
+from ringzero.core.timeouts import cancel_and_wait
 
 __all__ = ["Closing", "LoopHome", "LoopThread", "forward", "run_on", "running_loop"]
 
@@ -128,10 +129,7 @@ class LoopThread:
 
 async def _wind_down() -> None:
     loop = asyncio.get_running_loop()
-    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_and_wait([t for t in asyncio.all_tasks() if t is not asyncio.current_task()])
     await loop.shutdown_asyncgens()
     await loop.shutdown_default_executor()
 

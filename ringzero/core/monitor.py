@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ringzero.core.errors import InvalidArgument, RingzeroError
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.store import dumps, loads
+from ringzero.core.timeouts import cancel_and_wait
 from ringzero.core.types import JSON, NO_METADATA, Checkpoint
 
 if TYPE_CHECKING:
@@ -152,9 +153,9 @@ class Monitor:
         task, self._task = self._task, None
         if task is None or task.get_loop() is not asyncio.get_running_loop():
             return  # one on a loop that has gone ended with it
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait((task,))  # a tick can lose one cancellation (psycopg's pool waits with wait_for)
+        if not task.cancelled():
+            task.result()  # an error that ended the ticks early
         for acting in list(self._acting):
             acting.cancel()
         if self._written:  # a kernel that wrote a row says it is gone; one that never did, nothing

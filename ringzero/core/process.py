@@ -29,7 +29,7 @@ from ringzero.core.errors import (
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.store import ProcessRecord
-from ringzero.core.timeouts import shielded
+from ringzero.core.timeouts import RECANCEL_EVERY, shielded
 from ringzero.core.types import (
     JSON,
     Checkpoint,
@@ -53,8 +53,6 @@ __all__ = ["Process", "Program"]
 
 Program = Callable[..., Awaitable[Any]]
 Outcome = dict[str, JSON]
-_RECANCEL_AFTER = 0.05
-"""Seconds after which a stop request that has not ended the process's task is repeated."""
 
 
 class Process:
@@ -105,7 +103,7 @@ class Process:
         processes, most of the time: no event, and its deque, for each of them)."""
         self._holds_slot = False
         self._entered = False
-        self._finishing = False
+        self.finishing = False  # recording its end (finish): a stop is not repeated now
         self._started = time.monotonic()
         self._ended: float | None = None
         self._watchdog: asyncio.TimerHandle | None = None
@@ -319,7 +317,7 @@ class Process:
         Nothing cancels this (request_stop leaves a finishing process alone), and waiters are
         woken even if the store fails, with that failure.
         """
-        self._finishing = True
+        self.finishing = True
         self._ended = time.monotonic()
         problem = json_problem(self.record.state, "ctx.state")
         if problem is not None:  # kept in a JSON form, and the process fails: a resume would see other state
@@ -356,11 +354,11 @@ class Process:
             self.record.stop_reason = reason
         # A task cancelled before its first step would never run _run (which checks the stop
         # reason on entry instead); one that is finishing is already stopping.
-        if self.task is not None and not self.task.done() and self._entered and not self._finishing:
+        if self.task is not None and not self.task.done() and self._entered and not self.finishing:
             self.task.cancel()
             for syscall in list(self.from_threads or ()):
                 syscall.cancel()
-            asyncio.get_running_loop().call_later(_RECANCEL_AFTER, self._cancel_again)
+            asyncio.get_running_loop().call_later(RECANCEL_EVERY, self._cancel_again)
 
     def _cancel_again(self) -> None:
         if self.record.stop_reason is not None:

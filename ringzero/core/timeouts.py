@@ -17,12 +17,12 @@ import functools
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Clock", "MonotonicClock", "SharedTimeout", "fail_after", "wait_until_set"]
+__all__ = ["Clock", "MonotonicClock", "SharedTimeout", "cancel_and_wait", "fail_after", "shielded", "wait_until_set"]
 
 T = TypeVar("T")
 
@@ -181,6 +181,35 @@ def _settle_from(outer: asyncio.Future[T], inner: asyncio.Future[T]) -> None:
         outer.set_exception(error)
     else:
         outer.set_result(inner.result())
+
+
+RECANCEL_EVERY = 0.05
+"""Seconds after which a task that was asked to stop and still runs is cancelled again."""
+
+
+async def cancel_and_wait(tasks: Collection[asyncio.Task[Any]], *,
+                          again: Callable[[asyncio.Task[Any]], bool] | None = None) -> None:
+    """Cancel each of ``tasks`` and wait until every one has ended, cancelling again, every
+    ``RECANCEL_EVERY`` seconds, each that still runs (where ``again(task)`` says so).
+
+    Why again: library code can lose a cancellation. Python 3.11's ``asyncio.wait_for`` returns
+    its result instead when the cancellation and the result land in the same turn, and
+    psycopg's pool waits for a free connection with it. A task that lost its one cancellation
+    runs on (a loop with a sleep in it, for ever), and whoever waited for it to end waits for
+    ever: ``Kernel.aclose`` waited so on the monitor's task. The outcome of each task is
+    retrieved here (read it from the task where it matters), as ``gather(...,
+    return_exceptions=True)`` would. ``Process.request_stop`` repeats a stop the same way."""
+    pending = {task for task in tasks if not task.done()}
+    for task in pending:
+        task.cancel()
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL_EVERY)
+        for task in pending:
+            if again is None or again(task):
+                task.cancel()
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
 
 
 async def wait_until_set(event: asyncio.Event, seconds: float | None) -> bool:

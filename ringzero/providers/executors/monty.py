@@ -27,7 +27,7 @@ from typing import Any
 
 from ringzero.core.errors import Closed, ExecutorError, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.protocols import ExecutorCapabilities, Tool
-from ringzero.core.timeouts import fail_after
+from ringzero.core.timeouts import cancel_and_wait, fail_after
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord, ensure_json
 from ringzero.providers.executors._host import (
     MAX_DEPTH,
@@ -258,9 +258,7 @@ class _Run:
         """Cancel the tool calls still in flight and wait until they are over: no call may
         finish after ``run()`` returned."""
         pending, self.pending = list(self.pending.values()), {}
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await cancel_and_wait(pending)
 
     async def _answer(self, snap: Any, session: pm.AsyncMontySession,
                       may_park: bool) -> tuple[Any, pm.AsyncMontySession | None]:
