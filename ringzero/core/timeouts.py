@@ -1,6 +1,8 @@
 """The one timeout helper: ``async with fail_after(seconds):`` raises ``TimeoutError`` when
 the block runs longer (``None``: no limit), and ``wait_until_set`` waits for an event up to a
 deadline. ``Clock`` is what the LLM gate waits on, so a test can drive it by hand.
+``shielded`` waits for a future without cancelling it; ``cancel_and_wait`` stops tasks for
+good, even one that loses a cancellation.
 
 On Python 3.11+ it is ``asyncio.timeout``; on 3.10, which has none, ``anyio.fail_after``
 (anyio comes with httpx). Both raise the built-in ``TimeoutError`` (on 3.10 ``asyncio.wait_for``
