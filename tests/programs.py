@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -225,3 +226,13 @@ async def asks_inside_code(ctx: Context) -> list[Any]:
     ran = await ctx.exec("[ask_llm('one two three'), ask_llm('four five')]", tools={"ask_llm": ask_llm})
     final = await ctx.llm("and finally")
     return [ran.value, final.content]
+
+
+async def asks_then_dies(ctx: Context, calls: int) -> list[str]:
+    """``calls`` LLM calls, then, in a host started with ``RINGZERO_TEST_DIE_AFTER_CALLS`` set,
+    kill -9 of that host the moment the last call returns: nothing in between gives the event
+    loop a turn, so the journal's records are in SQLite's append log only, not yet folded."""
+    answers = [(await ctx.llm(f"question {i}")).content for i in range(calls)]
+    if os.environ.get("RINGZERO_TEST_DIE_AFTER_CALLS"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return answers

@@ -46,9 +46,20 @@ from typing import Any, Literal
 import aiosqlite
 
 from ringzero.checkpointers._filters import list_query, pushable, selected
+from ringzero.checkpointers.sqlite_log import (
+    FOLD_AFTER,
+    FOLD_EVERY,
+    FOLDED_SCHEMA,
+    AppendLog,
+    Row,
+    fold_orphans,
+    folded_statement,
+    other_logs,
+)
 from ringzero.checkpointers.sqlite_memory import MEMORY_SCHEMA, SqliteMemoryIndex, move_record_memories
 from ringzero.core.errors import CheckpointerError, Closed, InvalidArgument
 from ringzero.core.protocols import CheckpointerCapabilities
+from ringzero.core.timeouts import shielded
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
 
 __all__ = ["SqliteCheckpointer"]
@@ -291,7 +302,7 @@ class SqliteCheckpointer:
     """Durable checkpoints in one SQLite file."""
 
     capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True, claims=True,
-                                          put_many=True)
+                                          put_many=True, append=True)
 
     def __init__(
         self,
@@ -337,6 +348,22 @@ class SqliteCheckpointer:
         """The file this checkpointer opened (``_file_gone``)."""
         self.commits = 0
         """Transactions committed: fewer than writes when concurrent writes were grouped."""
+        self._log: AppendLog | None = None
+        """This checkpointer's append log (``sqlite_log``), made at the first ``append``."""
+        self._log_usable = synchronous == "NORMAL"
+        """False where ``append`` commits instead: fsync per commit asked for, or no log can be made here."""
+        self._log_seq = 0
+        """The sequence number of the log's last record."""
+        self._unfolded: list[Row] = []
+        """The rows of the log's records not yet committed to the file, in order."""
+        self._folding: _Pending | None = None
+        """The fold on its way through aiosqlite's thread: one at a time, so that the records a
+        fold marks as folded are always all those before it."""
+        self._fold_timer: asyncio.TimerHandle | None = None
+        self._fold_error: BaseException | None = None
+        """Why the last fold failed (its rows stay in the log, and wait for the next fold)."""
+        self.folds = 0
+        """Folds of the append log committed."""
 
     def __repr__(self) -> str:
         return f"SqliteCheckpointer({str(self.path)!r})"
@@ -375,6 +402,7 @@ class SqliteCheckpointer:
                 await db.execute(f"PRAGMA synchronous={self._synchronous}")
                 if self._synchronous == "NORMAL":
                     self._fast = self._open_fast()
+                await self._fold_orphans(db)
         except BaseException:
             await db.close()
             raise
@@ -573,6 +601,7 @@ class SqliteCheckpointer:
                 if version == 1:
                     move_record_memories(conn)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.execute(FOLDED_SCHEMA)  # added within version 2: older ringzero ignores it
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -580,6 +609,8 @@ class SqliteCheckpointer:
 
     async def put(self, checkpoint: Checkpoint) -> None:
         db = self._db or await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         metadata = checkpoint.metadata
         row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
                checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
@@ -592,6 +623,8 @@ class SqliteCheckpointer:
     async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
         """Store each, in order, in one transaction (grouped with the other writes of this turn)."""
         db = self._db or await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         rows = [(cp.thread_id, cp.namespace, cp.id, cp.parent_id, cp.payload,
                  json.dumps(dict(cp.metadata)) if cp.metadata else "{}") for cp in checkpoints]
         with self._errors("put_many"):
@@ -617,8 +650,106 @@ class SqliteCheckpointer:
             raise gone
         return True
 
+    async def append(self, checkpoint: Checkpoint) -> None:
+        """``put`` for a record this checkpointer, or recovery after a crash, reads back (the
+        kernel's journal): as durable when it returns, for one ``write()`` into the append log
+        (``sqlite_log``) instead of a commit. Other connections to the file see it once the log
+        is folded, at most ``FOLD_AFTER`` seconds or ``FOLD_EVERY`` records later; this
+        checkpointer folds it before any other read or write of its own."""
+        db = self._db or await self._conn()
+        log = self._log or self._make_log()
+        if log is None:
+            await self.put(checkpoint)
+            return
+        if self._fold_error is not None:
+            error, self._fold_error = self._fold_error, None
+            raise CheckpointerError(f"SQLite file {self.path}: committing its append log failed: {error}") from error
+        gone = self._file_gone()
+        if gone is not None:
+            raise gone
+        metadata = checkpoint.metadata
+        row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
+               checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
+        try:
+            log.append(self._log_seq + 1, (row,))
+        except OSError as exc:  # the log may end in a torn record now: no more records after it
+            self._log_usable = False
+            raise CheckpointerError(f"SQLite file {self.path}: writing its append log {log.path} failed: "
+                                    f"{exc}") from exc
+        self._log_seq += 1
+        self._unfolded.append(row)
+        if len(self._unfolded) >= FOLD_EVERY:
+            self._fold(db)
+        elif self._fold_timer is None:
+            self._fold_timer = asyncio.get_running_loop().call_later(FOLD_AFTER, self._fold, db)
+
+    def _make_log(self) -> AppendLog | None:
+        """This checkpointer's append log, made now; None where ``append`` commits instead."""
+        if not self._log_usable or self._fast is None or self._identity is None:
+            return None
+        try:
+            self._log = AppendLog(self.path, self._identity)
+        except (ImportError, OSError):  # no flock (not Unix), or the folder takes no new file
+            self._log_usable = False
+        return self._log
+
+    def _fold(self, db: aiosqlite.Connection) -> _Pending | None:
+        """Commit the log's records not yet in the file, in one transaction: at once on this
+        thread where it can, else in line on aiosqlite's thread (``_folding`` until done).
+        None where there is nothing to fold, or a fold is already on its way."""
+        if self._fold_timer is not None:
+            self._fold_timer.cancel()
+            self._fold_timer = None
+        log, rows, seq = self._log, self._unfolded, self._log_seq
+        if not rows or log is None or self._folding is not None:
+            return None
+        self._unfolded = []
+        item = _Pending([(_PUT, rows), folded_statement(log.name, seq)], None)
+        if not self._slow and self._write_here([item]):
+            self._folded(item, rows)
+            return item
+        item.future = asyncio.get_running_loop().create_future()
+        self._folding = item
+        with self._pending_lock:
+            self._pending.append(item)
+            self._drain_soon(db)
+        item.future.add_done_callback(lambda _: self._folded(item, rows))
+        return item
+
+    def _folded(self, item: _Pending, rows: list[Row]) -> None:
+        """After a fold: the log starts over if nothing was appended meanwhile; a failed fold's
+        rows go back to the front of the line, and its error to the next ``append``."""
+        if self._folding is item:
+            self._folding = None
+        if item.error is not None:
+            self._unfolded[:0] = rows
+            self._fold_error = item.error
+            return
+        self.folds += 1
+        if self._log is not None and not self._unfolded:
+            with suppress(OSError):  # not started over: its records are folded again, and skipped
+                self._log.restart()
+        elif self._unfolded and self._fold_timer is None and self._db is not None:
+            self._fold_timer = asyncio.get_running_loop().call_later(FOLD_AFTER, self._fold, self._db)
+
+    async def _fold_first(self, db: aiosqlite.Connection) -> None:
+        """Before any other read or write: every record appended so far is in the file, so
+        that what follows sees it and comes after it. Raises the fold's error."""
+        while self._unfolded or self._folding is not None:
+            item = self._folding or self._fold(db)
+            if item is None:
+                return
+            if item.future is not None and not item.future.done():
+                await shielded(item.future)
+            if item.error is not None:
+                self._fold_error = None
+                raise CheckpointerError(f"SQLite file {self.path}: committing its append log failed: "
+                                        f"{item.error}") from item.error
+
     async def claim(self, checkpoint: Checkpoint) -> bool:
         db = await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         metadata = checkpoint.metadata
         row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
                checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
@@ -630,6 +761,8 @@ class SqliteCheckpointer:
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
     ) -> None:
         db = await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         rows = [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path)
                 for w in writes]
         with self._errors("put_writes"):  # a special (negative idx) write replaces, others are kept first
@@ -639,6 +772,8 @@ class SqliteCheckpointer:
 
     async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
         db = await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         params: tuple[str, ...] = (thread_id, namespace)
         if checkpoint_id is None:
             sql = f"{_SELECT} WHERE thread_id=? AND namespace=? ORDER BY id DESC LIMIT 1"
@@ -660,14 +795,24 @@ class SqliteCheckpointer:
         limit: int | None = None,
     ) -> AsyncIterator[Checkpoint]:
         db = await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         pushed = [(f"json_extract(c.metadata, '$.{key}')=?", value) for key, value in pushable(filter)]
         sql, params = list_query(_SELECT, "?", thread_id, namespace, before, pushed)
         if limit is not None and not filter:
             sql += f" LIMIT {int(limit)}"
         with self._errors("list"):
+            await self._fold_orphans(db)
             rows = list(await db.execute_fetchall(sql, params))
         for row in selected(rows, lambda r: json.loads(r[5]), filter, limit):
             yield _checkpoint(row)
+
+    async def _fold_orphans(self, db: aiosqlite.Connection) -> None:
+        """Fold the logs of checkpointers that died with records in them (``sqlite_log``): at
+        open, and at each ``list`` (how a kernel recovering processes reads their journals)."""
+        names = other_logs(self.path, self._log)
+        if names:
+            await db._execute(fold_orphans, db._conn, names, self._identity)  # type: ignore[no-untyped-call]
 
     def memory_index(self) -> SqliteMemoryIndex:
         """Long-term memory in this file, searched through its FTS5 index (``ringzero.core.memory``)."""
@@ -675,12 +820,16 @@ class SqliteCheckpointer:
 
     async def delete_thread(self, thread_id: str) -> None:
         db = await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         with self._errors("delete_thread"):
             await self._transaction(db, [("DELETE FROM checkpoints WHERE thread_id=?", [(thread_id,)]),
                                          ("DELETE FROM writes WHERE thread_id=?", [(thread_id,)])])
 
     async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
         db = await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         rows = [(thread_id, namespace, cid) for cid in ids]
         with self._errors("delete_checkpoints"):
             await self._transaction(db, [
@@ -691,12 +840,16 @@ class SqliteCheckpointer:
         """Run ``(sql, rows)`` statements in one transaction (grouped with other writers); the
         number of rows they changed. For the file's other tables (long-term memory)."""
         db = await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         with self._errors("writing"):
             return (await self._transaction(db, statements)).changed
 
     async def read(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
         """The rows of one query, for the file's other tables."""
         db = await self._conn()
+        if self._unfolded or self._folding is not None:
+            await self._fold_first(db)
         with self._errors("reading"):
             return list(await db.execute_fetchall(sql, params))
 
@@ -705,15 +858,31 @@ class SqliteCheckpointer:
         self._closed = True
         if self._db is not None:
             db = self._db
+            folded = True
+            try:
+                await self._fold_first(db)
+            except CheckpointerError:
+                folded = False  # the records stay in the log, which the file's next opener folds
             with self._pending_lock:
                 self._slow += 1  # what is still waiting goes through aiosqlite's thread
             try:
                 await db._execute(self._drain, db._conn)  # type: ignore[no-untyped-call]
                 while self._handoffs:
                     await asyncio.gather(*self._handoffs, return_exceptions=True)
+                if self._log is not None and folded and not self._unfolded:
+                    log, self._log = self._log, None
+                    log.close(remove=True)
+                    with suppress(sqlite3.Error):  # a row left behind only names a log that is gone
+                        await db.execute("DELETE FROM ringzero_folded_logs WHERE name=?", (log.name,))
             finally:
                 with self._pending_lock:
                     self._slow -= 1
+                if self._fold_timer is not None:
+                    self._fold_timer.cancel()
+                    self._fold_timer = None
+                if self._log is not None:
+                    self._log.close(remove=False)
+                    self._log = None
                 self._db = None
                 with self._fast_lock:
                     fast, self._fast = self._fast, None

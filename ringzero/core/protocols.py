@@ -118,6 +118,12 @@ class CheckpointerCapabilities:
     """``put_many(checkpoints)`` stores several checkpoints, in order, in one atomic step (one
     commit, not one each): the kernel writes a process's transitions, status and state rows
     so. Not a method of the protocol: a store without it gets one ``put`` after another."""
+    append: bool = False
+    """``append(checkpoint)`` stores a checkpoint as ``put`` does, as durable when it returns,
+    for a record this store (or one opened after a crash) reads back, such as the kernel's
+    syscall journal; other stores open on the same data may see it a moment later than after a
+    ``put``. A store that can make it cheaper than a ``put`` (SQLite: one ``write()`` into a
+    log beside the file, not a commit) declares it; the kernel ``put``s where it is missing."""
 
 
 @runtime_checkable

@@ -163,6 +163,8 @@ class KernelStore:
         self.checkpointer = checkpointer
         self._put_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \
             getattr(checkpointer, "put_many", None) if checkpointer.capabilities.put_many else None
+        self._append_row: Callable[[Checkpoint], Awaitable[None]] = \
+            getattr(checkpointer, "append", checkpointer.put) if checkpointer.capabilities.append else checkpointer.put
 
     async def save_process(self, record: ProcessRecord) -> None:
         """Write the whole record (its three rows)."""
@@ -299,7 +301,7 @@ class KernelStore:
             parent_id=f"{seq - 1:012d}" if seq > 1 else None,
             payload=_COMPACT.encode({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}).encode(),
             metadata=NO_METADATA, writes=())
-        await self.checkpointer.put(row)
+        await self._append_row(row)
 
     async def journal_entry(self, pid: int, seq: int) -> JournalEntry | None:
         cp = await self.checkpointer.get(process_thread(pid), "journal", _key(seq))

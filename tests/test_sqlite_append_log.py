@@ -1,0 +1,188 @@
+"""SqliteCheckpointer's append log (``ringzero.checkpointers.sqlite_log``): a record appended is
+durable in one ``write()``, and whoever opens or lists the file next folds a dead
+checkpointer's log into it. The kill -9 tests are the judge: each first shows that the records
+were in the log only (not in the SQLite file) when the host died."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringzero import Kernel
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.checkpointers.sqlite_log import FOLD_AFTER, FOLD_EVERY, AppendLog, encode
+from ringzero.core.errors import CheckpointerError
+from ringzero.core.types import Checkpoint
+from ringzero.testing import ScriptedProvider
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def host(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``tests.append_log_host`` to its own kill -9; its output."""
+    done = subprocess.run([sys.executable, "-m", "tests.append_log_host", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    return done
+
+
+def rows_in_file(db: Path, sql: str) -> int:
+    """Rows the SQLite file itself holds (a plain connection: no log folded)."""
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute(sql).fetchone()[0])
+
+
+def logs(db: Path) -> list[Path]:
+    return sorted(db.parent.glob(db.name + "-rzlog-*"))
+
+
+@pytest.mark.timeout(120)
+async def test_records_appended_survive_kill_9_in_the_log_and_the_next_opener_folds_them(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    log_path, folds = (await asyncio.to_thread(host, "appends", str(db), "10")).stdout.split()
+    assert folds == "0" and [str(p) for p in logs(db)] == [log_path]
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='t'") == 0, "already committed"
+
+    store = SqliteCheckpointer(db)
+    got = [cp async for cp in store.list("t")]
+    assert sorted((cp.id, cp.payload, cp.metadata["i"]) for cp in got) == [
+        (f"{i:04d}", f"record {i}".encode(), i) for i in range(10)]
+    assert logs(db) == [], "a folded orphan log is deleted"
+    await store.aclose()
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='t'") == 10
+    assert rows_in_file(db, "SELECT count(*) FROM ringzero_folded_logs") == 0
+
+
+@pytest.mark.timeout(120)
+async def test_kill_9_right_after_ctx_llm_returned_then_recover_calls_the_llm_no_more(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    await asyncio.to_thread(host, "kernel", str(db), "3")
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE namespace='journal'") == 0, \
+        "the journal was committed before the kill: this test would not test the log"
+    assert [p.stat().st_size > 100 for p in logs(db)] == [True]
+
+    asked: list[str] = []
+
+    def provider(request: object) -> str:
+        asked.append(str(request))
+        return "asked again"
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(provider)) as kernel:
+        [handle] = await kernel.recover()
+        assert await handle.wait(timeout=30) == ["answer"] * 3
+    assert asked == [], "a call recorded in the append log ran again"
+    assert logs(db) == []
+
+
+async def test_a_torn_last_record_is_dropped_and_the_ones_before_it_folded(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    store = SqliteCheckpointer(db)
+    await store.get("t")
+    identity = store._identity
+    await store.aclose()
+    assert identity is not None
+    log = AppendLog(db, identity)
+    for i in range(3):
+        log.append(i + 1, [("t", "", f"{i}", None, b"x", "{}")])
+    log.close(remove=False)
+    whole = encode(4, [("t", "", "3", None, b"x", "{}")])
+    with log.path.open("ab") as f:
+        f.write(whole[:-2])  # a write the crash cut short
+
+    store = SqliteCheckpointer(db)
+    assert [cp.id async for cp in store.list("t")] == ["2", "1", "0"]
+    await store.aclose()
+
+
+async def test_a_record_folded_before_the_crash_is_not_folded_again_over_a_newer_write(tmp_path: Path) -> None:
+    """A crash between a fold's commit and its log's deletion leaves folded records in the log:
+    ``ringzero_folded_logs`` says how far it got, so the next fold skips them and a newer
+    value written since is kept."""
+    db = tmp_path / "state.db"
+    store = SqliteCheckpointer(db)
+    await store.get("t")
+    assert store._identity is not None
+    log = AppendLog(db, store._identity)
+    for i in range(3):
+        log.append(i + 1, [("t", "", f"{i}", None, b"old", "{}")])
+    log.close(remove=False)
+    await store.write([("INSERT INTO ringzero_folded_logs VALUES (?, ?)", [(log.name, 2)])])
+    await store.put(Checkpoint("t", "", "0", b"newer"))
+    await store.aclose()
+
+    store = SqliteCheckpointer(db)
+    assert {cp.id: cp.payload async for cp in store.list("t")} == {"0": b"newer", "2": b"old"}
+    assert not log.path.exists()
+    await store.aclose()
+
+
+async def test_a_log_written_for_a_file_since_replaced_is_left_alone(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    log = AppendLog(db, (0, 0))  # no file has that identity
+    log.append(1, [("t", "", "0", None, b"x", "{}")])
+    log.close(remove=False)
+    store = SqliteCheckpointer(db)
+    assert [cp async for cp in store.list("t")] == []
+    assert log.path.exists()
+    await store.aclose()
+
+
+async def test_a_live_checkpointers_log_is_left_to_it_and_folded_for_others_soon(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    writer = SqliteCheckpointer(db)
+    await writer.get("t")
+    await writer.append(Checkpoint("t", "", "1", b"one"))
+    assert writer.folds == 0
+    reader = SqliteCheckpointer(db)
+    await reader.get("t", "", "1")  # opened: it folds orphan logs, and must leave the writer's alone
+    assert writer._log is not None and writer._log.path.exists(), "a live checkpointer's log was taken"
+    await asyncio.sleep(FOLD_AFTER * 2)
+    assert writer.folds == 1
+    found = await reader.get("t", "", "1")
+    assert found is not None and found.payload == b"one"
+    await reader.aclose()
+    await writer.aclose()
+    assert logs(db) == []
+
+
+async def test_the_log_folds_every_fold_every_records_and_before_this_stores_own_reads_and_writes(
+        tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    store = SqliteCheckpointer(db)
+    for i in range(FOLD_EVERY):
+        await store.append(Checkpoint("t", "", f"{i:04d}", b"x"))
+    assert store.folds == 1 and rows_in_file(db, "SELECT count(*) FROM checkpoints") == FOLD_EVERY
+    assert store._log is not None and store._log.path.stat().st_size < 100, "the log did not start over"
+    await store.append(Checkpoint("t", "", "late", b"y"))
+    got = await store.get("t", "", "late")  # this store's read comes after its append
+    assert got is not None and got.payload == b"y" and store.folds == 2
+    await store.append(Checkpoint("u", "", "1", b"z"))
+    await store.delete_thread("u")  # after the append, not before it: the record stays deleted
+    await store.aclose()
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='u'") == 0
+
+
+async def test_a_fold_that_cannot_take_the_lock_fails_the_next_append_and_loses_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "locked.db"
+    store = SqliteCheckpointer(db, busy_timeout=0.2)
+    await store.append(Checkpoint("t", "", "1", b"one"))
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(CheckpointerError, match="locked"):
+            await store.get("t", "", "1")
+        await asyncio.sleep(FOLD_AFTER * 2)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    got = await store.get("t", "", "1")
+    assert got is not None and got.payload == b"one"
+    await store.aclose()
+    assert logs(db) == []
