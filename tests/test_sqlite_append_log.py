@@ -169,7 +169,7 @@ async def test_the_log_folds_every_fold_every_records_and_before_this_stores_own
     assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='u'") == 0
 
 
-async def test_a_fold_that_cannot_take_the_lock_fails_the_next_append_and_loses_nothing(tmp_path: Path) -> None:
+async def test_a_fold_that_cannot_take_the_lock_fails_the_read_waiting_for_it_and_loses_nothing(tmp_path: Path) -> None:
     db = tmp_path / "locked.db"
     store = SqliteCheckpointer(db, busy_timeout=0.2)
     await store.append(Checkpoint("t", "", "1", b"one"))

@@ -121,6 +121,18 @@ class _Pending:
         """Rows the statements inserted, replaced or deleted (what a claim reads)."""
 
 
+class _Fold(_Pending):
+    """A fold of the append log (``SqliteCheckpointer._fold``): the rows it takes from the
+    line, to put back if it fails, and whether its end was seen to (``_folded``)."""
+
+    __slots__ = ("rows", "seen")
+
+    def __init__(self, rows: list[Row], name: str, seq: int) -> None:
+        super().__init__([(_PUT, rows), folded_statement(name, seq)], None)
+        self.rows = rows
+        self.seen = False
+
+
 def _write(conn: sqlite3.Connection, batch: Sequence[_Pending]) -> bool:
     """Run ``batch`` as one transaction on ``conn`` and commit; whether it committed. Raises
     SQLite's "locked" error, touching nothing, when another connection holds the write lock
@@ -356,7 +368,7 @@ class SqliteCheckpointer:
         """The sequence number of the log's last record."""
         self._unfolded: list[Row] = []
         """The rows of the log's records not yet committed to the file, in order."""
-        self._folding: _Pending | None = None
+        self._folding: _Fold | None = None
         """The fold on its way through aiosqlite's thread: one at a time, so that the records a
         fold marks as folded are always all those before it."""
         self._fold_timer: asyncio.TimerHandle | None = None
@@ -426,17 +438,28 @@ class SqliteCheckpointer:
         Where the loop has nothing else ready to run (asyncio's own loop shows its ready queue,
         ``_ready``), nobody could join a batch, and the write commits at once. Otherwise it
         yields once, so that every other task with work in this turn adds its own; then the
-        first of them to run again commits them all, and the others find theirs done."""
+        first of them to run again commits them all, and the others find theirs done.
+
+        Records of the append log not yet in the file go first, in the same transaction (a
+        fold of their own, ``_take_fold``): one commit, and this write comes after them."""
         loop = asyncio.get_running_loop()
         item = _Pending(statements, None)
-        if self._fast is not None and not self._slow and not _others_ready(loop) \
-                and self._write_here([item]):
+        if self._unfolded and self._folding is not None:
+            await self._fold_first(db)  # the records after the fold on its way go before this write
+        fold = self._take_fold() if self._unfolded else None
+        batch = [item] if fold is None else [fold, item]
+        if self._fast is not None and not self._slow and self._folding is None and not _others_ready(loop) \
+                and self._write_here(batch):
+            if fold is not None:
+                self._folded(fold)
             if item.error is not None:
                 raise item.error
             return item
+        if fold is not None:
+            self._line_up(fold)
         item.future = loop.create_future()
         with self._pending_lock:
-            self._pending.append(item)
+            self._pending.extend(batch)
             slow = self._slow > 0 or self._fast is None
             if slow:
                 self._drain_soon(db)
@@ -609,8 +632,6 @@ class SqliteCheckpointer:
 
     async def put(self, checkpoint: Checkpoint) -> None:
         db = self._db or await self._conn()
-        if self._unfolded or self._folding is not None:
-            await self._fold_first(db)
         metadata = checkpoint.metadata
         row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
                checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
@@ -623,8 +644,6 @@ class SqliteCheckpointer:
     async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
         """Store each, in order, in one transaction (grouped with the other writes of this turn)."""
         db = self._db or await self._conn()
-        if self._unfolded or self._folding is not None:
-            await self._fold_first(db)
         rows = [(cp.thread_id, cp.namespace, cp.id, cp.parent_id, cp.payload,
                  json.dumps(dict(cp.metadata)) if cp.metadata else "{}") for cp in checkpoints]
         with self._errors("put_many"):
@@ -634,7 +653,8 @@ class SqliteCheckpointer:
         """``_transaction``'s commit at once, for one row, without its bookkeeping (a ``put`` at
         every syscall); False where it cannot be done here and now."""
         fast = self._fast
-        if fast is None or self._slow or _others_ready(asyncio.get_running_loop()):
+        if fast is None or self._slow or self._unfolded or self._folding is not None \
+                or _others_ready(asyncio.get_running_loop()):
             return False
         with self._fast_lock:
             try:
@@ -661,9 +681,9 @@ class SqliteCheckpointer:
         if log is None:
             await self.put(checkpoint)
             return
-        if self._fold_error is not None:
-            error, self._fold_error = self._fold_error, None
-            raise CheckpointerError(f"SQLite file {self.path}: committing its append log failed: {error}") from error
+        if self._fold_error is not None:  # the last fold failed: again now, raising if it fails again
+            self._fold_error = None
+            await self._fold_first(db)
         gone = self._file_gone()
         if gone is not None:
             raise gone
@@ -693,37 +713,52 @@ class SqliteCheckpointer:
             self._log_usable = False
         return self._log
 
-    def _fold(self, db: aiosqlite.Connection) -> _Pending | None:
-        """Commit the log's records not yet in the file, in one transaction: at once on this
-        thread where it can, else in line on aiosqlite's thread (``_folding`` until done).
-        None where there is nothing to fold, or a fold is already on its way."""
+    def _take_fold(self) -> _Fold | None:
+        """The log's records not yet in the file, taken from the line as one write; None where
+        there are none, or a fold is on its way (folds go one at a time, so that the records a
+        fold marks as folded are always all those before it)."""
         if self._fold_timer is not None:
             self._fold_timer.cancel()
             self._fold_timer = None
-        log, rows, seq = self._log, self._unfolded, self._log_seq
+        log, rows = self._log, self._unfolded
         if not rows or log is None or self._folding is not None:
             return None
         self._unfolded = []
-        item = _Pending([(_PUT, rows), folded_statement(log.name, seq)], None)
-        if not self._slow and self._write_here([item]):
-            self._folded(item, rows)
-            return item
-        item.future = asyncio.get_running_loop().create_future()
-        self._folding = item
-        with self._pending_lock:
-            self._pending.append(item)
-            self._drain_soon(db)
-        item.future.add_done_callback(lambda _: self._folded(item, rows))
-        return item
+        return _Fold(rows, log.name, self._log_seq)
 
-    def _folded(self, item: _Pending, rows: list[Row]) -> None:
-        """After a fold: the log starts over if nothing was appended meanwhile; a failed fold's
-        rows go back to the front of the line, and its error to the next ``append``."""
-        if self._folding is item:
+    def _line_up(self, fold: _Fold) -> None:
+        """Make ``fold`` wait in the line of writes (the caller appends it): ``_folding`` until done."""
+        fold.future = asyncio.get_running_loop().create_future()
+        self._folding = fold
+        fold.future.add_done_callback(lambda _: self._folded(fold))
+
+    def _fold(self, db: aiosqlite.Connection) -> _Fold | None:
+        """Commit the log's records not yet in the file, in one transaction: at once on this
+        thread where it can, else in line on aiosqlite's thread. None: nothing to fold now."""
+        fold = self._take_fold()
+        if fold is None:
+            return None
+        if not self._slow and self._write_here([fold]):
+            self._folded(fold)
+            return fold
+        self._line_up(fold)
+        with self._pending_lock:
+            self._pending.append(fold)
+            self._drain_soon(db)
+        return fold
+
+    def _folded(self, fold: _Fold) -> None:
+        """After a fold (once, whoever sees it end first): the log starts over if nothing was
+        appended meanwhile; a failed fold's rows go back to the front of the line, and the next
+        ``append`` folds before it writes (raising if that fails too)."""
+        if fold.seen:
+            return
+        fold.seen = True
+        if self._folding is fold:
             self._folding = None
-        if item.error is not None:
-            self._unfolded[:0] = rows
-            self._fold_error = item.error
+        if fold.error is not None:
+            self._unfolded[:0] = fold.rows
+            self._fold_error = fold.error
             return
         self.folds += 1
         if self._log is not None and not self._unfolded:
@@ -733,23 +768,23 @@ class SqliteCheckpointer:
             self._fold_timer = asyncio.get_running_loop().call_later(FOLD_AFTER, self._fold, self._db)
 
     async def _fold_first(self, db: aiosqlite.Connection) -> None:
-        """Before any other read or write: every record appended so far is in the file, so
-        that what follows sees it and comes after it. Raises the fold's error."""
+        """Before a read, or a write that cannot join the fold's transaction: every record
+        appended so far is in the file, so that what follows sees it and comes after it.
+        Raises the fold's error."""
         while self._unfolded or self._folding is not None:
-            item = self._folding or self._fold(db)
-            if item is None:
+            fold = self._folding or self._fold(db)
+            if fold is None:
                 return
-            if item.future is not None and not item.future.done():
-                await shielded(item.future)
-            if item.error is not None:
+            if fold.future is not None and not fold.future.done():
+                await shielded(fold.future)
+            self._folded(fold)
+            if fold.error is not None:
                 self._fold_error = None
                 raise CheckpointerError(f"SQLite file {self.path}: committing its append log failed: "
-                                        f"{item.error}") from item.error
+                                        f"{fold.error}") from fold.error
 
     async def claim(self, checkpoint: Checkpoint) -> bool:
         db = await self._conn()
-        if self._unfolded or self._folding is not None:
-            await self._fold_first(db)
         metadata = checkpoint.metadata
         row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
                checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
@@ -761,8 +796,6 @@ class SqliteCheckpointer:
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
     ) -> None:
         db = await self._conn()
-        if self._unfolded or self._folding is not None:
-            await self._fold_first(db)
         rows = [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path)
                 for w in writes]
         with self._errors("put_writes"):  # a special (negative idx) write replaces, others are kept first
@@ -820,16 +853,12 @@ class SqliteCheckpointer:
 
     async def delete_thread(self, thread_id: str) -> None:
         db = await self._conn()
-        if self._unfolded or self._folding is not None:
-            await self._fold_first(db)
         with self._errors("delete_thread"):
             await self._transaction(db, [("DELETE FROM checkpoints WHERE thread_id=?", [(thread_id,)]),
                                          ("DELETE FROM writes WHERE thread_id=?", [(thread_id,)])])
 
     async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
         db = await self._conn()
-        if self._unfolded or self._folding is not None:
-            await self._fold_first(db)
         rows = [(thread_id, namespace, cid) for cid in ids]
         with self._errors("delete_checkpoints"):
             await self._transaction(db, [
@@ -840,8 +869,6 @@ class SqliteCheckpointer:
         """Run ``(sql, rows)`` statements in one transaction (grouped with other writers); the
         number of rows they changed. For the file's other tables (long-term memory)."""
         db = await self._conn()
-        if self._unfolded or self._folding is not None:
-            await self._fold_first(db)
         with self._errors("writing"):
             return (await self._transaction(db, statements)).changed
 
