@@ -32,8 +32,8 @@ def cp(thread: str, cid: str, ns: str = "", **meta: object) -> Checkpoint:
 @pytest.mark.asyncio
 class CheckpointerConformance:
     """Addressing, latest-by-id, replacement, newest-first listing with filter/before/limit,
-    writes returned with their checkpoint, deletion, and (where declared) atomic claims and
-    ``put_many``."""
+    writes returned with their checkpoint, deletion, and (where declared) atomic claims,
+    ``put_many`` and ``append``."""
 
     async def test_get_returns_the_latest_or_the_named_checkpoint(self, checkpointer: Checkpointer) -> None:
         assert await checkpointer.get("t") is None
@@ -113,6 +113,24 @@ class CheckpointerConformance:
         assert first is not None and first.payload == b"again" and first.metadata == {"step": 2}
         assert [c.id async for c in checkpointer.list("t", "sub")] == ["2"]
         assert (await checkpointer.get("u")) is not None
+
+    async def test_append_stores_as_put_does_and_later_reads_and_writes_come_after_it(
+            self, checkpointer: Checkpointer) -> None:
+        if not checkpointer.capabilities.append:
+            pytest.skip("this checkpointer declares no append")
+        append = checkpointer.append  # type: ignore[attr-defined]
+        await append(cp("t", "1", step=1))
+        await append(Checkpoint("t", "", "2", b"two", parent_id="1"))
+        got = await checkpointer.get("t")
+        assert got is not None and (got.id, got.payload, got.parent_id) == ("2", b"two", "1")
+        assert [c.id async for c in checkpointer.list("t", filter={"step": 1})] == ["1"]
+        await append(cp("u", "1"))
+        await checkpointer.put(Checkpoint("u", "", "1", b"put after"))  # the later write wins
+        await append(cp("v", "1"))
+        await checkpointer.delete_thread("v")  # and a delete after an append deletes it
+        replaced = await checkpointer.get("u", "", "1")
+        assert replaced is not None and replaced.payload == b"put after"
+        assert await checkpointer.get("v") is None
 
     async def test_claim_stores_only_where_the_address_is_free(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.claims:
