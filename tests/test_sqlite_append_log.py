@@ -17,7 +17,7 @@ import pytest
 
 from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.checkpointers.sqlite_log import FOLD_AFTER, FOLD_EVERY, AppendLog, encode
+from ringzero.checkpointers.sqlite_log import FOLD_AFTER, FOLD_EVERY, RESTART_AFTER, AppendLog, encode
 from ringzero.core.errors import CheckpointerError
 from ringzero.core.types import Checkpoint
 from ringzero.testing import ScriptedProvider
@@ -48,7 +48,8 @@ async def test_records_appended_survive_kill_9_in_the_log_and_the_next_opener_fo
     db = tmp_path / "state.db"
     log_path, folds = (await asyncio.to_thread(host, "appends", str(db), "10")).stdout.split()
     assert folds == "0" and [str(p) for p in logs(db)] == [log_path]
-    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='t'") == 0, "already committed"
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='t'") == 1, \
+        "the first append (after the open's writes) commits, the 9 in a row after it go to the log only"
 
     store = SqliteCheckpointer(db)
     got = [cp async for cp in store.list("t")]
@@ -64,8 +65,8 @@ async def test_records_appended_survive_kill_9_in_the_log_and_the_next_opener_fo
 async def test_kill_9_right_after_ctx_llm_returned_then_recover_calls_the_llm_no_more(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     await asyncio.to_thread(host, "kernel", str(db), "3")
-    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE namespace='journal'") == 0, \
-        "the journal was committed before the kill: this test would not test the log"
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE namespace='journal'") < 3, \
+        "the whole journal was committed before the kill: this test would not test the log"
     assert [p.stat().st_size > 100 for p in logs(db)] == [True]
 
     asked: list[str] = []
@@ -138,8 +139,9 @@ async def test_a_live_checkpointers_log_is_left_to_it_and_folded_for_others_soon
     db = tmp_path / "state.db"
     writer = SqliteCheckpointer(db)
     await writer.get("t")
-    await writer.append(Checkpoint("t", "", "1", b"one"))
-    assert writer.folds == 0
+    await writer.append(Checkpoint("t", "", "0", b"zero"))  # after the open's writes: committed
+    await writer.append(Checkpoint("t", "", "1", b"one"))  # in a row: to the log
+    assert writer.folds == 0 and rows_in_file(db, "SELECT count(*) FROM checkpoints") == 1
     reader = SqliteCheckpointer(db)
     await reader.get("t", "", "1")  # opened: it folds orphan logs, and must leave the writer's alone
     assert writer._log is not None and writer._log.path.exists(), "a live checkpointer's log was taken"
@@ -156,9 +158,9 @@ async def test_the_log_folds_every_fold_every_records_and_before_this_stores_own
         tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     store = SqliteCheckpointer(db)
-    for i in range(FOLD_EVERY):
-        await store.append(Checkpoint("t", "", f"{i:04d}", b"x"))
-    assert store.folds == 1 and rows_in_file(db, "SELECT count(*) FROM checkpoints") == FOLD_EVERY
+    for i in range(FOLD_EVERY + 1):  # the first commits; the rest, past RESTART_AFTER bytes, are folded
+        await store.append(Checkpoint("t", "", f"{i:04d}", b"x" * (RESTART_AFTER // FOLD_EVERY)))
+    assert store.folds == 1 and rows_in_file(db, "SELECT count(*) FROM checkpoints") == FOLD_EVERY + 1
     assert store._log is not None and store._log.path.stat().st_size < 100, "the log did not start over"
     await store.append(Checkpoint("t", "", "late", b"y"))
     got = await store.get("t", "", "late")  # this store's read comes after its append
@@ -172,7 +174,9 @@ async def test_the_log_folds_every_fold_every_records_and_before_this_stores_own
 async def test_a_fold_that_cannot_take_the_lock_fails_the_read_waiting_for_it_and_loses_nothing(tmp_path: Path) -> None:
     db = tmp_path / "locked.db"
     store = SqliteCheckpointer(db, busy_timeout=0.2)
+    await store.append(Checkpoint("t", "", "0", b"zero"))
     await store.append(Checkpoint("t", "", "1", b"one"))
+    assert store._unfolded, "the append in a row did not go to the log"
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -184,5 +188,29 @@ async def test_a_fold_that_cannot_take_the_lock_fails_the_read_waiting_for_it_an
         holder.close()
     got = await store.get("t", "", "1")
     assert got is not None and got.payload == b"one"
+    await store.aclose()
+    assert logs(db) == []
+
+
+async def test_an_append_after_another_write_commits_and_appends_in_a_row_go_to_the_log(tmp_path: Path) -> None:
+    """The log pays only where appends come in a row; one between other writes (a woken
+    process's ``recv`` record, between its mail and its end) commits as ``put`` does."""
+    db = tmp_path / "state.db"
+    store = SqliteCheckpointer(db)
+
+    def in_file() -> int:
+        return rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='t'")
+
+    await store.put(Checkpoint("s", "", "status", b"one"))
+    await store.append(Checkpoint("t", "", "0", b"x"))
+    assert in_file() == 1 and store._log is None, "an append after a put went to a log"
+    await store.append(Checkpoint("t", "", "1", b"x"))
+    await store.append(Checkpoint("t", "", "2", b"x"))
+    assert in_file() == 1 and len(store._unfolded) == 2, "appends in a row were committed one by one"
+    commits = store.commits
+    await store.put(Checkpoint("s", "", "status", b"two"))  # the two records go in its transaction
+    assert in_file() == 3 and store.folds == 1 and store.commits == commits + 1
+    await store.append(Checkpoint("t", "", "3", b"x"))
+    assert in_file() == 4 and not store._unfolded and store.commits == commits + 2
     await store.aclose()
     assert logs(db) == []

@@ -57,6 +57,7 @@ from ringzero.checkpointers.sqlite_log import (
     FOLD_AFTER,
     FOLD_EVERY,
     FOLDED_SCHEMA,
+    RESTART_AFTER,
     AppendLog,
     Row,
     fold_orphans,
@@ -383,6 +384,8 @@ class SqliteCheckpointer:
         """Why the last fold failed (its rows stay in the log, and wait for the next fold)."""
         self.folds = 0
         """Folds of the append log committed."""
+        self._after_append = False
+        """This store's last write was an ``append``: only then does the next go to the log."""
 
     def __repr__(self) -> str:
         return f"SqliteCheckpointer({str(self.path)!r})"
@@ -449,6 +452,7 @@ class SqliteCheckpointer:
 
         Records of the append log not yet in the file go first, in the same transaction (a
         fold of their own, ``_take_fold``): one commit, and this write comes after them."""
+        self._after_append = False
         loop = asyncio.get_running_loop()
         item = _Pending(statements, None)
         if self._unfolded and self._folding is not None:
@@ -659,6 +663,7 @@ class SqliteCheckpointer:
     def _put_here(self, row: tuple[Any, ...]) -> bool:
         """``_transaction``'s commit at once, for one row, without its bookkeeping (a ``put`` at
         every syscall); False where it cannot be done here and now."""
+        self._after_append = False
         fast = self._fast
         if fast is None or self._slow or self._unfolded or self._folding is not None \
                 or _others_ready(asyncio.get_running_loop()):
@@ -682,11 +687,19 @@ class SqliteCheckpointer:
         kernel's journal): as durable when it returns, for one ``write()`` into the append log
         (``sqlite_log``) instead of a commit. Other connections to the file see it once the log
         is folded, at most ``FOLD_AFTER`` seconds or ``FOLD_EVERY`` records later; this
-        checkpointer folds it before any other read or write of its own."""
+        checkpointer folds it before any other read or write of its own.
+
+        An append right after another write commits as ``put`` does (joining that write's
+        batch where one is forming): the log pays where appends come in a row (a process's
+        syscalls), folding many records in one transaction. An append between other writes
+        would be folded alone into the next one's transaction, a log ``write()`` and a
+        bookkeeping statement more than the commit it saved (a woken process's ``recv``
+        record between its mail and its end)."""
         db = self._db or await self._conn()
-        log = self._log or self._make_log()
+        log = (self._log or self._make_log()) if self._after_append else None
         if log is None:
             await self.put(checkpoint)
+            self._after_append = self._log_usable
             return
         if self._fold_error is not None:  # the last fold failed: again now, raising if it fails again
             self._fold_error = None
@@ -756,8 +769,8 @@ class SqliteCheckpointer:
 
     def _folded(self, fold: _Fold) -> None:
         """After a fold (once, whoever sees it end first): the log starts over if nothing was
-        appended meanwhile; a failed fold's rows go back to the front of the line, and the next
-        ``append`` folds before it writes (raising if that fails too)."""
+        appended meanwhile and it passed ``RESTART_AFTER`` bytes; a failed fold's rows go back
+        to the front of the line, and the next ``append`` folds before it writes (raising if that fails too)."""
         if fold.seen:
             return
         fold.seen = True
@@ -768,7 +781,7 @@ class SqliteCheckpointer:
             self._fold_error = fold.error
             return
         self.folds += 1
-        if self._log is not None and not self._unfolded:
+        if self._log is not None and not self._unfolded and self._log.size > RESTART_AFTER:
             with suppress(OSError):  # not started over: its records are folded again, and skipped
                 self._log.restart()
         elif self._unfolded and self._fold_timer is None and self._db is not None:

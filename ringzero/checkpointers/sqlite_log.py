@@ -7,7 +7,8 @@ every syscall. ``SqliteCheckpointer.append`` writes the record into this log ins
 the record survives the host process being killed, which is what ``synchronous=NORMAL``
 promises for a commit too. The checkpointer folds the log's records into the SQLite file in
 one transaction every ``FOLD_EVERY`` records, a moment after the last one, and before any other
-read or write of its own; then the log starts over.
+read or write of its own; the log starts over once it is all folded and past
+``RESTART_AFTER`` bytes (a folded record left in it is skipped by its sequence number).
 
 Each checkpointer has a log of its own, ``<file>-rzlog-<token>``, and holds an exclusive
 ``flock`` on it while open. A log nobody holds is an orphan (its kernel died): whoever opens
@@ -28,8 +29,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FOLDED_SCHEMA", "FOLD_AFTER", "FOLD_EVERY", "AppendLog", "Row", "fold_orphans", "folded_statement",
-           "other_logs", "records"]
+__all__ = ["FOLDED_SCHEMA", "FOLD_AFTER", "FOLD_EVERY", "RESTART_AFTER", "AppendLog", "Row", "fold_orphans",
+           "folded_statement", "other_logs", "records"]
 
 FOLD_EVERY = 64
 """Records appended before the log is folded at once (one transaction for all of them)."""
@@ -37,6 +38,11 @@ FOLD_EVERY = 64
 FOLD_AFTER = 0.005
 """Seconds after an append before the log is folded, so that other connections to the file
 (``ringzero ps``, another kernel) see the records soon even when few are written."""
+
+RESTART_AFTER = 1 << 20
+"""Bytes past which a log whose records are all folded starts over (``AppendLog.restart``).
+Below it, folded records stay and a dead kernel's fold skips them by their sequence number:
+an ``ftruncate`` per fold cost about as much as the record's own ``write()``."""
 
 FOLDED_SCHEMA = "CREATE TABLE IF NOT EXISTS ringzero_folded_logs (name TEXT PRIMARY KEY, seq INTEGER NOT NULL)"
 
@@ -115,6 +121,8 @@ class AppendLog:
 
         self.path = Path(f"{db_path}-rzlog-{os.urandom(8).hex()}")
         self.name = self.path.name
+        self.size = 0
+        """Bytes in the log, its header included."""
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -131,10 +139,12 @@ class AppendLog:
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view):]
+        self.size += len(data)
 
     def restart(self) -> None:
         """Drop every record (all folded): the log is its header again."""
         os.ftruncate(self._fd, _HEADER_SIZE)
+        self.size = _HEADER_SIZE
 
     def close(self, *, remove: bool) -> None:
         """Close the log (its lock goes with it); ``remove``: delete it first (all folded)."""
