@@ -4,17 +4,26 @@
 (thread ``t``), prints the log's path and its fold count, and kills itself with SIGKILL at once.
 ``python -m tests.append_log_host kernel DB N``: a kernel on DB runs ``asks_then_dies`` with N
 LLM calls, which kills this host the moment its last call returns; it prints the pid first.
+``python -m tests.append_log_host graph DB N``: a LangGraph graph of N nodes on
+``KernelSaver(SqliteCheckpointer(DB))`` runs once on thread ``g``, with no fold on a timer;
+this host prints the final state's number of steps and kills itself the moment ``ainvoke`` returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import signal
 import sys
+from typing import Annotated
+
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
 
 from ringzero import Kernel
-from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.adapters.langgraph import KernelSaver
+from ringzero.checkpointers import SqliteCheckpointer, sqlite
 from ringzero.core.types import Checkpoint
 from ringzero.testing import ScriptedProvider
 from tests.programs import asks_then_dies
@@ -38,5 +47,25 @@ async def kernel(db: str, n: int) -> None:
         await process.wait()
 
 
+class Steps(TypedDict):
+    steps: Annotated[list[str], operator.add]
+
+
+async def graph(db: str, n: int) -> None:
+    builder = StateGraph(Steps)
+    names = [f"step{i}" for i in range(n)]
+    for name in names:
+        builder.add_node(name, lambda state, name=name: {"steps": [name]})
+    for a, b in zip([START, *names], [*names, END], strict=True):
+        builder.add_edge(a, b)
+    sqlite.FOLD_AFTER = 3600.0  # no fold on a timer: this machine may take longer than FOLD_AFTER for a graph
+    saver = KernelSaver(SqliteCheckpointer(db))
+    app = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "g"}}
+    done = await app.ainvoke({"steps": []}, config)  # type: ignore[arg-type]
+    print(len(done["steps"]), flush=True)  # no read of the thread before the kill: a read would fold its log
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 if __name__ == "__main__":
-    asyncio.run({"appends": appends, "kernel": kernel}[sys.argv[1]](sys.argv[2], int(sys.argv[3])))
+    asyncio.run({"appends": appends, "kernel": kernel, "graph": graph}[sys.argv[1]](sys.argv[2], int(sys.argv[3])))

@@ -9,8 +9,10 @@ import asyncio
 import os
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.checkpointers.sqlite_log import FOLD_AFTER, FOLD_EVERY, RESTART_AFTER, AppendLog, encode
 from ringzero.core.errors import CheckpointerError
-from ringzero.core.types import Checkpoint
+from ringzero.core.types import Checkpoint, PendingWrite
 from ringzero.testing import ScriptedProvider
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +81,26 @@ async def test_kill_9_right_after_ctx_llm_returned_then_recover_calls_the_llm_no
         [handle] = await kernel.recover()
         assert await handle.wait(timeout=30) == ["answer"] * 3
     assert asked == [], "a call recorded in the append log ran again"
+    assert logs(db) == []
+
+
+@pytest.mark.timeout(120)
+async def test_kill_9_right_after_a_langgraph_run_returned_and_a_new_saver_sees_its_last_checkpoint(
+        tmp_path: Path) -> None:
+    from ringzero.adapters.langgraph import KernelSaver
+
+    db = tmp_path / "graph.db"
+    assert (await asyncio.to_thread(host, "graph", str(db), "4")).stdout.split() == ["4"]
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='g'") == 1, \
+        "the first checkpoint commits (it follows the open's writes); the others must be in the log only"
+    saver = KernelSaver(SqliteCheckpointer(db))
+    config = {"configurable": {"thread_id": "g"}}
+    got = await saver.aget_tuple(config)  # type: ignore[arg-type]
+    assert got is not None and got.checkpoint["channel_values"]["steps"] == ["step0", "step1", "step2", "step3"]
+    assert got.metadata["step"] == 4
+    history = [c async for c in saver.alist(config)]  # type: ignore[arg-type]
+    assert len(history) == 6  # the input, the start, and one after each of the 4 nodes
+    await saver.checkpointer.aclose()
     assert logs(db) == []
 
 
@@ -214,3 +236,51 @@ async def test_an_append_after_another_write_commits_and_appends_in_a_row_go_to_
     assert in_file() == 4 and not store._unfolded and store.commits == commits + 2
     await store.aclose()
     assert logs(db) == []
+
+
+async def test_a_read_of_another_thread_leaves_the_log_unfolded_and_a_read_of_its_thread_folds_it(
+        tmp_path: Path) -> None:
+    """A graph's steps append in a row, each graph on a thread of its own: the read that starts
+    the next graph (another thread) must not cost a fold; a read of the appended thread must see it."""
+    db = tmp_path / "state.db"
+    store = SqliteCheckpointer(db)
+    await store.put(Checkpoint("other", "", "1", b"o"))
+    await store.append(Checkpoint("t", "", "1", b"one"))  # after a put: committed
+    await store.append(Checkpoint("t", "", "2", b"two"))
+    await store.append_writes("t", "", "2", [PendingWrite("task", "out", b"w")])
+    assert len(store._unfolded) == 2 and store.folds == 0
+    other = await store.get("other")
+    assert other is not None and other.payload == b"o"
+    assert [cp.id async for cp in store.list("other")] == ["1"]
+    assert store.folds == 0 and len(store._unfolded) == 2, "a read of another thread folded the log"
+    got = await store.get("t")
+    assert got is not None and got.id == "2" and [w.value for w in got.writes] == [b"w"] and store.folds == 1
+    await store.append(Checkpoint("t", "", "3", b"three"))
+    assert [cp.id async for cp in store.list()] == ["3", "2", "1", "1"] and store.folds == 2  # every thread: folds
+    await store.aclose()
+
+
+def write_first_format_log(db: Path, identity: tuple[int, int], row: tuple[bytes | None, ...]) -> None:
+    """A log as the first format wrote it: ``RZLOG1``, records of checkpoint rows with no kind."""
+    body = struct.pack("!QI", 1, 1)
+    for field in row:
+        body += struct.pack("!i", -1) if field is None else struct.pack("!i", len(field)) + field
+    Path(f"{db}-rzlog-0123456789abcdef").write_bytes(
+        b"RZLOG1\n" + struct.pack("!QQ", *identity) + struct.pack("!II", len(body), zlib.crc32(body)) + body)
+
+
+async def test_a_log_of_the_first_format_is_still_folded(tmp_path: Path) -> None:
+    """Logs written before records had a kind (``RZLOG1``: checkpoint rows only), left by a
+    kernel that died, are folded by the next opener as before."""
+    db = tmp_path / "state.db"
+    store = SqliteCheckpointer(db)
+    await store.get("t")
+    identity = store._identity
+    await store.aclose()
+    assert identity is not None
+    write_first_format_log(db, identity, (b"t", b"", b"1", None, b"old format", b"{}"))
+    store = SqliteCheckpointer(db)
+    got = await store.get("t", "", "1")
+    assert got is not None and got.payload == b"old format" and got.parent_id is None
+    assert logs(db) == []
+    await store.aclose()

@@ -19,7 +19,7 @@ saver opened it (``KernelSaver.from_conn_string(...)``); later calls raise ``Clo
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ringzero.checkpointers import open_checkpointer
@@ -64,6 +64,14 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             raise InvalidArgument(f"KernelSaver needs a ringzero Checkpointer, not {checkpointer!r}")
         self.checkpointer = checkpointer
         """The ringzero Checkpointer the graph's checkpoints are kept in."""
+        appends = getattr(checkpointer, "capabilities", None) is not None and checkpointer.capabilities.append
+        self._put_checkpoint: Callable[[Record], Awaitable[None]] = \
+            getattr(checkpointer, "append", checkpointer.put) if appends else checkpointer.put
+        self._put_pending: Callable[[str, str, str, Sequence[PendingWrite]], Awaitable[None]] = \
+            getattr(checkpointer, "append_writes", checkpointer.put_writes) if appends else checkpointer.put_writes
+        """A graph's checkpoints and writes, written as it steps and read back by the next
+        step's ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
+        ``write()`` each into its append log, folded in one commit before the next read)."""
         self._home = LoopHome("KernelSaver")
         self._owns_checkpointer = False
 
@@ -158,7 +166,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
         full_metadata = get_checkpoint_metadata(config, metadata)
-        await self.checkpointer.put(Record(
+        await self._put_checkpoint(Record(
             thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=conf.get("checkpoint_id"),
             payload=self._encode({"checkpoint": checkpoint, "metadata": full_metadata}),
             metadata=_jsonable(dict(full_metadata)),
@@ -173,7 +181,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         rows = [PendingWrite(task_id, channel, self._encode(value), task_path, WRITES_IDX_MAP.get(channel, idx))
                 for idx, (channel, value) in enumerate(writes)]
         if rows:
-            await self.checkpointer.put_writes(thread_id, namespace, checkpoint_id, rows)
+            await self._put_pending(thread_id, namespace, checkpoint_id, rows)
 
     async def _delete_thread(self, thread_id: str) -> None:
         await self.checkpointer.delete_thread(thread_id)

@@ -28,13 +28,17 @@ machine, ``benchmarks/llm_syscall_overhead.py`` and ``benchmarks/checkpointers.p
   automatic checkpoint put them: that fsync cost about 20 µs a commit on average.
 - ``list`` and the memory index's searches, which may return many rows, stay on aiosqlite's
   thread, so that a long read never stalls the loop.
-- ``append`` (the kernel's journal, a record at every syscall) is no commit at all: one
-  ``write()`` into an append log beside the file (``sqlite_log``), as durable against the
-  process dying as a commit with ``synchronous=NORMAL``. The log is folded into the file in
-  one transaction every ``FOLD_EVERY`` records, ``FOLD_AFTER`` seconds after the last, and
-  ahead of this checkpointer's next write (in that write's transaction) or read; another
-  connection sees an appended record once it is folded. A durable ``ctx.llm`` went from about
-  +100 µs over the provider call to about +63 µs so (``benchmarks/llm_syscall_overhead.py``).
+- ``append`` and ``append_writes`` (the kernel's journal, a record at every syscall;
+  ``KernelSaver``'s checkpoints and writes, several at every graph step) are no commit at all
+  when they come in a row: one ``write()`` into an append log beside the file
+  (``sqlite_log``), as durable against the process dying as a commit with
+  ``synchronous=NORMAL``. The log is folded into the file in one transaction every
+  ``FOLD_EVERY`` records, ``FOLD_AFTER`` seconds after the last, ahead of this checkpointer's
+  next write (in that write's transaction), and ahead of a read of a thread it holds records
+  of; another connection sees an appended record once it is folded. A durable ``ctx.llm``
+  went from about +100 µs over the provider call to about +63 µs so
+  (``benchmarks/llm_syscall_overhead.py``), and a LangGraph graph's nine commits a run to
+  about one every two runs (``benchmarks/checkpointers.py``).
 """
 
 from __future__ import annotations
@@ -54,15 +58,20 @@ import aiosqlite
 
 from ringzero.checkpointers._filters import list_query, pushable, selected
 from ringzero.checkpointers.sqlite_log import (
+    CHECKPOINT,
     FOLD_AFTER,
     FOLD_EVERY,
     FOLDED_SCHEMA,
+    PUT_CHECKPOINT,
     RESTART_AFTER,
+    WRITE,
     AppendLog,
+    Entry,
     Row,
     fold_orphans,
-    folded_statement,
+    fold_statements,
     other_logs,
+    write_statements,
 )
 from ringzero.checkpointers.sqlite_memory import MEMORY_SCHEMA, SqliteMemoryIndex, move_record_memories
 from ringzero.core.errors import CheckpointerError, Closed, InvalidArgument
@@ -108,7 +117,7 @@ _SELECT = f"SELECT c.thread_id, c.namespace, c.id, c.parent_id, c.payload, c.met
 """A checkpoint with its writes, in one statement (the writes as JSON, their values in hex)."""
 
 
-_PUT = "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)"
+_PUT = PUT_CHECKPOINT
 
 CHECKPOINT_EVERY = 1000
 """Fast-path commits between two WAL checkpoints (SQLite's own default is every 1,000 pages)."""
@@ -133,12 +142,24 @@ class _Fold(_Pending):
     """A fold of the append log (``SqliteCheckpointer._fold``): the rows it takes from the
     line, to put back if it fails, and whether its end was seen to (``_folded``)."""
 
-    __slots__ = ("rows", "seen")
+    __slots__ = ("entries", "seen")
 
-    def __init__(self, rows: list[Row], name: str, seq: int) -> None:
-        super().__init__([(_PUT, rows), folded_statement(name, seq)], None)
-        self.rows = rows
+    def __init__(self, entries: list[Entry], name: str, seq: int) -> None:
+        super().__init__(fold_statements(entries, name, seq), None)
+        self.entries = entries
         self.seen = False
+
+
+def _checkpoint_row(checkpoint: Checkpoint) -> Row:
+    """``checkpoint`` as a row of the ``checkpoints`` table."""
+    metadata = checkpoint.metadata
+    return (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id, checkpoint.payload,
+            json.dumps(dict(metadata)) if metadata else "{}")
+
+
+def _write_rows(thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]) -> list[Row]:
+    """``writes`` as rows of the ``writes`` table."""
+    return [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path) for w in writes]
 
 
 def _write(conn: sqlite3.Connection, batch: Sequence[_Pending]) -> bool:
@@ -374,8 +395,10 @@ class SqliteCheckpointer:
         """False where ``append`` commits instead: fsync per commit asked for, or no log can be made here."""
         self._log_seq = 0
         """The sequence number of the log's last record."""
-        self._unfolded: list[Row] = []
-        """The rows of the log's records not yet committed to the file, in order."""
+        self._unfolded: list[Entry] = []
+        """The rows of the log's records not yet committed to the file, in order, with their kind."""
+        self._unfolded_threads: set[str] = set()
+        """The threads of the rows of ``_unfolded``: a read of another thread need not wait for a fold."""
         self._folding: _Fold | None = None
         """The fold on its way through aiosqlite's thread: one at a time, so that the records a
         fold marks as folded are always all those before it."""
@@ -643,9 +666,7 @@ class SqliteCheckpointer:
 
     async def put(self, checkpoint: Checkpoint) -> None:
         db = self._db or await self._conn()
-        metadata = checkpoint.metadata
-        row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
-               checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
+        row = _checkpoint_row(checkpoint)
         try:  # not self._errors(): a context manager costs a few µs, and this runs at every syscall
             if not self._put_here(row):
                 await self._transaction(db, [(_PUT, [row])])
@@ -655,8 +676,7 @@ class SqliteCheckpointer:
     async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
         """Store each, in order, in one transaction (grouped with the other writes of this turn)."""
         db = self._db or await self._conn()
-        rows = [(cp.thread_id, cp.namespace, cp.id, cp.parent_id, cp.payload,
-                 json.dumps(dict(cp.metadata)) if cp.metadata else "{}") for cp in checkpoints]
+        rows = [_checkpoint_row(cp) for cp in checkpoints]
         with self._errors("put_many"):
             await self._transaction(db, [(_PUT, rows)])
 
@@ -684,44 +704,57 @@ class SqliteCheckpointer:
 
     async def append(self, checkpoint: Checkpoint) -> None:
         """``put`` for a record this checkpointer, or recovery after a crash, reads back (the
-        kernel's journal): as durable when it returns, for one ``write()`` into the append log
-        (``sqlite_log``) instead of a commit. Other connections to the file see it once the log
-        is folded, at most ``FOLD_AFTER`` seconds or ``FOLD_EVERY`` records later; this
-        checkpointer folds it before any other read or write of its own.
+        kernel's journal, a LangGraph graph's checkpoints): as durable when it returns, for one
+        ``write()`` into the append log (``sqlite_log``) instead of a commit. Other connections
+        to the file see it once the log is folded, at most ``FOLD_AFTER`` seconds or
+        ``FOLD_EVERY`` records later; this checkpointer folds it before any other write of its
+        own, and before a read of its thread.
 
         An append right after another write commits as ``put`` does (joining that write's
         batch where one is forming): the log pays where appends come in a row (a process's
-        syscalls), folding many records in one transaction. An append between other writes
-        would be folded alone into the next one's transaction, a log ``write()`` and a
-        bookkeeping statement more than the commit it saved (a woken process's ``recv``
+        syscalls, a graph's steps), folding many records in one transaction. An append between
+        other writes would be folded alone into the next one's transaction, a log ``write()``
+        and a bookkeeping statement more than the commit it saved (a woken process's ``recv``
         record between its mail and its end)."""
+        if await self._append(CHECKPOINT, [_checkpoint_row(checkpoint)]):
+            await self.put(checkpoint)
+            self._after_append = self._log_usable
+
+    async def append_writes(
+        self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
+    ) -> None:
+        """``put_writes`` as ``append`` is ``put``: one ``write()`` into the append log."""
+        if writes and await self._append(WRITE, _write_rows(thread_id, namespace, checkpoint_id, writes)):
+            await self.put_writes(thread_id, namespace, checkpoint_id, writes)
+            self._after_append = self._log_usable
+
+    async def _append(self, kind: int, rows: list[Row]) -> bool:
+        """Write ``rows`` as one record of the log; True where the caller must commit them
+        instead (no log here, or the last write was not an append)."""
         db = self._db or await self._conn()
         log = (self._log or self._make_log()) if self._after_append else None
         if log is None:
-            await self.put(checkpoint)
-            self._after_append = self._log_usable
-            return
+            return True
         if self._fold_error is not None:  # the last fold failed: again now, raising if it fails again
             self._fold_error = None
             await self._fold_first(db)
         gone = self._file_gone()
         if gone is not None:
             raise gone
-        metadata = checkpoint.metadata
-        row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
-               checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
         try:
-            log.append(self._log_seq + 1, (row,))
+            log.append(self._log_seq + 1, rows, kind)
         except OSError as exc:  # the log may end in a torn record now: no more records after it
             self._log_usable = False
             raise CheckpointerError(f"SQLite file {self.path}: writing its append log {log.path} failed: "
                                     f"{exc}") from exc
         self._log_seq += 1
-        self._unfolded.append(row)
+        self._unfolded.extend((kind, row) for row in rows)
+        self._unfolded_threads.update(row[0] for row in rows)
         if len(self._unfolded) >= FOLD_EVERY:
             self._fold(db)
         elif self._fold_timer is None:
             self._fold_timer = asyncio.get_running_loop().call_later(FOLD_AFTER, self._fold, db)
+        return False
 
     def _make_log(self) -> AppendLog | None:
         """This checkpointer's append log, made now; None where ``append`` commits instead."""
@@ -733,6 +766,15 @@ class SqliteCheckpointer:
             self._log_usable = False
         return self._log
 
+    def _unfolded_for(self, thread_id: str | None) -> bool:
+        """Whether a read of ``thread_id`` (None: every thread) must wait for a fold: records of
+        it are appended and not yet in the file. A read of another thread reads the file as it
+        is, so that appends in a row (a graph's steps, a process's syscalls) fold together, not
+        at every read in between."""
+        if self._folding is not None:
+            return True
+        return bool(self._unfolded) and (thread_id is None or thread_id in self._unfolded_threads)
+
     def _take_fold(self) -> _Fold | None:
         """The log's records not yet in the file, taken from the line as one write; None where
         there are none, or a fold is on its way (folds go one at a time, so that the records a
@@ -740,11 +782,12 @@ class SqliteCheckpointer:
         if self._fold_timer is not None:
             self._fold_timer.cancel()
             self._fold_timer = None
-        log, rows = self._log, self._unfolded
-        if not rows or log is None or self._folding is not None:
+        log, entries = self._log, self._unfolded
+        if not entries or log is None or self._folding is not None:
             return None
         self._unfolded = []
-        return _Fold(rows, log.name, self._log_seq)
+        self._unfolded_threads = set()
+        return _Fold(entries, log.name, self._log_seq)
 
     def _line_up(self, fold: _Fold) -> None:
         """Make ``fold`` wait in the line of writes (the caller appends it): ``_folding`` until done."""
@@ -777,7 +820,8 @@ class SqliteCheckpointer:
         if self._folding is fold:
             self._folding = None
         if fold.error is not None:
-            self._unfolded[:0] = fold.rows
+            self._unfolded[:0] = fold.entries
+            self._unfolded_threads.update(row[0] for _, row in fold.entries)
             self._fold_error = fold.error
             return
         self.folds += 1
@@ -805,9 +849,7 @@ class SqliteCheckpointer:
 
     async def claim(self, checkpoint: Checkpoint) -> bool:
         db = await self._conn()
-        metadata = checkpoint.metadata
-        row = (checkpoint.thread_id, checkpoint.namespace, checkpoint.id, checkpoint.parent_id,
-               checkpoint.payload, json.dumps(dict(metadata)) if metadata else "{}")
+        row = _checkpoint_row(checkpoint)
         with self._errors("claim"):
             done = await self._transaction(db, [("INSERT OR IGNORE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", [row])])
         return done.changed == 1
@@ -816,16 +858,13 @@ class SqliteCheckpointer:
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
     ) -> None:
         db = await self._conn()
-        rows = [(thread_id, namespace, checkpoint_id, w.task_id, w.idx, w.channel, w.value, w.task_path)
-                for w in writes]
+        rows = _write_rows(thread_id, namespace, checkpoint_id, writes)
         with self._errors("put_writes"):  # a special (negative idx) write replaces, others are kept first
-            await self._transaction(db, [
-                ("INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [r for r in rows if r[4] < 0]),
-                ("INSERT OR IGNORE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [r for r in rows if r[4] >= 0])])
+            await self._transaction(db, write_statements(rows))
 
     async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
         db = await self._conn()
-        if self._unfolded or self._folding is not None:
+        if self._unfolded_for(thread_id):
             await self._fold_first(db)
         params: tuple[str, ...] = (thread_id, namespace)
         if checkpoint_id is None:
@@ -848,7 +887,7 @@ class SqliteCheckpointer:
         limit: int | None = None,
     ) -> AsyncIterator[Checkpoint]:
         db = await self._conn()
-        if self._unfolded or self._folding is not None:
+        if self._unfolded_for(thread_id):
             await self._fold_first(db)
         pushed = [(f"json_extract(c.metadata, '$.{key}')=?", value) for key, value in pushable(filter)]
         sql, params = list_query(_SELECT, "?", thread_id, namespace, before, pushed)

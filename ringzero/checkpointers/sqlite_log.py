@@ -5,10 +5,12 @@ A commit in SQLite's WAL mode costs six lock calls, two writes and the B-tree's 
 every syscall. ``SqliteCheckpointer.append`` writes the record into this log instead, one
 ``write()`` of a checksummed frame, and returns: once in the operating system's page cache
 the record survives the host process being killed, which is what ``synchronous=NORMAL``
-promises for a commit too. The checkpointer folds the log's records into the SQLite file in
-one transaction every ``FOLD_EVERY`` records, a moment after the last one, and before any other
-read or write of its own; the log starts over once it is all folded and past
-``RESTART_AFTER`` bytes (a folded record left in it is skipped by its sequence number).
+promises for a commit too. A record holds rows of one table (its kind: ``CHECKPOINT`` from
+``append``, ``WRITE`` from ``append_writes``). The checkpointer folds the log's records into
+the SQLite file in one transaction every ``FOLD_EVERY`` records, a moment after the last one,
+before any other write of its own and before a read of a thread they hold; the log starts
+over once it is all folded and past ``RESTART_AFTER`` bytes (a folded record left in it is
+skipped by its sequence number).
 
 Each checkpointer has a log of its own, ``<file>-rzlog-<token>``, and holds an exclusive
 ``flock`` on it while open. A log nobody holds is an orphan (its kernel died): whoever opens
@@ -29,8 +31,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FOLDED_SCHEMA", "FOLD_AFTER", "FOLD_EVERY", "RESTART_AFTER", "AppendLog", "Row", "fold_orphans",
-           "folded_statement", "other_logs", "records"]
+__all__ = ["CHECKPOINT", "FOLDED_SCHEMA", "FOLD_AFTER", "FOLD_EVERY", "PUT_CHECKPOINT", "RESTART_AFTER", "WRITE",
+           "AppendLog", "Entry", "Row", "fold_orphans", "fold_statements", "other_logs", "records", "write_statements"]
 
 FOLD_EVERY = 64
 """Records appended before the log is folded at once (one transaction for all of them)."""
@@ -46,44 +48,76 @@ an ``ftruncate`` per fold cost about as much as the record's own ``write()``."""
 
 FOLDED_SCHEMA = "CREATE TABLE IF NOT EXISTS ringzero_folded_logs (name TEXT PRIMARY KEY, seq INTEGER NOT NULL)"
 
-_MAGIC = b"RZLOG1\n"
+_MAGIC = b"RZLOG2\n"
+_MAGIC_1 = b"RZLOG1\n"
+"""The first format (checkpoint rows only, no kind in a record): still read, never written."""
 _IDENTITY = struct.Struct("!QQ")
 """After the magic: (device, inode) of the SQLite file the log belongs to."""
 _HEADER_SIZE = len(_MAGIC) + _IDENTITY.size
 _FRAME = struct.Struct("!II")
 """A record's frame: the body's length and its CRC-32 (a record cut short at a crash fails it)."""
-_RECORD = struct.Struct("!QI")
-"""A body starts with the record's sequence number and its number of rows."""
+_RECORD = struct.Struct("!QIB")
+"""A body starts with the record's sequence number, its number of rows and their kind."""
+_RECORD_1 = struct.Struct("!QI")
 _FIELD = struct.Struct("!i")
 """Each field of a row: its length in bytes (-1: NULL), then the bytes."""
 
 Row = tuple[Any, ...]
-"""A row of the ``checkpoints`` table: thread_id, namespace, id, parent_id, payload, metadata."""
+"""A row of the table its kind names."""
+
+CHECKPOINT = 0
+"""A row of ``checkpoints``: thread_id, namespace, id, parent_id, payload, metadata (``put``)."""
+WRITE = 1
+"""A row of ``writes``: thread_id, namespace, checkpoint_id, task_id, idx, channel, value,
+task_path (``put_writes``: a special write, idx < 0, replaces; an ordinary one never does)."""
+_COLUMNS = {CHECKPOINT: (6, 4, -1), WRITE: (8, 6, 4)}
+"""Per kind: columns, the one kept as bytes (the others are text), the one that is an integer."""
+
+Entry = tuple[int, Row]
+"""(kind, row): a row appended and not yet folded."""
+
+PUT_CHECKPOINT = "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)"
+REPLACE_WRITE = "INSERT OR REPLACE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+KEEP_WRITE = "INSERT OR IGNORE INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
 
-def folded_statement(name: str, seq: int) -> tuple[str, Sequence[tuple[str, int]]]:
-    """The statement that records records up to ``seq`` of log ``name`` as folded."""
-    return "INSERT OR REPLACE INTO ringzero_folded_logs VALUES (?, ?)", [(name, seq)]
+def write_statements(rows: Sequence[Row]) -> list[tuple[str, list[Row]]]:
+    """``put_writes``'s statements for ``rows``: special writes (a negative idx) replace, the
+    others are kept first. Their keys never meet, so the order between the two does not matter."""
+    return [(REPLACE_WRITE, [r for r in rows if r[4] < 0]), (KEEP_WRITE, [r for r in rows if r[4] >= 0])]
 
 
-def encode(seq: int, rows: Sequence[Row]) -> bytes:
+def fold_statements(entries: Sequence[Entry], name: str, seq: int) -> list[tuple[str, Sequence[Any]]]:
+    """A fold's transaction: ``entries`` as ``put`` and ``put_writes`` would write them, and the
+    record that log ``name`` is folded up to ``seq``. Each table's rows keep their order; the two
+    tables' rows are independent of each other."""
+    checkpoints = [row for kind, row in entries if kind == CHECKPOINT]
+    writes = [row for kind, row in entries if kind == WRITE]
+    return [(PUT_CHECKPOINT, checkpoints), *write_statements(writes),
+            ("INSERT OR REPLACE INTO ringzero_folded_logs VALUES (?, ?)", [(name, seq)])]
+
+
+def encode(seq: int, rows: Sequence[Row], kind: int = CHECKPOINT) -> bytes:
     """One record: its frame and body."""
-    parts = [_RECORD.pack(seq, len(rows))]
+    parts = [_RECORD.pack(seq, len(rows), kind)]
     for row in rows:
         for value in row:
             if value is None:
                 parts.append(_FIELD.pack(-1))
                 continue
-            data = value.encode() if isinstance(value, str) else bytes(value)
+            data = value.encode() if isinstance(value, str) else str(value).encode() if isinstance(value, int) \
+                else bytes(value)
             parts.append(_FIELD.pack(len(data)))
             parts.append(data)
     body = b"".join(parts)
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
-def records(data: bytes) -> Iterator[tuple[int, list[Row]]]:
-    """(seq, rows) of each whole record of a log's contents after its header, in order; stops
-    at the first frame cut short or failing its checksum (a write a crash interrupted)."""
+def records(data: bytes) -> Iterator[tuple[int, int, list[Row]]]:
+    """(seq, kind, rows) of each whole record of a log's contents (its header included), in
+    order; stops at the first frame cut short or failing its checksum (a write a crash
+    interrupted). A log of the first format holds checkpoint rows only."""
+    first_format = data[:len(_MAGIC_1)] == _MAGIC_1
     offset = _HEADER_SIZE
     while offset + _FRAME.size <= len(data):
         length, crc = _FRAME.unpack_from(data, offset)
@@ -91,16 +125,20 @@ def records(data: bytes) -> Iterator[tuple[int, list[Row]]]:
         if len(body) != length or zlib.crc32(body) != crc:
             return
         offset += _FRAME.size + length
-        yield _decode(body)
+        yield _decode(body, first_format)
 
 
-def _decode(body: bytes) -> tuple[int, list[Row]]:
-    seq, count = _RECORD.unpack_from(body)
-    at = _RECORD.size
+def _decode(body: bytes, first_format: bool) -> tuple[int, int, list[Row]]:
+    if first_format:
+        (seq, count), kind, at = _RECORD_1.unpack_from(body), CHECKPOINT, _RECORD_1.size
+    else:
+        seq, count, kind = _RECORD.unpack_from(body)
+        at = _RECORD.size
+    columns, binary, integer = _COLUMNS[kind]
     rows = []
     for _ in range(count):
         row: list[Any] = []
-        for column in range(6):
+        for column in range(columns):
             (length,) = _FIELD.unpack_from(body, at)
             at += _FIELD.size
             if length < 0:
@@ -108,9 +146,9 @@ def _decode(body: bytes) -> tuple[int, list[Row]]:
                 continue
             data = body[at:at + length]
             at += length
-            row.append(data if column == 4 else data.decode())
+            row.append(data if column == binary else int(data) if column == integer else data.decode())
         rows.append(tuple(row))
-    return seq, rows
+    return seq, kind, rows
 
 
 class AppendLog:
@@ -131,9 +169,9 @@ class AppendLog:
             self.close(remove=True)
             raise
 
-    def append(self, seq: int, rows: Sequence[Row]) -> None:
+    def append(self, seq: int, rows: Sequence[Row], kind: int = CHECKPOINT) -> None:
         """Write one record; durable against the process dying once this returns."""
-        self._write(encode(seq, rows))
+        self._write(encode(seq, rows, kind))
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -186,7 +224,7 @@ def fold_orphans(conn: sqlite3.Connection, names: Sequence[str], identity: tuple
             except FileNotFoundError:
                 continue
             data = _read_all(fd)
-            if data[:len(_MAGIC)] != _MAGIC or (
+            if data[:len(_MAGIC)] not in (_MAGIC, _MAGIC_1) or (
                     len(data) < _HEADER_SIZE or _IDENTITY.unpack_from(data, len(_MAGIC)) != identity):
                 continue
             folded += _fold_one(conn, Path(name).name, data)
@@ -208,21 +246,21 @@ def _fold_one(conn: sqlite3.Connection, name: str, data: bytes) -> int:
     """Commit the records of log ``name`` not folded before; how many rows."""
     found = conn.execute("SELECT seq FROM ringzero_folded_logs WHERE name=?", (name,)).fetchone()
     done = found[0] if found else 0
-    rows: list[Row] = []
+    entries: list[Entry] = []
     last = done
-    for seq, record_rows in records(data):
+    for seq, kind, rows in records(data):
         if seq > done:
-            rows.extend(record_rows)
+            entries.extend((kind, row) for row in rows)
             last = seq
-    if not rows:
+    if not entries:
         return 0
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.executemany("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?)", rows)
-        sql, params = folded_statement(name, last)
-        conn.executemany(sql, params)
+        for sql, params in fold_statements(entries, name, last):
+            if params:
+                conn.executemany(sql, params)
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-    return len(rows)
+    return len(entries)

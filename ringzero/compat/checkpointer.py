@@ -33,7 +33,7 @@ def cp(thread: str, cid: str, ns: str = "", **meta: object) -> Checkpoint:
 class CheckpointerConformance:
     """Addressing, latest-by-id, replacement, newest-first listing with filter/before/limit,
     writes returned with their checkpoint, deletion, and (where declared) atomic claims,
-    ``put_many`` and ``append``."""
+    ``put_many`` and ``append``/``append_writes``."""
 
     async def test_get_returns_the_latest_or_the_named_checkpoint(self, checkpointer: Checkpointer) -> None:
         assert await checkpointer.get("t") is None
@@ -131,6 +131,26 @@ class CheckpointerConformance:
         replaced = await checkpointer.get("u", "", "1")
         assert replaced is not None and replaced.payload == b"put after"
         assert await checkpointer.get("v") is None
+
+    async def test_append_writes_stores_as_put_writes_does(self, checkpointer: Checkpointer) -> None:
+        if not checkpointer.capabilities.append:
+            pytest.skip("this checkpointer declares no append")
+        append, append_writes = checkpointer.append, checkpointer.append_writes  # type: ignore[attr-defined]
+        await append(cp("t", "1"))
+        await append_writes("t", "", "1", [PendingWrite("a", "out", b"first"),
+                                           PendingWrite("a", "__error__", b"e1", idx=-1)])
+        await append_writes("t", "", "1", [PendingWrite("a", "out", b"second"),  # an ordinary write is kept first
+                                           PendingWrite("a", "__error__", b"e2", idx=-1)])  # a special one replaces
+        await append_writes("t", "", "1", [])
+        got = await checkpointer.get("t", "", "1")
+        assert got is not None
+        assert sorted((w.task_id, w.channel, w.value, w.idx) for w in got.writes) == [
+            ("a", "__error__", b"e2", -1), ("a", "out", b"first", 0)]
+        await append_writes("t", "", "1", [PendingWrite("b", "out", b"later")])
+        await checkpointer.delete_thread("t")  # a delete after the appends deletes their writes too
+        await checkpointer.put(cp("t", "1"))
+        again = await checkpointer.get("t", "", "1")
+        assert again is not None and again.writes == ()
 
     async def test_claim_stores_only_where_the_address_is_free(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.claims:

@@ -119,11 +119,13 @@ class CheckpointerCapabilities:
     commit, not one each): the kernel writes a process's transitions, status and state rows
     so. Not a method of the protocol: a store without it gets one ``put`` after another."""
     append: bool = False
-    """``append(checkpoint)`` stores a checkpoint as ``put`` does, as durable when it returns,
-    for a record this store (or one opened after a crash) reads back, such as the kernel's
-    syscall journal; other stores open on the same data may see it a moment later than after a
-    ``put``. A store that can make it cheaper than a ``put`` (SQLite: one ``write()`` into a
-    log beside the file, not a commit) declares it; the kernel ``put``s where it is missing."""
+    """``append(checkpoint)`` stores a checkpoint as ``put`` does, and
+    ``append_writes(thread_id, namespace, checkpoint_id, writes)`` writes as ``put_writes``
+    does, as durable when they return, for records this store (or one opened after a crash)
+    reads back, such as the kernel's syscall journal and a LangGraph graph's checkpoints; other
+    stores open on the same data may see them a moment later than after a ``put``. A store that
+    can make them cheaper than a ``put`` (SQLite: one ``write()`` into a log beside the file,
+    not a commit) declares it; the kernel and ``KernelSaver`` ``put`` where it is missing."""
 
 
 @runtime_checkable
