@@ -180,6 +180,29 @@ async def test_wal_checkpoints_run_off_the_loop_and_keep_the_wal_bounded(tmp_pat
     await store.aclose()
 
 
+async def test_the_append_logs_folds_count_their_rows_toward_a_wal_checkpoint(tmp_path: Path) -> None:
+    """A fold commits 64 rows or more at once: counted as one commit, 8,000 appended rows made
+    126 commits and no checkpoint, and the WAL grew by every page of them (108 MB here, past
+    60 MB in a LangGraph benchmark)."""
+    from ringzero.checkpointers.sqlite import CHECKPOINT_EVERY
+    from ringzero.core.types import Checkpoint
+
+    db = tmp_path / "wal.db"
+    store = SqliteCheckpointer(db)
+    wal = db.with_name(db.name + "-wal")
+    for i in range(CHECKPOINT_EVERY * 8):
+        await store.append(Checkpoint(f"t{i % 97}", "", f"{i:06d}", b"x" * 1000))
+    assert store.commits < CHECKPOINT_EVERY // 2  # 64 rows or more a fold
+    deadline = time.monotonic() + 10
+    while store._wal.runs < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert store._wal.runs >= 2, "folds of 64 rows each were counted as one commit toward a checkpoint"
+    wal_pages = (wal.stat().st_size - 32) // (4096 + 24)
+    # these rows land all over the B-tree, several pages each: 27,700 pages with no restart (measured)
+    assert wal_pages < CHECKPOINT_EVERY * 12, f"the WAL grew to {wal_pages} pages between checkpoints"
+    await store.aclose()
+
+
 async def test_writers_go_back_to_the_fast_path_once_a_held_lock_is_let_go(tmp_path: Path) -> None:
     """While another connection holds the write lock, writes wait in line on aiosqlite's thread;
     once it lets go, they commit on the loop's thread again, even under steady load from many
