@@ -45,6 +45,16 @@ def logs(db: Path) -> list[Path]:
     return sorted(db.parent.glob(db.name + "-rzlog-*"))
 
 
+async def new_file_identity(db: Path) -> tuple[int, int]:
+    """Make the SQLite file ``db`` (closed again); its (device, inode), which a log names."""
+    store = SqliteCheckpointer(db)
+    await store.get("t")
+    identity = store._identity
+    await store.aclose()
+    assert identity is not None
+    return identity
+
+
 @pytest.mark.timeout(120)
 async def test_records_appended_survive_kill_9_in_the_log_and_the_next_opener_folds_them(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
@@ -106,11 +116,7 @@ async def test_kill_9_right_after_a_langgraph_run_returned_and_a_new_saver_sees_
 
 async def test_a_torn_last_record_is_dropped_and_the_ones_before_it_folded(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
-    store = SqliteCheckpointer(db)
-    await store.get("t")
-    identity = store._identity
-    await store.aclose()
-    assert identity is not None
+    identity = await new_file_identity(db)
     log = AppendLog(db, identity)
     for i in range(3):
         log.append(i + 1, [("t", "", f"{i}", None, b"x", "{}")])
@@ -273,11 +279,7 @@ async def test_a_log_of_the_first_format_is_still_folded(tmp_path: Path) -> None
     """Logs written before records had a kind (``RZLOG1``: checkpoint rows only), left by a
     kernel that died, are folded by the next opener as before."""
     db = tmp_path / "state.db"
-    store = SqliteCheckpointer(db)
-    await store.get("t")
-    identity = store._identity
-    await store.aclose()
-    assert identity is not None
+    identity = await new_file_identity(db)
     write_first_format_log(db, identity, (b"t", b"", b"1", None, b"old format", b"{}"))
     store = SqliteCheckpointer(db)
     got = await store.get("t", "", "1")
