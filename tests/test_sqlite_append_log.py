@@ -275,6 +275,19 @@ def write_first_format_log(db: Path, identity: tuple[int, int], row: tuple[bytes
         b"RZLOG1\n" + struct.pack("!QQ", *identity) + struct.pack("!II", len(body), zlib.crc32(body)) + body)
 
 
+async def test_a_log_with_a_record_of_an_unknown_kind_is_left_alone(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    identity = await new_file_identity(db)
+    log = AppendLog(db, identity)
+    log.append(1, [("t", "", "0", None, b"x", "{}")])
+    log.append(2, [("t", "", "1", None, b"y", "{}")], kind=7)  # a kind a later version may add
+    log.close(remove=False)
+    store = SqliteCheckpointer(db)
+    assert [cp async for cp in store.list("t")] == [], "a log this version cannot read was half folded"
+    assert logs(db) == [log.path]
+    await store.aclose()
+
+
 async def test_a_log_of_the_first_format_is_still_folded(tmp_path: Path) -> None:
     """Logs written before records had a kind (``RZLOG1``: checkpoint rows only), left by a
     kernel that died, are folded by the next opener as before."""

@@ -113,6 +113,10 @@ def encode(seq: int, rows: Sequence[Row], kind: int = CHECKPOINT) -> bytes:
     return _FRAME.pack(len(body), zlib.crc32(body)) + body
 
 
+class UnknownRecord(ValueError):
+    """A whole record (its checksum holds) of a kind this version does not know."""
+
+
 def records(data: bytes) -> Iterator[tuple[int, int, list[Row]]]:
     """(seq, kind, rows) of each whole record of a log's contents (its header included), in
     order; stops at the first frame cut short or failing its checksum (a write a crash
@@ -134,6 +138,8 @@ def _decode(body: bytes, first_format: bool) -> tuple[int, int, list[Row]]:
     else:
         seq, count, kind = _RECORD.unpack_from(body)
         at = _RECORD.size
+    if kind not in _COLUMNS:
+        raise UnknownRecord(f"a record of kind {kind}")
     columns, binary, integer = _COLUMNS[kind]
     rows = []
     for _ in range(count):
@@ -227,7 +233,10 @@ def fold_orphans(conn: sqlite3.Connection, names: Sequence[str], identity: tuple
             if data[:len(_MAGIC)] not in (_MAGIC, _MAGIC_1) or (
                     len(data) < _HEADER_SIZE or _IDENTITY.unpack_from(data, len(_MAGIC)) != identity):
                 continue
-            folded += _fold_one(conn, Path(name).name, data)
+            try:
+                folded += _fold_one(conn, Path(name).name, data)
+            except UnknownRecord:
+                continue  # written by a later ringzero: left for it, not half folded and deleted
             os.unlink(name)
             conn.execute("DELETE FROM ringzero_folded_logs WHERE name=?", (Path(name).name,))
         finally:
