@@ -4,7 +4,12 @@ Peers measured in the same run: LangGraph's AsyncSqliteSaver and InMemorySaver. 
 (SQLite, PostgreSQL) have their record on disk when each call returns. PostgreSQL is used
 when RINGZERO_BENCH_POSTGRES_DSN names a server (the tests' fixture starts one).
 
-    .venv/bin/python benchmarks/checkpointers.py [--graphs 200]     # needs: uv sync --extra bench
+    .venv/bin/python benchmarks/checkpointers.py [--graphs 200] [--pairs 16]
+
+The table keeps each saver's best of two rounds. On a shared machine whose speed drifts by
+20% within a minute that can still pick a fast moment for one and a slow one for the other, so
+the run ends with paired rounds as well: ``KernelSaver(SqliteCheckpointer)`` then
+``InMemorySaver``, 150 graphs each, ``--pairs`` times, and the median of the pairs' ratios.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import argparse
 import asyncio
 import operator
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -95,6 +101,19 @@ async def graph_throughput(make: Callable[[Path], Any], tmp: Path, graphs: int, 
         return graphs / (time.perf_counter() - start)
 
 
+async def paired_ratio(tmp: Path, pairs: int, concurrency: int) -> tuple[float, float, float]:
+    """KernelSaver(SqliteCheckpointer) / InMemorySaver graphs/s, each pair run back to back:
+    the median ratio and its quartiles."""
+    ratios = []
+    for i in range(pairs):
+        step(f"pair {i + 1}/{pairs}, {concurrency} at a time")
+        kernel = await graph_throughput(kernel_sqlite, tmp / f"pair-k-{concurrency}-{i}", 150, concurrency)
+        memory = await graph_throughput(in_memory, tmp / f"pair-m-{concurrency}-{i}", 150, concurrency)
+        ratios.append(kernel / memory)
+    ratios.sort()
+    return statistics.median(ratios), ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+
+
 async def raw_ops(tmp: Path, n: int) -> dict[str, float]:
     store = SqliteCheckpointer(tmp / "raw.db")
     rates = {}
@@ -114,7 +133,7 @@ async def raw_ops(tmp: Path, n: int) -> dict[str, float]:
     return rates
 
 
-async def main(graphs: int) -> None:
+async def main(graphs: int, pairs: int) -> None:
     cases: list[tuple[str, Callable[[Path], Any]]] = [
         ("KernelSaver(SqliteCheckpointer), durable", kernel_sqlite),
         ("LangGraph AsyncSqliteSaver (the peer)", async_sqlite),
@@ -139,11 +158,15 @@ async def main(graphs: int) -> None:
         for name, by_level in rates.items():
             table.add_row(name, *(f"{by_level[level]:,.0f} ({by_level[level] / ceiling[level]:.2f}x)"
                                   for level in levels))
+        paired = {level: await paired_ratio(Path(tmp), pairs, level) for level in (1, 16)} if pairs else {}
         step("SqliteCheckpointer raw ops")
         raw = await raw_ops(Path(tmp), 2000)
     console = Console(width=140)
     console.print(table)
     console.print("(x): against LangGraph's InMemorySaver at the same concurrency, the ceiling for any saver")
+    for level, (median, low, high) in paired.items():
+        console.print(f"KernelSaver(SqliteCheckpointer) / InMemorySaver, {pairs} pairs back to back, {level} at a "
+                      f"time: median {median:.2f}x (quartiles {low:.2f}x to {high:.2f}x)")
     console.print("SqliteCheckpointer raw ops/s (sequential, durable): "
                   + ", ".join(f"{op} {rate:,.0f}" for op, rate in raw.items()))
 
@@ -151,4 +174,6 @@ async def main(graphs: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--graphs", type=int, default=200)
-    asyncio.run(main(parser.parse_args().graphs))
+    parser.add_argument("--pairs", type=int, default=16, help="paired rounds at the end (0: none)")
+    options = parser.parse_args()
+    asyncio.run(main(options.graphs, options.pairs))
