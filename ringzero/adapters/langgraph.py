@@ -69,9 +69,10 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             getattr(checkpointer, "append", checkpointer.put) if appends else checkpointer.put
         self._put_pending: Callable[[str, str, str, Sequence[PendingWrite]], Awaitable[None]] = \
             getattr(checkpointer, "append_writes", checkpointer.put_writes) if appends else checkpointer.put_writes
-        """A graph's checkpoints and writes, written as it steps and read back by the next
-        step's ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
-        ``write()`` each into its append log, folded in one commit before the next read)."""
+        """A graph's checkpoints and writes, written as it steps and read back by a later
+        ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
+        ``write()`` each into its append log, folded in one commit within 5 ms, or before this
+        saver's next read of the thread; another process sees them once folded)."""
         self._home = LoopHome("KernelSaver")
         self._owns_checkpointer = False
 
