@@ -7,6 +7,8 @@ LLM calls, which kills this host the moment its last call returns; it prints the
 ``python -m tests.append_log_host graph DB N``: a LangGraph graph of N nodes on
 ``KernelSaver(SqliteCheckpointer(DB))`` runs once on thread ``g``, with no fold on a timer;
 this host prints the final state's number of steps and kills itself the moment ``ainvoke`` returns.
+``python -m tests.append_log_host idle DB N``: a kernel on DB spawns N processes waiting in
+``ctx.recv()``, with no fold on a timer, prints their pids and kills itself once all are waiting.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer, sqlite
 from ringzero.core.types import Checkpoint
 from ringzero.testing import ScriptedProvider
-from tests.programs import asks_then_dies
+from tests.programs import asks_then_dies, receiver
 
 
 async def appends(db: str, n: int) -> None:
@@ -67,5 +69,15 @@ async def graph(db: str, n: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+async def idle(db: str, n: int) -> None:
+    sqlite.FOLD_AFTER = 3600.0
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as k:
+        handles = [await k.spawn(receiver, 1, name=f"idle-{i}") for i in range(n)]
+        await k.flush()  # every process's way to waiting is written
+        print(" ".join(str(h.pid) for h in handles), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 if __name__ == "__main__":
-    asyncio.run({"appends": appends, "kernel": kernel, "graph": graph}[sys.argv[1]](sys.argv[2], int(sys.argv[3])))
+    hosts = {"appends": appends, "kernel": kernel, "graph": graph, "idle": idle}
+    asyncio.run(hosts[sys.argv[1]](sys.argv[2], int(sys.argv[3])))

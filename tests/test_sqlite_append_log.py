@@ -21,8 +21,10 @@ from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.checkpointers.sqlite_log import FOLD_AFTER, FOLD_EVERY, RESTART_AFTER, AppendLog, encode
 from ringzero.core.errors import CheckpointerError
+from ringzero.core.kernel import PID_BLOCK
 from ringzero.core.types import Checkpoint, PendingWrite
 from ringzero.testing import ScriptedProvider
+from tests.programs import receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -299,3 +301,56 @@ async def test_a_log_of_the_first_format_is_still_folded(tmp_path: Path) -> None
     assert got is not None and got.payload == b"old format" and got.parent_id is None
     assert logs(db) == []
     await store.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_processes_spawned_into_the_log_survive_kill_9_and_the_next_kernel_takes_a_fresh_pid_block(
+        tmp_path: Path) -> None:
+    db = tmp_path / "idle.db"
+    pids = [int(p) for p in (await asyncio.to_thread(host, "idle", str(db), "5")).stdout.split()]
+    assert pids == [1, 2, 3, 4, 5]
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='ringzero/processes' "
+                            "AND namespace=''") < 5, "every process record was committed: this would not test the log"
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='ringzero/pid-blocks'") == 1
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+        handles = await kernel.recover()
+        assert sorted(h.pid for h in handles) == pids
+        fresh = await kernel.spawn(receiver, 1)
+        # The dead kernel never handed its block back: the next one starts a block of its own.
+        assert fresh.pid == PID_BLOCK
+        for handle in [*handles, fresh]:
+            await handle.send(f"to {handle.pid}")
+        assert sorted([await h.wait(timeout=30) for h in [*handles, fresh]]) == sorted(
+            [[f"to {pid}"] for pid in [*pids, PID_BLOCK]])
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+        # The kernel before closed and handed its block back: numbering goes on after its last pid.
+        assert (await kernel.spawn(receiver, 0)).pid == PID_BLOCK + 1
+        assert [r.pid for r in await kernel.ps(all=True)] == [*pids, PID_BLOCK, PID_BLOCK + 1]
+    assert logs(db) == []
+
+
+async def test_a_kernel_taking_a_pid_block_just_handed_back_numbers_on_after_the_pids_used_in_it(
+        tmp_path: Path) -> None:
+    db = tmp_path / "blocks.db"
+    first = Kernel(checkpointer=SqliteCheckpointer(db))
+    used = [(await first.spawn(receiver, 0)).pid for _ in range(3)]
+    assert used == [1, 2, 3]
+    second = Kernel(checkpointer=SqliteCheckpointer(db))
+    await second.start()
+    assert (await second.spawn(receiver, 0)).pid == PID_BLOCK, "block 0 is the first kernel's while it runs"
+    third = Kernel(checkpointer=SqliteCheckpointer(db))
+    await third.start()
+    reads: list[int] = []
+    real_max_pid = third.store.max_pid
+
+    async def max_pid(below: int | None = None) -> int:  # the first read: before the first kernel closed
+        reads.append(0 if not reads else await real_max_pid(below))
+        return reads[-1]
+
+    third.store.max_pid = max_pid  # type: ignore[method-assign]
+    await first.aclose()  # its pids are in the file, then block 0 is free
+    assert (await third.spawn(receiver, 0)).pid == 4, "the block's highest pid is read again once it is taken"
+    assert reads == [0, 3]
+    await second.aclose()
+    await third.aclose()

@@ -679,8 +679,10 @@ class SqliteCheckpointer:
 
     async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
         """Store each, in order, in one transaction (grouped with the other writes of this turn)."""
+        await self._put_rows([_checkpoint_row(cp) for cp in checkpoints])
+
+    async def _put_rows(self, rows: list[Row]) -> None:
         db = self._db or await self._conn()
-        rows = [_checkpoint_row(cp) for cp in checkpoints]
         with self._errors("put_many"):
             await self._transaction(db, [(_PUT, rows)])
 
@@ -722,6 +724,15 @@ class SqliteCheckpointer:
         record between its mail and its end)."""
         if await self._append(CHECKPOINT, [_checkpoint_row(checkpoint)]):
             await self.put(checkpoint)
+            self._after_append = self._log_usable
+
+    async def append_many(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """``put_many`` as ``append`` is ``put``: the checkpoints as one record of the log, so
+        that a crash keeps all of them or none (the kernel's transitions, status and state rows
+        of a process)."""
+        rows = [_checkpoint_row(cp) for cp in checkpoints]
+        if rows and await self._append(CHECKPOINT, rows):
+            await self._put_rows(rows)
             self._after_append = self._log_usable
 
     async def append_writes(

@@ -33,7 +33,7 @@ def cp(thread: str, cid: str, ns: str = "", **meta: object) -> Checkpoint:
 class CheckpointerConformance:
     """Addressing, latest-by-id, replacement, newest-first listing with filter/before/limit,
     writes returned with their checkpoint, deletion, and (where declared) atomic claims,
-    ``put_many`` and ``append``/``append_writes``."""
+    ``put_many`` and ``append``/``append_many``/``append_writes``."""
 
     async def test_get_returns_the_latest_or_the_named_checkpoint(self, checkpointer: Checkpointer) -> None:
         assert await checkpointer.get("t") is None
@@ -131,6 +131,23 @@ class CheckpointerConformance:
         replaced = await checkpointer.get("u", "", "1")
         assert replaced is not None and replaced.payload == b"put after"
         assert await checkpointer.get("v") is None
+
+    async def test_append_many_stores_each_in_order_as_put_many_does(self, checkpointer: Checkpointer) -> None:
+        if not checkpointer.capabilities.append:
+            pytest.skip("this checkpointer declares no append")
+        append_many = checkpointer.append_many  # type: ignore[attr-defined]
+        await append_many([])
+        assert await checkpointer.get("t") is None
+        await append_many([cp("t", "1", step=1), cp("t", "2", ns="sub"), cp("u", "1"),
+                           Checkpoint("t", "", "1", b"again", metadata={"step": 2})])  # the later one wins
+        await append_many([cp("t", "3")])
+        first = await checkpointer.get("t", "", "1")
+        assert first is not None and first.payload == b"again" and first.metadata == {"step": 2}
+        assert [c.id async for c in checkpointer.list("t", "")] == ["3", "1"]
+        assert [c.id async for c in checkpointer.list("t", "sub")] == ["2"]
+        await checkpointer.put(Checkpoint("u", "", "1", b"put after"))  # a later put wins
+        replaced = await checkpointer.get("u", "", "1")
+        assert replaced is not None and replaced.payload == b"put after"
 
     async def test_append_writes_stores_as_put_writes_does(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.append:

@@ -119,7 +119,8 @@ class CheckpointerCapabilities:
     commit, not one each): the kernel writes a process's transitions, status and state rows
     so. Not a method of the protocol: a store without it gets one ``put`` after another."""
     append: bool = False
-    """``append(checkpoint)`` stores a checkpoint as ``put`` does, and
+    """``append(checkpoint)`` stores a checkpoint as ``put`` does,
+    ``append_many(checkpoints)`` several as ``put_many`` does (all or none), and
     ``append_writes(thread_id, namespace, checkpoint_id, writes)`` writes as ``put_writes``
     does, as durable when they return, for records this store (or one opened after a crash)
     reads back, such as the kernel's syscall journal and a LangGraph graph's checkpoints; other

@@ -163,8 +163,15 @@ class KernelStore:
         self.checkpointer = checkpointer
         self._put_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \
             getattr(checkpointer, "put_many", None) if checkpointer.capabilities.put_many else None
+        appends = checkpointer.capabilities.append
         self._append_row: Callable[[Checkpoint], Awaitable[None]] = \
-            getattr(checkpointer, "append", checkpointer.put) if checkpointer.capabilities.append else checkpointer.put
+            getattr(checkpointer, "append", checkpointer.put) if appends else checkpointer.put
+        self._append_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \
+            getattr(checkpointer, "append_many", None) if appends else None
+        """Where the store appends (``capabilities.append``, SQLite): every record only this
+        store, or recovery after a crash, reads back goes that way (journal, mail, transitions,
+        status, state; a new process's record where its pid came from a block the kernel holds),
+        one ``write()`` each instead of a commit; other connections see them once folded."""
 
     async def save_process(self, record: ProcessRecord) -> None:
         """Write the whole record (its three rows)."""
@@ -172,8 +179,12 @@ class KernelStore:
         await self.put_rows([self.state_row(record), self.status_row(record)])
 
     async def put_rows(self, rows: Sequence[Checkpoint]) -> None:
-        """Write ``rows`` in one atomic step where the store can (``capabilities.put_many``: one
-        commit, not one each), else one after another, in order."""
+        """Write ``rows`` in one atomic step where the store can (``capabilities.append``: one
+        record of its log; ``capabilities.put_many``: one commit, not one each), else one after
+        another, in order."""
+        if self._append_many is not None:
+            await self._append_many(rows)
+            return
         if self._put_many is not None and len(rows) > 1:
             await self._put_many(rows)
             return
@@ -203,6 +214,11 @@ class KernelStore:
         """Write a new process's first record only if its pid is free in the store (False if
         another kernel on this store took the pid first). Needs ``capabilities.claims``."""
         return await self.checkpointer.claim(self._process_row(record))
+
+    async def append_process(self, record: ProcessRecord) -> None:
+        """Write a new process's first record where its pid is this kernel's alone (from a pid
+        block it holds), as one record of the store's log where it appends."""
+        await self._append_row(self._process_row(record))
 
     async def create_process(self, record: ProcessRecord) -> None:
         """Write a new process's first record (where the store cannot claim)."""
@@ -237,13 +253,12 @@ class KernelStore:
                        None if status is None else loads(status.payload, f"process status {pid}"),
                        None if state is None else loads(state.payload, f"process state {pid}"))
 
-    async def max_pid(self) -> int:
-        async for cp in self.checkpointer.list(PROCESS_TABLE, "", limit=1):
+    async def max_pid(self, below: int | None = None) -> int:
+        """The highest pid in the store (0: none); ``below``: the highest below that one."""
+        async for cp in self.checkpointer.list(PROCESS_TABLE, "", before=None if below is None else _key(below),
+                                               limit=1):
             return int(cp.id)
         return 0
-
-    async def _append(self, pid: int, namespace: str, seq: int, body: Any, metadata: Mapping[str, JSON]) -> None:
-        await self.checkpointer.put(self._row(pid, namespace, seq, body, metadata))
 
     @staticmethod
     def _row(pid: int, namespace: str, seq: int, body: Any, metadata: Mapping[str, JSON]) -> Checkpoint:
@@ -315,6 +330,10 @@ class KernelStore:
         return await self.checkpointer.claim(Checkpoint(thread_id=PID_BLOCKS, namespace="", id=_key(block),
                                                         payload=dumps({"node": node}), metadata={"node": node}))
 
+    async def release_pid_blocks(self, blocks: Sequence[int]) -> None:
+        """Hand back pid blocks a kernel claimed (``claim_pid_block``). Needs ``capabilities.delete_checkpoints``."""
+        await self.checkpointer.delete_checkpoints(PID_BLOCKS, "", [_key(block) for block in blocks])
+
     async def claim_owner(self, pid: int, epoch: int, node: str) -> bool:
         """Take process ``pid`` for ``node`` as owner number ``epoch`` (1 at spawn, one more at
         each move). Atomic: of kernels racing for one epoch, exactly one gets True."""
@@ -347,7 +366,7 @@ class KernelStore:
         body: dict[str, JSON] = {"priority": priority, "message": message, "sender": sender}
         if mail_id is not None:  # a process's send: its place in the sender's program order
             body["id"] = mail_id
-        await self._append(pid, "mailbox", seq, body, {"priority": priority})
+        await self._append_row(self._row(pid, "mailbox", seq, body, {"priority": priority}))
 
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
         return await self._read(pid, "mailbox")
