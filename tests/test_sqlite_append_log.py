@@ -392,3 +392,25 @@ async def test_appends_waiting_for_the_end_of_the_turn_fail_together_when_the_fi
     done = await asyncio.gather(*appends, return_exceptions=True)
     assert all(isinstance(e, CheckpointerError) and "deleted or replaced" in str(e) for e in done), done
     await store.aclose()
+
+
+async def test_after_a_failed_log_write_appends_commit_and_nothing_follows_the_torn_record(tmp_path: Path) -> None:
+    import errno
+
+    store = SqliteCheckpointer(tmp_path / "full.db")
+    await store.append(Checkpoint("t", "", "first", b"x"))
+    await store.append(Checkpoint("t", "", "second", b"x"))  # in the log
+    assert store._log is not None
+    log_size = store._log.size
+
+    def disk_full(data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    store._log._write = disk_full  # type: ignore[method-assign]
+    with pytest.raises(CheckpointerError, match="writing its append log"):
+        await store.append(Checkpoint("t", "", "third", b"x"))
+    commits = store.commits
+    await store.append(Checkpoint("t", "", "fourth", b"x"))  # committed: the log may end in a torn record
+    assert store.commits > commits and store._log.size == log_size
+    assert [cp.id async for cp in store.list("t")] == ["second", "fourth", "first"]
+    await store.aclose()

@@ -767,7 +767,7 @@ class SqliteCheckpointer:
         """Write ``rows`` as one record of the log; True where the caller must commit them
         instead (no log here, or the last write was not an append)."""
         db = self._db or await self._conn()
-        log = (self._log or self._make_log()) if self._after_append else None
+        log = (self._log or self._make_log()) if self._after_append and self._log_usable else None
         if log is None:
             return True
         if self._fold_error is not None:  # the last fold failed: again now, raising if it fails again
@@ -810,7 +810,7 @@ class SqliteCheckpointer:
         try:
             log.append_all(self._log_seq + 1, records)
         except OSError as exc:  # the log may end in a torn record now: no more records after it
-            self._log_usable = False
+            self._log_usable = self._after_append = False
             raise CheckpointerError(f"SQLite file {self.path}: writing its append log {log.path} failed: "
                                     f"{exc}") from exc
         self._log_seq += len(records)
