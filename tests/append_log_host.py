@@ -7,9 +7,8 @@ LLM calls, which kills this host the moment its last call returns; it prints the
 ``python -m tests.append_log_host graph DB N``: a LangGraph graph of N nodes on
 ``KernelSaver(SqliteCheckpointer(DB))`` runs once on thread ``g``, with no fold on a timer;
 this host prints the final state's number of steps and kills itself the moment ``ainvoke`` returns.
-``python -m tests.append_log_host idle DB N``: a kernel on DB spawns N processes at once (their
-records appended in one turn of the loop) waiting in ``ctx.recv()``, with no fold on a timer,
-prints their pids and kills itself once all are waiting.
+``python -m tests.append_log_host idle DB N``: a kernel on DB spawns N processes waiting in
+``ctx.recv()``, with no fold on a timer, prints their pids and kills itself once all are waiting.
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ async def graph(db: str, n: int) -> None:
 async def idle(db: str, n: int) -> None:
     sqlite.FOLD_AFTER = 3600.0
     async with Kernel(checkpointer=SqliteCheckpointer(db)) as k:
-        handles = await asyncio.gather(*(k.spawn(receiver, 1, name=f"idle-{i}") for i in range(n)))  # one turn
+        handles = [await k.spawn(receiver, 1, name=f"idle-{i}") for i in range(n)]
         await k.flush()  # every process's way to waiting is written
         print(" ".join(str(h.pid) for h in handles), flush=True)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -356,44 +356,6 @@ async def test_a_kernel_taking_a_pid_block_just_handed_back_numbers_on_after_the
     await third.aclose()
 
 
-async def test_the_appends_of_one_turn_are_one_write_and_a_cancelled_appender_s_record_is_written_too(
-        tmp_path: Path) -> None:
-    store = SqliteCheckpointer(tmp_path / "group.db")
-    await store.append(Checkpoint("t", "", "first", b"x"))  # commits (the open's writes came last)
-    await store.append(Checkpoint("t", "", "second", b"x"))  # the log from here
-    assert store._log is not None
-    written: list[int] = []
-    write = store._log._write
-
-    def counted(data: bytes) -> None:
-        written.append(len(data))
-        write(data)
-
-    store._log._write = counted  # type: ignore[method-assign]
-    appends = [asyncio.ensure_future(store.append(Checkpoint("t", "", f"{i:03d}", b"y"))) for i in range(50)]
-    await asyncio.sleep(0)  # every appender has run and waits for the end of the turn
-    appends[7].cancel()
-    done = await asyncio.gather(*appends, return_exceptions=True)
-    assert len(written) == 1, "fifty appends in one turn were not one write()"
-    assert isinstance(done[7], asyncio.CancelledError) and done.count(None) == 49
-    ids = {cp.id async for cp in store.list("t")}
-    assert {f"{i:03d}" for i in range(50)} <= ids, "a record of the turn is missing (the cancelled one included)"
-    await store.aclose()
-
-
-async def test_appends_waiting_for_the_end_of_the_turn_fail_together_when_the_file_is_gone(tmp_path: Path) -> None:
-    db = tmp_path / "gone.db"
-    store = SqliteCheckpointer(db)
-    await store.append(Checkpoint("t", "", "first", b"x"))
-    await store.append(Checkpoint("t", "", "second", b"x"))
-    appends = [asyncio.ensure_future(store.append(Checkpoint("t", "", f"{i}", b"y"))) for i in range(3)]
-    await asyncio.sleep(0)
-    db.unlink()
-    done = await asyncio.gather(*appends, return_exceptions=True)
-    assert all(isinstance(e, CheckpointerError) and "deleted or replaced" in str(e) for e in done), done
-    await store.aclose()
-
-
 async def test_after_a_failed_log_write_appends_commit_and_nothing_follows_the_torn_record(tmp_path: Path) -> None:
     import errno
 

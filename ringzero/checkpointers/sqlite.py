@@ -157,18 +157,6 @@ _NO_CONTEXT = contextvars.Context()
 ``Context``, set in a context variable) alive until the callback ran (``tests/test_lean_records.py``)."""
 
 
-class _AppendGroup:
-    """The appends of one turn of the loop, written together at its end (``SqliteCheckpointer._append``)."""
-
-    __slots__ = ("error", "future", "records")
-
-    def __init__(self, future: asyncio.Future[None]) -> None:
-        self.records: list[tuple[int, list[Row]]] = []
-        self.future = future
-        """Done once the records are written (or failed: ``error``)."""
-        self.error: BaseException | None = None
-
-
 def _checkpoint_row(checkpoint: Checkpoint) -> Row:
     """``checkpoint`` as a row of the ``checkpoints`` table."""
     metadata = checkpoint.metadata
@@ -431,8 +419,6 @@ class SqliteCheckpointer:
         """Folds of the append log committed."""
         self._after_append = False
         """This store's last write was an ``append``: only then does the next go to the log."""
-        self._append_group: _AppendGroup | None = None
-        """Appends waiting for the end of this turn of the loop, to be written in one ``write()``."""
 
     def __repr__(self) -> str:
         return f"SqliteCheckpointer({str(self.path)!r})"
@@ -773,59 +759,26 @@ class SqliteCheckpointer:
         if self._fold_error is not None:  # the last fold failed: again now, raising if it fails again
             self._fold_error = None
             await self._fold_first(db)
-        loop = asyncio.get_running_loop()
-        if _others_ready(loop):
-            # Others run in this turn and may append too: the turn's appends are one write()
-            # at its end (10,000 processes spawned at once: 20,000 writes became about 300).
-            group = self._append_group
-            if group is None:
-                group = self._append_group = _AppendGroup(loop.create_future())
-                loop.call_soon(self._write_group, context=_NO_CONTEXT)
-            group.records.append((kind, rows))
-            await shielded(group.future)  # a cancelled appender's record is written all the same
-            if group.error is not None:
-                raise group.error
-            return False
-        self._write_records(log, [(kind, rows)])
-        return False
-
-    def _write_group(self) -> None:
-        """Write the appends waiting for the end of the turn (``_append``), and wake their writers."""
-        group, self._append_group = self._append_group, None
-        if group is None:
-            return
-        try:
-            if self._log is None:  # closed meanwhile
-                raise Closed(f"{self!r} is closed; open a new SqliteCheckpointer on the same file to go on")
-            self._write_records(self._log, group.records)
-        except BaseException as exc:
-            group.error = exc
-        _wake(group.future)
-
-    def _write_records(self, log: AppendLog, records: list[tuple[int, list[Row]]]) -> None:
-        """Write ``records`` (kind, rows) into the log in one ``write()``; fold when it is time."""
         gone = self._file_gone()
         if gone is not None:
             raise gone
         try:
-            log.append_all(self._log_seq + 1, records)
+            log.append(self._log_seq + 1, rows, kind)
         except OSError as exc:  # the log may end in a torn record now: no more records after it
             self._log_usable = self._after_append = False
             raise CheckpointerError(f"SQLite file {self.path}: writing its append log {log.path} failed: "
                                     f"{exc}") from exc
-        self._log_seq += len(records)
-        for kind, rows in records:
-            self._unfolded.extend((kind, row) for row in rows)
-            self._unfolded_threads.update(row[0] for row in rows)
-        db = self._db
-        if db is None:
-            return
+        self._log_seq += 1
+        self._unfolded.extend((kind, row) for row in rows)
+        self._unfolded_threads.update(row[0] for row in rows)
         if len(self._unfolded) >= FOLD_EVERY:
             self._fold(db)
         elif self._fold_timer is None:
             self._fold_later(db)
+        return False
 
     def _fold_later(self, db: aiosqlite.Connection) -> None:
+        """Fold ``FOLD_AFTER`` seconds from now, in an empty context (see ``_NO_CONTEXT``)."""
         self._fold_timer = asyncio.get_running_loop().call_later(FOLD_AFTER, self._fold, db, context=_NO_CONTEXT)
 
     def _make_log(self) -> AppendLog | None:
@@ -854,7 +807,6 @@ class SqliteCheckpointer:
         if self._fold_timer is not None:
             self._fold_timer.cancel()
             self._fold_timer = None
-        self._write_group()  # the appends waiting for the end of the turn come first
         log, entries = self._log, self._unfolded
         if not entries or log is None or self._folding is not None:
             return None
@@ -908,7 +860,6 @@ class SqliteCheckpointer:
         """Before a read, or a write that cannot join the fold's transaction: every record
         appended so far is in the file, so that what follows sees it and comes after it.
         Raises the fold's error."""
-        self._write_group()
         while self._unfolded or self._folding is not None:
             fold = self._folding or self._fold(db)
             if fold is None:

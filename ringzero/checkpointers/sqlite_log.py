@@ -179,10 +179,6 @@ class AppendLog:
         """Write one record; durable against the process dying once this returns."""
         self._write(encode(seq, rows, kind))
 
-    def append_all(self, first_seq: int, records: Sequence[tuple[int, Sequence[Row]]]) -> None:
-        """Write ``(kind, rows)`` records numbered on from ``first_seq``, in one ``write()``."""
-        self._write(b"".join(encode(first_seq + i, rows, kind) for i, (kind, rows) in enumerate(records)))
-
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
