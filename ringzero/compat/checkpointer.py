@@ -16,6 +16,7 @@ Needs pytest-asyncio. Optional behaviour is tested only where ``capabilities`` d
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,21 @@ __all__ = ["CheckpointerConformance"]
 
 def cp(thread: str, cid: str, ns: str = "", **meta: object) -> Checkpoint:
     return Checkpoint(thread_id=thread, namespace=ns, id=cid, payload=cid.encode(), metadata=meta)  # type: ignore[arg-type]
+
+
+async def _stores_each_in_order(checkpointer: Checkpointer, write_many: Any) -> None:
+    """``put_many`` or ``append_many``: nothing for none; each checkpoint, the later of two with
+    one address winning; a second call after the first."""
+    await write_many([])
+    assert await checkpointer.get("t") is None
+    await write_many([cp("t", "1", step=1), cp("t", "2", ns="sub"), cp("u", "1"),
+                      Checkpoint("t", "", "1", b"again", metadata={"step": 2})])  # the later one wins
+    await write_many([cp("t", "3")])
+    first = await checkpointer.get("t", "", "1")
+    assert first is not None and first.payload == b"again" and first.metadata == {"step": 2}
+    assert [c.id async for c in checkpointer.list("t", "")] == ["3", "1"]
+    assert [c.id async for c in checkpointer.list("t", "sub")] == ["2"]
+    assert (await checkpointer.get("u")) is not None
 
 
 @pytest.mark.asyncio
@@ -104,15 +120,7 @@ class CheckpointerConformance:
     async def test_put_many_stores_each_in_order(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.put_many:
             pytest.skip("this checkpointer declares no put_many")
-        put_many = checkpointer.put_many  # type: ignore[attr-defined]
-        await put_many([])
-        assert await checkpointer.get("t") is None
-        await put_many([cp("t", "1", step=1), cp("t", "2", ns="sub"), cp("u", "1"),
-                        Checkpoint("t", "", "1", b"again", metadata={"step": 2})])  # the later one wins
-        first = await checkpointer.get("t", "", "1")
-        assert first is not None and first.payload == b"again" and first.metadata == {"step": 2}
-        assert [c.id async for c in checkpointer.list("t", "sub")] == ["2"]
-        assert (await checkpointer.get("u")) is not None
+        await _stores_each_in_order(checkpointer, checkpointer.put_many)  # type: ignore[attr-defined]
 
     async def test_append_stores_as_put_does_and_later_reads_and_writes_come_after_it(
             self, checkpointer: Checkpointer) -> None:
@@ -135,17 +143,8 @@ class CheckpointerConformance:
     async def test_append_many_stores_each_in_order_as_put_many_does(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.append:
             pytest.skip("this checkpointer declares no append")
-        append_many = checkpointer.append_many  # type: ignore[attr-defined]
-        await append_many([])
-        assert await checkpointer.get("t") is None
-        await append_many([cp("t", "1", step=1), cp("t", "2", ns="sub"), cp("u", "1"),
-                           Checkpoint("t", "", "1", b"again", metadata={"step": 2})])  # the later one wins
-        await append_many([cp("t", "3")])
-        first = await checkpointer.get("t", "", "1")
-        assert first is not None and first.payload == b"again" and first.metadata == {"step": 2}
-        assert [c.id async for c in checkpointer.list("t", "")] == ["3", "1"]
-        assert [c.id async for c in checkpointer.list("t", "sub")] == ["2"]
-        await checkpointer.put(Checkpoint("u", "", "1", b"put after"))  # a later put wins
+        await _stores_each_in_order(checkpointer, checkpointer.append_many)  # type: ignore[attr-defined]
+        await checkpointer.put(Checkpoint("u", "", "1", b"put after"))  # a later put wins over an append
         replaced = await checkpointer.get("u", "", "1")
         assert replaced is not None and replaced.payload == b"put after"
 
