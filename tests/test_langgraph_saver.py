@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import operator
 import sys
 from collections.abc import AsyncIterator
@@ -209,3 +210,26 @@ async def test_a_saver_sharing_a_kernels_store_lists_only_graph_checkpoints(tmp_
         listed = [t.config["configurable"]["thread_id"] async for t in saver.alist(None)]
         assert listed and set(listed) == {"graph-thread"}
         assert len([t async for t in saver.alist(None, limit=1)]) == 1
+
+
+async def test_checkpoint_metadata_is_kept_as_its_json_copy_and_filters(tmp_path: Path) -> None:
+    """The metadata kept beside a checkpoint is what a JSON round trip of it gives (values that
+    are not JSON as their repr), a copy the graph's later changes do not reach."""
+    store = SqliteCheckpointer(tmp_path / "meta.db")
+    saver = KernelSaver(store)
+    nested = {"depth": [1, 2.5, None, True]}
+    day = datetime.date(2026, 11, 23)
+    odd = {"pair": (1, 2), "day": day, 3: "three"}
+    for i, metadata in enumerate([{"plain": "yes", "nested": nested}, odd]):
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        checkpoint = {"v": 1, "id": f"0000{i}", "ts": "2026-11-23T00:00:00+00:00", "channel_values": {},
+                      "channel_versions": {}, "versions_seen": {}, "updated_channels": None}
+        await saver.aput(config, checkpoint, metadata, {})  # type: ignore[arg-type]
+    nested["depth"].append("later")  # the graph's dict changes after the put: the record does not
+    found = [cp async for cp in store.list("t")]
+    by_id = {cp.id: cp.metadata for cp in found}
+    assert by_id["00000"] == {"plain": "yes", "nested": {"depth": [1, 2.5, None, True]}}
+    assert by_id["00001"] == {"pair": [1, 2], "day": repr(day), "3": "three"}
+    matched = [t.checkpoint["id"] async for t in saver.alist(None, filter={"nested": {"depth": [1, 2.5, None, True]}})]
+    assert matched == ["00000"]
+    await store.aclose()

@@ -184,6 +184,33 @@ async def test_a_live_checkpointers_log_is_left_to_it_and_folded_for_others_soon
     assert logs(db) == []
 
 
+async def test_appends_in_a_row_fold_once_they_pause_and_at_the_latest_fold_within_after_the_oldest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringzero.checkpointers import sqlite
+
+    monkeypatch.setattr(sqlite, "FOLD_AFTER", 0.3)  # long enough that this machine's stalls do not matter
+    monkeypatch.setattr(sqlite, "FOLD_WITHIN", 3600.0)
+    db = tmp_path / "state.db"
+    store = SqliteCheckpointer(db)
+    await store.get("t")
+    await store.append(Checkpoint("t", "", "0000", b"first"))  # after the open's writes: committed
+    for i in range(1, 9):  # 0.8 s of appends, each 0.1 s after the last: no pause of FOLD_AFTER
+        await store.append(Checkpoint("t", "", f"{i:04d}", b"x"))
+        await asyncio.sleep(0.1)
+    assert store.folds == 0, "the log was folded while the appends went on"
+    await asyncio.sleep(0.6)
+    assert store.folds == 1 and rows_in_file(db, "SELECT count(*) FROM checkpoints") == 9
+
+    monkeypatch.setattr(sqlite, "FOLD_WITHIN", 0.3)  # now the oldest record waits no longer than this
+    monkeypatch.setattr(sqlite, "FOLD_AFTER", 3600.0)
+    for i in range(9, 25):  # 1.6 s of appends in a row
+        await store.append(Checkpoint("t", "", f"{i:04d}", b"x"))
+        await asyncio.sleep(0.1)
+    assert store.folds >= 2, "a steady stream of appends kept its records from other connections"
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints") >= 10
+    await store.aclose()
+
+
 async def test_the_log_folds_every_fold_every_records_and_before_this_stores_own_reads_and_writes(
         tmp_path: Path) -> None:
     db = tmp_path / "state.db"

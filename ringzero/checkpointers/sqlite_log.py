@@ -31,15 +31,20 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHECKPOINT", "FOLDED_SCHEMA", "FOLD_AFTER", "FOLD_EVERY", "PUT_CHECKPOINT", "RESTART_AFTER", "WRITE",
-           "AppendLog", "Entry", "Row", "fold_orphans", "fold_statements", "other_logs", "records", "write_statements"]
+__all__ = ["CHECKPOINT", "FOLDED_SCHEMA", "FOLD_AFTER", "FOLD_EVERY", "FOLD_WITHIN", "PUT_CHECKPOINT", "RESTART_AFTER",
+           "WRITE", "AppendLog", "Entry", "Row", "fold_orphans", "fold_statements", "other_logs", "records",
+           "write_statements"]
 
 FOLD_EVERY = 64
 """Records appended before the log is folded at once (one transaction for all of them)."""
 
 FOLD_AFTER = 0.005
-"""Seconds after an append before the log is folded, so that other connections to the file
-(``ringzero ps``, another kernel) see the records soon even when few are written."""
+"""Seconds without an append after which the log is folded, so that other connections to the
+file (``ringzero ps``, another kernel) see the records soon once the writer pauses."""
+
+FOLD_WITHIN = 0.05
+"""Seconds after the oldest record not yet folded by which the log is folded even while
+appends go on (fewer than ``FOLD_EVERY`` of them): the most another connection lags behind."""
 
 RESTART_AFTER = 1 << 20
 """Bytes past which a log whose records are all folded starts over (``AppendLog.restart``).
