@@ -211,6 +211,34 @@ async def test_appends_in_a_row_fold_once_they_pause_and_at_the_latest_fold_with
     await store.aclose()
 
 
+async def test_appends_to_a_file_deleted_under_them_fail_soon_and_every_one_that_returned_is_kept(
+        tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    store = SqliteCheckpointer(db)
+    await store.get("t")
+    await store.append(Checkpoint("t", "", "0000", b"first"))
+    await store.append(Checkpoint("t", "", "0001", b"in the log"))
+    for suffix in ("", "-wal", "-shm"):  # an operator's backup: hard links, then the files go
+        os.link(f"{db}{suffix}", kept / f"state.db{suffix}")
+        os.unlink(f"{db}{suffix}")
+    returned = []
+    with pytest.raises(CheckpointerError, match="deleted or replaced"):
+        for i in range(2, 2000):  # an append trusts the last check of the file for a few ms at most
+            await store.append(Checkpoint("t", "", f"{i:04d}", b"x"))
+            returned.append(f"{i:04d}")
+            await asyncio.sleep(0.001)
+    assert len(returned) < 1998
+    await store.aclose()
+    for suffix in ("", "-wal", "-shm"):  # restored: the log, still beside it, is folded by the next opener
+        os.replace(kept / f"state.db{suffix}", f"{db}{suffix}")
+    reopened = SqliteCheckpointer(db)
+    ids = {cp.id async for cp in reopened.list("t")}
+    assert {"0000", "0001", *returned} <= ids
+    await reopened.aclose()
+
+
 async def test_the_log_folds_every_fold_every_records_and_before_this_stores_own_reads_and_writes(
         tmp_path: Path) -> None:
     db = tmp_path / "state.db"

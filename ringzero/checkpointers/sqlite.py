@@ -122,6 +122,12 @@ _SELECT = f"SELECT c.thread_id, c.namespace, c.id, c.parent_id, c.payload, c.met
 
 _PUT = PUT_CHECKPOINT
 
+CHECK_FILE_AFTER = 0.005
+"""Seconds an append trusts the last check that the file is still the one opened (a ``stat``,
+``_file_gone``): a graph's nine appends in a few milliseconds make one, not nine. A commit,
+a fold included, checks every time, so an append to a deleted file fails at the latest this
+long after it, or at the fold of its record."""
+
 CHECKPOINT_EVERY = 1000
 """Rows committed on the fast path between two WAL checkpoints (SQLite's own default is every
 1,000 pages; a row written touches at least one)."""
@@ -416,6 +422,8 @@ class SqliteCheckpointer:
         fold marks as folded are always all those before it."""
         self._fold_timer: asyncio.TimerHandle | None = None
         self._appended_at = 0.0
+        self._file_checked_until = 0.0
+        """The loop's time until which an append need not check the file again (``CHECK_FILE_AFTER``)."""
         """The loop's time of the last append: the log is folded ``FOLD_AFTER`` after it."""
         self._unfolded_since = 0.0
         """The loop's time when the fold timer was set: the log is folded ``FOLD_WITHIN`` after it."""
@@ -765,9 +773,12 @@ class SqliteCheckpointer:
         if self._fold_error is not None:  # the last fold failed: again now, raising if it fails again
             self._fold_error = None
             await self._fold_first(db)
-        gone = self._file_gone()
-        if gone is not None:
-            raise gone
+        now = asyncio.get_running_loop().time()
+        if now >= self._file_checked_until:
+            gone = self._file_gone()
+            if gone is not None:
+                raise gone
+            self._file_checked_until = now + CHECK_FILE_AFTER
         try:
             log.append(self._log_seq + 1, rows, kind)
         except OSError as exc:  # the log may end in a torn record now: no more records after it
@@ -775,14 +786,18 @@ class SqliteCheckpointer:
             raise CheckpointerError(f"SQLite file {self.path}: writing its append log {log.path} failed: "
                                     f"{exc}") from exc
         self._log_seq += 1
-        self._unfolded.extend((kind, row) for row in rows)
-        self._unfolded_threads.update(row[0] for row in rows)
+        if len(rows) == 1:
+            self._unfolded.append((kind, rows[0]))
+            self._unfolded_threads.add(rows[0][0])
+        else:
+            self._unfolded.extend((kind, row) for row in rows)
+            self._unfolded_threads.update(row[0] for row in rows)
         if len(self._unfolded) >= FOLD_EVERY:
             self._fold(db)
         elif self._fold_timer is None:
             self._fold_later(db)
         else:
-            self._appended_at = asyncio.get_running_loop().time()
+            self._appended_at = now
         return False
 
     def _fold_later(self, db: aiosqlite.Connection) -> None:
