@@ -4,12 +4,13 @@ Peers measured in the same run: LangGraph's AsyncSqliteSaver and InMemorySaver. 
 (SQLite, PostgreSQL) have their record on disk when each call returns. PostgreSQL is used
 when RINGZERO_BENCH_POSTGRES_DSN names a server (the tests' fixture starts one).
 
-    .venv/bin/python benchmarks/checkpointers.py [--graphs 200] [--pairs 16]
+    .venv/bin/python benchmarks/checkpointers.py [--graphs 200] [--rounds 5] [--pairs 16]
 
-The table keeps each saver's best of two rounds. On a shared machine whose speed drifts by
-20% within a minute that can still pick a fast moment for one and a slow one for the other, so
-the run ends with paired rounds as well: ``KernelSaver(SqliteCheckpointer)`` then
-``InMemorySaver``, 150 graphs each, ``--pairs`` times, and the median of the pairs' ratios.
+The table runs the savers in turn, ``--rounds`` times, and keeps each one's median (the best
+of two rounds, as it did before, picked a fast moment for one saver and a slow one for another
+on this shared machine, whose speed drifts by 20% within a minute). The run ends with paired
+rounds as well: ``KernelSaver(SqliteCheckpointer)`` then ``InMemorySaver``, 150 graphs each,
+``--pairs`` times, and the median of the pairs' ratios.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ async def raw_ops(tmp: Path, n: int) -> dict[str, float]:
     return rates
 
 
-async def main(graphs: int, pairs: int) -> None:
+async def main(graphs: int, pairs: int, rounds: int) -> None:
     cases: list[tuple[str, Callable[[Path], Any]]] = [
         ("KernelSaver(SqliteCheckpointer), durable", kernel_sqlite),
         ("LangGraph AsyncSqliteSaver (the peer)", async_sqlite),
@@ -147,13 +148,15 @@ async def main(graphs: int, pairs: int) -> None:
     for level in levels:
         table.add_column("sequential" if level == 1 else f"{level} at a time", justify="right")
     with tempfile.TemporaryDirectory() as tmp:
-        rates: dict[str, dict[int, float]] = {name: {} for name, _ in cases}
-        for rounds in range(2):  # each saver twice, interleaved, keeping its best: this machine is noisy
+        measured: dict[str, dict[int, list[float]]] = {name: {level: [] for level in levels} for name, _ in cases}
+        for done in range(rounds):  # the savers interleaved, each one's median kept: this machine is noisy
             for level in levels:
                 for name, make in cases:
-                    step(f"round {rounds + 1}/2: {name}, {level} at a time")
-                    rate = await graph_throughput(make, Path(tmp) / f"{rounds}-{level}", graphs, level)
-                    rates[name][level] = max(rates[name].get(level, 0.0), rate)
+                    step(f"round {done + 1}/{rounds}: {name}, {level} at a time")
+                    rate = await graph_throughput(make, Path(tmp) / f"{done}-{level}", graphs, level)
+                    measured[name][level].append(rate)
+        rates = {name: {level: statistics.median(runs) for level, runs in by_level.items()}
+                 for name, by_level in measured.items()}
         ceiling = rates["LangGraph InMemorySaver (the peer, not durable)"]
         for name, by_level in rates.items():
             table.add_row(name, *(f"{by_level[level]:,.0f} ({by_level[level] / ceiling[level]:.2f}x)"
@@ -175,5 +178,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--graphs", type=int, default=200)
     parser.add_argument("--pairs", type=int, default=16, help="paired rounds at the end (0: none)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the table, each saver's median kept")
     options = parser.parse_args()
-    asyncio.run(main(options.graphs, options.pairs))
+    asyncio.run(main(options.graphs, options.pairs, options.rounds))
