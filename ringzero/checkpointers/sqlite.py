@@ -422,9 +422,9 @@ class SqliteCheckpointer:
         fold marks as folded are always all those before it."""
         self._fold_timer: asyncio.TimerHandle | None = None
         self._appended_at = 0.0
+        """The loop's time of the last append: the log is folded ``FOLD_AFTER`` after it."""
         self._file_checked_until = 0.0
         """The loop's time until which an append need not check the file again (``CHECK_FILE_AFTER``)."""
-        """The loop's time of the last append: the log is folded ``FOLD_AFTER`` after it."""
         self._unfolded_since = 0.0
         """The loop's time when the fold timer was set: the log is folded ``FOLD_WITHIN`` after it."""
         self._fold_error: BaseException | None = None
