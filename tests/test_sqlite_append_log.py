@@ -411,6 +411,36 @@ async def test_a_kernel_taking_a_pid_block_just_handed_back_numbers_on_after_the
     await third.aclose()
 
 
+async def test_spawns_at_once_past_pid_blocks_get_dense_pids_in_the_order_they_asked(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+        claims = 0
+        real_claim = kernel.store.claim_pid_block
+
+        async def claim_pid_block(block: int, node: str) -> bool:
+            nonlocal claims
+            claims += 1
+            await asyncio.sleep(0.01)  # a claim that takes a while: spawns pile up behind it
+            return await real_claim(block, node)
+
+        kernel.store.claim_pid_block = claim_pid_block  # type: ignore[method-assign]
+        kernel._pid_block = None  # no block at hand: every spawn below waits for a claim
+        spawns = [asyncio.ensure_future(kernel.spawn(receiver, 0)) for _ in range(2 * PID_BLOCK + 10)]
+        pids = [handle.pid for handle in await asyncio.gather(*spawns)]
+        assert pids == list(range(1, 2 * PID_BLOCK + 11)), "pids skipped, repeated or out of the order asked"
+        assert claims < 10, "one claim a block, however many spawns wait on it"
+
+        async def refused(block: int, node: str) -> bool:
+            raise CheckpointerError("the store refused the claim")
+
+        kernel.store.claim_pid_block = refused  # type: ignore[method-assign]
+        kernel._pid_block = None  # the next spawn claims a block
+        failed = await asyncio.gather(*(kernel.spawn(receiver, 0) for _ in range(3)), return_exceptions=True)
+        assert [type(f) for f in failed] == [CheckpointerError] * 3, "a failed claim reaches every spawn waiting on it"
+        kernel.store.claim_pid_block = real_claim  # type: ignore[method-assign]
+        assert (await kernel.spawn(receiver, 0)).pid > pids[-1]
+
+
 async def test_after_a_failed_log_write_appends_commit_and_nothing_follows_the_torn_record(tmp_path: Path) -> None:
     import errno
 

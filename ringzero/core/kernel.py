@@ -12,6 +12,7 @@ the Monty executor (a sandboxed Python subset in worker processes, started on fi
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import os
@@ -283,7 +284,10 @@ class Kernel:
         self._next_pid = 0
         self._pid_block: list[int] | None = None
         """[next, last] of the pid block this kernel claimed (see ``_pid_from_block``)."""
-        self._pid_block_lock: asyncio.Lock | None = None
+        self._pid_waiters: collections.deque[asyncio.Future[int]] = collections.deque()
+        """Spawns waiting for a pid while a block is claimed, in the order they asked."""
+        self._pid_handout: asyncio.Task[None] | None = None
+        """The task that claims blocks and hands their pids to ``_pid_waiters`` (``_hand_out_pids``)."""
         self._held_pid_blocks: list[int] = []
         """Blocks a kernel on one machine claimed, handed back when it closes (``_release_pid_blocks``)."""
         self.placement: Placement | None = scheduler if scheduler.capabilities.distributed else None  # type: ignore[assignment]
@@ -603,17 +607,49 @@ class Kernel:
         starts at the next block). The block's highest pid is read again once the block is
         ours: a kernel that held it before wrote every pid it used before handing it back. Without
         ``reuse`` (a cluster node) every block is a fresh one past the highest pid."""
-        while self._pid_block is None or self._pid_block[0] > self._pid_block[1]:
-            if self._closed:  # no block claimed after the kernel handed its blocks back
-                raise ProcessStateError("this kernel is closed")
-            if self._pid_block_lock is None:
-                self._pid_block_lock = asyncio.Lock()
-            async with self._pid_block_lock:
-                if self._pid_block is None or self._pid_block[0] > self._pid_block[1]:
-                    self._pid_block = await self._claim_pid_block(reuse)
-        pid = self._pid_block[0]
-        self._pid_block[0] += 1
-        return pid
+        block = self._pid_block
+        if block is not None and block[0] <= block[1] and not self._pid_waiters:
+            pid = block[0]
+            block[0] += 1
+            return pid
+        if self._closed:  # no block claimed after the kernel handed its blocks back
+            raise ProcessStateError("this kernel is closed")
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[int] = loop.create_future()
+        self._pid_waiters.append(waiter)
+        if self._pid_handout is None:
+            self._pid_handout = loop.create_task(self._hand_out_pids(reuse))
+            self._pid_handout.add_done_callback(_retrieved)
+        return await waiter
+
+    async def _hand_out_pids(self, reuse: bool) -> None:
+        """Claim blocks while spawns wait for a pid, giving each its pid in the order they asked.
+        (Behind an asyncio.Lock they went on one a turn of the loop: 10,000 spawned at once took
+        some 4,000 turns instead of 90; woken all at once for each block, each waited again for
+        the next one, 65,000 wake-ups more.)"""
+        waiters = self._pid_waiters
+        try:
+            while waiters:
+                block = self._pid_block
+                if block is None or block[0] > block[1]:
+                    block = self._pid_block = await self._claim_pid_block(reuse)
+                while waiters and block[0] <= block[1]:
+                    waiter = waiters.popleft()
+                    if not waiter.done():  # a spawn cancelled meanwhile takes no pid
+                        waiter.set_result(block[0])
+                        block[0] += 1
+        except BaseException as exc:
+            while waiters:
+                waiter = waiters.popleft()
+                if waiter.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    waiter.cancel()
+                else:
+                    waiter.set_exception(exc)
+            raise
+        finally:
+            self._pid_handout = None
 
     async def _claim_pid_block(self, reuse: bool) -> list[int]:
         top = await self.store.max_pid()
