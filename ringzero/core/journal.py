@@ -16,7 +16,7 @@ from typing import Any
 
 from ringzero.core.errors import Fenced, NonDeterminismError
 from ringzero.core.store import JournalEntry, KernelStore
-from ringzero.core.types import JSON, LLMRequest, Message
+from ringzero.core.types import JSON, LLMRequest, Message, json_encoder
 
 __all__ = ["OWNER_RECHECK", "Journal", "fingerprint", "llm_fingerprint", "spend_in_journal"]
 
@@ -24,8 +24,9 @@ OWNER_RECHECK = 1.0
 """Seconds a cluster kernel trusts that it still owns a process before it reads the store again."""
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr)
-"""Built once: ``json.dumps`` with options builds an encoder at every call (it runs at every syscall)."""
+_canonical = json_encoder(sort_keys=True, default=repr)
+"""Built once (``json.dumps`` with options builds an encoder at every call, and it runs at every
+syscall): canonical JSON, keys sorted, ``repr`` for what JSON cannot hold."""
 
 
 def spend_in_journal(entries: list[JournalEntry]) -> dict[str, float]:
@@ -50,7 +51,7 @@ def spend_in_journal(entries: list[JournalEntry]) -> dict[str, float]:
 
 def fingerprint(args: Any) -> str:
     """A short stable hash of a syscall's arguments (canonical JSON, repr for the rest)."""
-    return hashlib.sha256(_CANONICAL.encode(args).encode()).hexdigest()[:16]
+    return hashlib.sha256(_canonical(args).encode()).hexdigest()[:16]
 
 
 def llm_fingerprint(provider: str, request: LLMRequest) -> str:
@@ -61,7 +62,7 @@ def llm_fingerprint(provider: str, request: LLMRequest) -> str:
     parts = ['{"provider":', _scalar(provider), ',"request":{"max_tokens":', _scalar(request.max_tokens),
              ',"messages":[', ",".join(map(_message_json, request.messages)), '],"model":', _scalar(request.model),
              ',"stop":[', ",".join(map(_string, request.stop)), '],"temperature":', _scalar(request.temperature),
-             ',"tools":', _CANONICAL.encode([t.to_dict() for t in request.tools]) if request.tools else "[]", "}}"]
+             ',"tools":', _canonical([t.to_dict() for t in request.tools]) if request.tools else "[]", "}}"]
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
@@ -73,14 +74,19 @@ def _scalar(value: Any) -> str:
         return "null"
     if type(value) is str:
         return _string(value)
-    return _CANONICAL.encode(value)
+    return _canonical(value)
 
 
 def _message_json(message: Message) -> str:
-    """The message's canonical JSON, kept on the message (it is immutable)."""
+    """The message's canonical JSON, kept on the message (it is immutable). A message of a role
+    and text alone (a prompt: a new one at every call that passes a string) is written by hand,
+    its keys in canonical order."""
     cached = message.__dict__.get("_canonical_json")
     if cached is None:
-        cached = _CANONICAL.encode(message.to_dict())
+        if not message.tool_calls and message.tool_call_id is None and message.name is None and not message.blocks:
+            cached = f'{{"content":{_string(message.content)},"role":{_string(message.role)}}}'
+        else:
+            cached = _canonical(message.to_dict())
         object.__setattr__(message, "_canonical_json", cached)
     return cached
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from ringzero.core.errors import CheckpointerError
 from ringzero.core.protocols import Checkpointer
-from ringzero.core.types import JSON, NO_METADATA, Checkpoint, Limits, ProcessStatus, StopReason
+from ringzero.core.types import JSON, NO_METADATA, Checkpoint, Limits, ProcessStatus, StopReason, json_encoder
 
 __all__ = ["JournalEntry", "KernelStore", "ProcessRecord", "dumps", "loads"]
 
@@ -47,12 +47,12 @@ PROCESS_TABLE = "ringzero/processes"
 PID_BLOCKS = "ringzero/pid-blocks"
 
 
-_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_compact = json_encoder(allow_nan=False)
 
 
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes; NaN and infinities are refused (not JSON)."""
-    return _COMPACT.encode(value).encode()
+    return _compact(value).encode()
 
 
 def loads(payload: bytes, where: str) -> Any:
@@ -314,7 +314,7 @@ class KernelStore:
         row.__dict__.update(
             thread_id=f"ringzero/process/{pid}", namespace="journal", id=f"{seq:012d}",
             parent_id=f"{seq - 1:012d}" if seq > 1 else None,
-            payload=_COMPACT.encode({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}).encode(),
+            payload=_compact({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}).encode(),
             metadata=NO_METADATA, writes=())
         await self._append_row(row)
 
