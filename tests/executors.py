@@ -44,6 +44,10 @@ def _microsandbox() -> Executor:
 
 FACTORIES = {"in-process": InProcessExecutor, "monty": _monty, "process": _process, "microsandbox": _microsandbox}
 ISOLATING = ["monty", "process", "microsandbox"]  # the hostile-code suite runs only where isolation is promised
+FULL_CPYTHON = ["process", "microsandbox"]
+"""The isolating executors that run full CPython (fork, files, ctypes, their channel to the host)."""
+full_cpython_only = pytest.mark.parametrize("sandbox", FULL_CPYTHON, indirect=True)
+"""A hostile-code test about what only full CPython can try: ``sandbox`` is each of these, not Monty."""
 
 
 async def _started(name: str) -> Executor:

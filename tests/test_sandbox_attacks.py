@@ -21,6 +21,7 @@ import pytest
 
 from ringzero.core.protocols import Executor
 from ringzero.core.types import ExecLimits, ExecResult
+from tests.executors import full_cpython_only
 from tests.heartbeat import heartbeat
 
 LIMITS = ExecLimits(wall_seconds=5.0, memory_bytes=256 * 1024 * 1024, output_bytes=64 * 1024)
@@ -173,9 +174,8 @@ def host_shmem_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("Shmem:"))
 
 
+@full_cpython_only  # Monty has no SysV IPC to leave behind
 async def test_3_ipc_left_by_one_run_is_gone_for_the_next_and_its_memory_freed(sandbox: Executor) -> None:
-    if kind(sandbox) == "interpreter":
-        pytest.skip("Monty has no SysV IPC to leave behind")
     key, size = 0x525A3032, 64 << 20
     before = host_shmem_bytes()
     make = LIBC + (f"shmid = libc.shmget({key}, {size}, 0o1666)\nlibc.shmat.restype = ctypes.c_void_p\n"
@@ -191,11 +191,7 @@ async def test_3_ipc_left_by_one_run_is_gone_for_the_next_and_its_memory_freed(s
 
 
 # ------------------------------------------------------------------ limits for the whole run (rows 5, 6, 11)
-def needs_full_cpython(sandbox: Executor) -> None:
-    if kind(sandbox) == "interpreter":
-        pytest.skip("Monty cannot fork, write files or reach its channel: the row is about full CPython")
-
-
+# Monty cannot fork, write files or reach its channel: these rows are about full CPython.
 HOLD_FORKS = ("import os, time\nkids = []\nfor i in range(5):\n    pid = os.fork()\n    if pid == 0:\n"
               "        try:\n            data = b'x' * (MB << 20)\n            time.sleep(1.0)\n"
               "            os._exit(0)\n"
@@ -203,8 +199,8 @@ HOLD_FORKS = ("import os, time\nkids = []\nfor i in range(5):\n    pid = os.fork
               "sum(1 for k in kids if os.waitpid(k, 0)[1] == 0)")
 
 
+@full_cpython_only
 async def test_5_memory_is_capped_for_the_whole_run_not_per_process(sandbox: Executor) -> None:
-    needs_full_cpython(sandbox)
     control = await sandbox.run(HOLD_FORKS, inputs={"MB": 20}, limits=LIMITS)
     assert control.value == 5, f"five 20 MiB children should fit in 256 MiB: {control}"
     result = await sandbox.run(HOLD_FORKS, inputs={"MB": 100}, limits=LIMITS)
@@ -272,8 +268,8 @@ async def test_6_a_fork_server_that_dies_is_restarted() -> None:
         await executor.aclose()
 
 
+@full_cpython_only
 async def test_11_another_runs_processes_do_not_use_up_this_runs_process_limit(sandbox: Executor) -> None:
-    needs_full_cpython(sandbox)
     hold = ("import os, time\nkids = []\nfor _ in range(29):\n    pid = os.fork()\n    if pid == 0:\n"
             "        time.sleep(2)\n        os._exit(0)\n    kids.append(pid)\n"
             "[os.waitpid(k, 0) and 1 for k in kids].count(1)")
@@ -290,8 +286,8 @@ IS_SOCKET = ("def _is_socket(fd):\n    try:\n        return stat.S_ISSOCK(os.fst
              "    except OSError:\n        return False\n")
 
 
+@full_cpython_only
 async def test_7_an_oversized_message_is_refused_from_its_header(sandbox: Executor) -> None:
-    needs_full_cpython(sandbox)
     code = ("import os, stat, struct\n" + IS_SOCKET + FIND_CHANNEL +
             "for fd in channel:\n    os.write(fd, struct.pack('!I', 32 << 20) + b'[' * (1 << 20))\n")
     result = await sandbox.run(code, limits=LIMITS)
@@ -299,8 +295,8 @@ async def test_7_an_oversized_message_is_refused_from_its_header(sandbox: Execut
     assert result.error.origin == "executor" and "limit" in result.error.message
 
 
+@full_cpython_only
 async def test_7_a_done_forged_by_a_forked_process_is_refused(sandbox: Executor) -> None:
-    needs_full_cpython(sandbox)
     code = ("import os, stat, json, struct, time\n" + IS_SOCKET + FIND_CHANNEL +
             "spare = [os.dup(fd) for fd in channel]\nif os.fork() == 0:\n"
             "    body = json.dumps({'op': 'done', 'value': 'forged', 'stdout': 'fake', 'error': None}).encode()\n"
