@@ -307,7 +307,12 @@ class _WalCheckpoints:
     copies the few frames written meanwhile and lets the next writer start the WAL over from
     its beginning (without it, a WAL written to without pause would never restart, and grow).
     While the RESTART one runs it holds the write lock, so the loop's writes go through
-    aiosqlite's thread for those milliseconds instead of waiting on the loop."""
+    aiosqlite's thread for those milliseconds instead of waiting on the loop.
+
+    The RESTART one takes the write lock ahead of this process's own writers (``restarting``):
+    left to SQLite's busy handler, which sleeps 1, 2, 5, 10... ms between tries, it lost the
+    lock to the loop's commits, a few milliseconds apart, for 150 ms and more, while the WAL
+    grew by thousands of pages and the writes that found it taken waited behind it."""
 
     def __init__(self, path: Path, busy_ms: int) -> None:
         self._path = path
@@ -317,6 +322,10 @@ class _WalCheckpoints:
         self._thread: threading.Thread | None = None
         self._since = 0
         self.runs = 0
+        self.restarting = False
+        """The RESTART checkpoint wants or holds the write lock: this process's writers keep off it."""
+        self._restarted = threading.Event()
+        self._restarted.set()
 
     def committed(self, rows: int = 1) -> None:
         """After a commit of ``rows`` rows: a checkpoint every ``CHECKPOINT_EVERY`` rows, each
@@ -342,10 +351,22 @@ class _WalCheckpoints:
                     return
                 with suppress(sqlite3.Error):  # a checkpoint that cannot run now runs next time
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                    self._restarted.clear()
+                    self.restarting = True
+                    try:
+                        conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                    finally:
+                        self.restarting = False
+                        self._restarted.set()
                     self.runs += 1
         finally:
             conn.close()
+
+    def wait_for_restart(self) -> None:
+        """On aiosqlite's thread, before a write: let the RESTART checkpoint have the write lock
+        first (its own wait for the lock is bounded by the busy timeout, and so is this one)."""
+        if self.restarting:
+            self._restarted.wait(self._busy_ms / 1000)
 
     def close(self) -> None:
         self._stop = True
@@ -536,7 +557,7 @@ class SqliteCheckpointer:
         """Commit ``batch`` on the caller's thread; False, with nothing written, where another
         connection holds the write lock (the batch must go through aiosqlite's thread)."""
         with self._fast_lock:
-            if self._fast is None:
+            if self._fast is None or self._wal.restarting:
                 return False
             try:
                 committed = _write(self._fast, batch)
@@ -614,6 +635,7 @@ class SqliteCheckpointer:
         (``job``): True when nothing is left waiting, and the job is over: that is settled before
         the writers wake, so that one that writes again at once finds the fast path open (woken
         first, it came back while the job still ran, and kept it going one write at a time)."""
+        self._wal.wait_for_restart()
         with self._pending_lock:
             batch, self._pending = self._pending, []
         try:
@@ -711,7 +733,7 @@ class SqliteCheckpointer:
         every syscall); False where it cannot be done here and now."""
         self._after_append = False
         fast = self._fast
-        if fast is None or self._slow or self._unfolded or self._folding is not None \
+        if fast is None or self._slow or self._unfolded or self._folding is not None or self._wal.restarting \
                 or _others_ready(asyncio.get_running_loop()):
             return False
         with self._fast_lock:
