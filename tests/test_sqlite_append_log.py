@@ -277,6 +277,41 @@ async def test_a_fold_that_cannot_take_the_lock_fails_the_read_waiting_for_it_an
     assert logs(db) == []
 
 
+async def test_records_piled_up_past_fold_here_at_most_are_folded_on_aiosqlites_thread(tmp_path: Path) -> None:
+    """Records pile up while a fold waits on aiosqlite's thread (here: for a write lock another
+    connection holds). Folded on the loop's thread, 48,000 of them (10,000 processes woken at
+    once) stalled every process for 280 ms; past ``FOLD_HERE_AT_MOST`` rows the fold goes to
+    aiosqlite's thread, and every record still reaches the file, in order."""
+    from ringzero.checkpointers.sqlite import FOLD_HERE_AT_MOST
+
+    db = tmp_path / "pile.db"
+    store = SqliteCheckpointer(db)
+    await store.append(Checkpoint("t0", "", "first", b"y"))  # the first commits; those in a row go to the log
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the first fold cannot take the lock: it waits on aiosqlite's thread
+    total = FOLD_HERE_AT_MOST + 2 * FOLD_EVERY
+    for i in range(total):  # no turn of the loop between them: the drain job cannot even start
+        await store.append(Checkpoint(f"t{i % 7}", "", f"{i:06d}", b"x" * 10))
+    first = store._folding
+    assert first is not None and len(first.entries) < FOLD_EVERY * 2 and len(store._unfolded) > FOLD_HERE_AT_MOST
+    holder.execute("COMMIT")
+    holder.close()
+    deadline = asyncio.get_running_loop().time() + 5
+    while store._folding in (None, first) and store._unfolded and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.001)  # the first fold commits; the pile's fold (the fold timer's) starts
+    pile = store._folding
+    assert pile is not None and pile is not first, "the pile was folded on the loop's thread"
+    assert len(pile.entries) > FOLD_HERE_AT_MOST and store._slow == 1
+    folds = store.folds
+    await store.append(Checkpoint("t0", "", "last", b"y"))  # waits in the log for the fold after
+    await store.get("t0", "", "last")  # a read of its thread waits for the fold
+    assert store.folds == folds + 2 and store._slow == 0 and not store._unfolded
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id LIKE 't%'") == total + 2
+    await store.append(Checkpoint("t1", "", "after", b"z"))  # and appends go on as before
+    await store.aclose()
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id LIKE 't%'") == total + 3
+
+
 async def test_an_append_after_another_write_commits_and_appends_in_a_row_go_to_the_log(tmp_path: Path) -> None:
     """The log pays only where appends come in a row; one between other writes (a woken
     process's ``recv`` record, between its mail and its end) commits as ``put`` does."""

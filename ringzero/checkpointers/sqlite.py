@@ -122,6 +122,17 @@ _SELECT = f"SELECT c.thread_id, c.namespace, c.id, c.parent_id, c.payload, c.met
 
 _PUT = PUT_CHECKPOINT
 
+FOLD_HERE_AT_MOST = 4096
+"""Rows a fold may commit on the loop's thread (about 20 ms, at the 5 µs a row a large fold
+costs here); a larger one, records that piled up while a fold went through aiosqlite's thread
+(while the loop ran 10,000 woken processes in one turn, say), commits there instead: folded on
+the loop, those 48,000 rows stalled every process for 280 ms, and the wake of 10,000 processes
+one after another took 2.13-2.25 s instead of 1.86-1.96 s (``benchmarks/idle_processes.py``).
+Not lower: at 1,024 the piles of a steady stream of appends (about 3,000 rows, gathered during
+a WAL checkpoint's RESTART) went there too, and ``benchmarks/wal_growth.py`` appended a quarter
+fewer rows a second (on aiosqlite's thread a fold hands the GIL to the loop and back at every
+row), for a longest stall of 3 ms instead of 73."""
+
 CHECK_FILE_AFTER = 0.005
 """Seconds an append trusts the last check that the file is still the one opened (a ``stat``,
 ``_file_gone``): a graph's nine appends in a few milliseconds make one, not nine. A commit,
@@ -884,7 +895,7 @@ class SqliteCheckpointer:
         fold = self._take_fold()
         if fold is None:
             return None
-        if not self._slow and self._write_here([fold]):
+        if not self._slow and len(fold.entries) <= FOLD_HERE_AT_MOST and self._write_here([fold]):
             self._folded(fold)
             return fold
         self._line_up(fold)
