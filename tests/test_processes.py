@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from ringzero import Context, Kernel, Limits, ProcessStatus, StopReason
+from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import (
     InvalidLimits,
     NotAProgram,
@@ -261,3 +263,22 @@ async def test_new_kernel_on_the_same_store_continues_pid_numbering(tmp_path: ob
         await b.wait()
         assert b.pid == a.pid + 1
         assert [r.pid for r in await second.ps(all=True)] == [a.pid, b.pid]
+
+
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+async def test_a_spawn_whose_record_is_written_at_once_takes_no_turn_of_the_loop(store: str, tmp_path: Path) -> None:
+    """Where the store writes a new process's record without waiting (SQLite's append log, the
+    in-memory store), a spawn returns in its caller's turn: spawning 10,000 processes one after
+    another took 30,000 turns of the loop when each child's creation was a task of its own.
+    The child runs once its spawner lets the loop turn."""
+    checkpointer = SqliteCheckpointer(tmp_path / "state.db") if store == "sqlite" else MemoryCheckpointer()
+    async with Kernel(checkpointer=checkpointer) as kernel:
+        await (await kernel.spawn(returns_value, 0)).wait()  # the first spawn claims a block of pids
+        turns: list[str] = []
+        asyncio.get_running_loop().call_soon(turns.append, "a turn of the loop")
+        handles = [await kernel.spawn(returns_value, i) for i in range(1, 21)]
+        assert turns == [], "a spawn waited for a turn of the loop"
+        assert all(h.status is ProcessStatus.CREATED for h in handles)  # none has run yet
+        assert [await h.wait() for h in handles] == [2 * i for i in range(1, 21)]
+        stored = await kernel.store.load_processes()
+        assert [r.status for r in stored[-20:]] == [ProcessStatus.EXITED] * 20

@@ -1,13 +1,14 @@
 """SharedTimeout: one loop timer for many calls, with asyncio.timeout's meaning for each; shielded waits;
-cancel_and_wait."""
+cancel_and_wait; started_eagerly."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import pytest
 
-from ringzero.core.timeouts import SharedTimeout, cancel_and_wait, fail_after, shielded
+from ringzero.core.timeouts import SharedTimeout, cancel_and_wait, fail_after, shielded, started_eagerly
 
 
 async def test_each_call_times_out_at_its_own_deadline_and_no_other() -> None:
@@ -104,6 +105,77 @@ async def test_shielded_gives_the_outcome_and_a_cancelled_wait_leaves_the_future
     dropped.cancel()  # the future itself cancelled: its waiter is too
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+_WHOSE: contextvars.ContextVar[str] = contextvars.ContextVar("whose", default="the caller's")
+
+
+async def test_started_eagerly_runs_the_first_step_now_and_makes_a_task_only_for_the_rest() -> None:
+    loop = asyncio.get_running_loop()
+    steps: list[str] = []
+
+    async def quick() -> str:
+        steps.append("quick ran")
+        return "done"
+
+    tasks_before = asyncio.all_tasks()
+    finished = started_eagerly(quick())
+    assert steps == ["quick ran"]  # in the caller's turn: no turn of the loop went by
+    assert finished.done() and finished.result() == "done"
+    assert asyncio.all_tasks() == tasks_before  # and no task was made for it
+
+    async def fails() -> None:
+        raise KeyError("at once")
+
+    with pytest.raises(KeyError, match="at once"):
+        started_eagerly(fails()).result()
+
+    release: asyncio.Future[None] = loop.create_future()
+
+    async def waits() -> str:
+        _WHOSE.set("its own")
+        steps.append("first step")
+        await release
+        steps.append("the rest")
+        return _WHOSE.get()
+
+    rest = started_eagerly(waits())
+    assert steps[-1] == "first step" and isinstance(rest, asyncio.Task) and not rest.done()
+    assert _WHOSE.get() == "the caller's"  # what its first step set stays in its own context
+    release.set_result(None)
+    assert await rest == "its own" and steps[-1] == "the rest"
+
+
+async def test_a_coroutine_started_eagerly_gets_a_cancellation_of_its_task_even_before_the_tasks_first_turn() -> None:
+    seen: list[str] = []
+
+    async def sleeps() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen.append("cancelled where it waited")
+            raise
+
+    task = started_eagerly(sleeps())
+    task.cancel()  # the task has not run a step of its own yet
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert seen == ["cancelled where it waited"]
+
+    release: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def finishes() -> str:
+        await release
+        return "finished"
+
+    creation = started_eagerly(finishes())
+    caller = asyncio.ensure_future(shielded(creation))
+    await asyncio.sleep(0)
+    caller.cancel()  # the caller gives up; what it started goes on
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    release.set_result(None)
+    assert await creation == "finished"
 
 
 async def test_cancel_and_wait_stops_a_task_that_lost_its_first_cancellation() -> None:

@@ -51,7 +51,7 @@ from ringzero.core.references import import_reference, importable_reference, pro
 from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.telemetry import Telemetry
-from ringzero.core.timeouts import cancel_and_wait, fail_after, shielded
+from ringzero.core.timeouts import cancel_and_wait, fail_after, shielded, started_eagerly
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason, ensure_json, json_size
 
 __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
@@ -531,12 +531,17 @@ class Kernel:
             parent=parent if remote_parent is None else remote_parent, spawn_id=spawn_id,
         )
         owner = None if parent is None else self._process(parent)
-        # The child is created in a task of its own that a kill of the parent cannot cut
-        # short, and that task is in the parent's ``spawning`` before this call awaits anything:
-        # once its record is written it is in the table and in its parent's children, or
-        # stopped at once if the parent was killed meanwhile. Never a half-made child that
-        # runs on unseen, or a record that recover() would bring back to life.
-        creation = asyncio.ensure_future(self._create(record, program, owner))
+        # A kill of the parent cannot cut the child's creation short: it starts in this turn
+        # (nothing interrupts that), and where it waits (for a pid block, for a store that
+        # claims over the network) it goes on in a task of its own, in the parent's
+        # ``spawning`` before this call awaits anything. Once its record is written it is in the
+        # table and in its parent's children, or stopped at once if the parent was killed
+        # meanwhile. Never a half-made child that runs on unseen, or a record that recover()
+        # would bring back to life. Where the store writes the record at once (SQLite's log, the
+        # in-memory store), the spawn returns in this turn: no task, no turn of the loop.
+        creation = started_eagerly(self._create(record, program, owner))
+        if creation.done():
+            return creation.result()
         creation.add_done_callback(_retrieved)  # its caller may be gone (killed) when it fails
         if owner is not None:
             if owner.spawning is None:
