@@ -336,6 +336,23 @@ async def test_an_append_after_another_write_commits_and_appends_in_a_row_go_to_
     assert logs(db) == []
 
 
+async def test_in_a_burst_of_appends_after_another_write_only_the_first_commits_and_the_rest_go_to_the_log(
+        tmp_path: Path) -> None:
+    """1,000 spawns given their pids at once append their records in one turn of the loop,
+    right after the commit that claimed their pid block. The first commits as ``put`` does;
+    the others go to the log, instead of each waiting a turn for the group commit (and each
+    spawn that waits becoming a task: 10,000 spawned at once took 2.22-2.34 s, not 1.93-2.00)."""
+    db = tmp_path / "state.db"
+    store = SqliteCheckpointer(db)
+    await store.put(Checkpoint("s", "", "status", b"one"))
+    burst = FOLD_EVERY - 2  # folded only later
+    await asyncio.gather(*(store.append(Checkpoint("t", "", f"{i:03d}", b"x")) for i in range(burst)))
+    assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='t'") == 1
+    assert len(store._unfolded) == burst - 1, "the appends of the burst waited for the group commit"
+    assert [cp.id async for cp in store.list("t")] == [f"{i:03d}" for i in reversed(range(burst))]
+    await store.aclose()
+
+
 async def test_a_read_of_another_thread_leaves_the_log_unfolded_and_a_read_of_its_thread_folds_it(
         tmp_path: Path) -> None:
     """A graph's steps append in a row, each graph on a thread of its own: the read that starts
@@ -474,6 +491,31 @@ async def test_spawns_at_once_past_pid_blocks_get_dense_pids_in_the_order_they_a
         assert [type(f) for f in failed] == [CheckpointerError] * 3, "a failed claim reaches every spawn waiting on it"
         kernel.store.claim_pid_block = real_claim  # type: ignore[method-assign]
         assert (await kernel.spawn(receiver, 0)).pid > pids[-1]
+
+
+async def test_a_spawn_cancelled_while_it_waits_for_a_pid_block_takes_no_pid_and_leaves_no_record(
+        tmp_path: Path) -> None:
+    """A spawn takes its pid from the kernel's block before anything is written, in its caller's
+    task: cancelled while it waits for the block's claim, it leaves nothing behind."""
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "state.db")) as kernel:
+        release = asyncio.Event()
+        real_claim = kernel.store.claim_pid_block
+
+        async def claim_pid_block(block: int, node: str) -> bool:
+            await release.wait()
+            return await real_claim(block, node)
+
+        kernel.store.claim_pid_block = claim_pid_block  # type: ignore[method-assign]
+        spawns = [asyncio.ensure_future(kernel.spawn(receiver, 0)) for _ in range(6)]
+        await asyncio.sleep(0.01)
+        assert len(kernel._pid_waiters) == 6, "the spawns do not all wait for the block"
+        for cancelled in spawns[::2]:
+            cancelled.cancel()
+        release.set()
+        outcomes = await asyncio.gather(*spawns, return_exceptions=True)
+        assert [isinstance(o, asyncio.CancelledError) for o in outcomes] == [True, False] * 3
+        assert [o.pid for o in outcomes[1::2]] == [1, 2, 3]  # type: ignore[union-attr]
+        assert [r.pid for r in await kernel.ps(all=True)] == [1, 2, 3]
 
 
 async def test_after_a_failed_log_write_appends_commit_and_nothing_follows_the_torn_record(tmp_path: Path) -> None:

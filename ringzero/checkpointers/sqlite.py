@@ -520,7 +520,8 @@ class SqliteCheckpointer:
             raise
         return fast
 
-    async def _transaction(self, db: aiosqlite.Connection, statements: Sequence[tuple[str, Sequence[Any]]]) -> _Pending:
+    async def _transaction(self, db: aiosqlite.Connection, statements: Sequence[tuple[str, Sequence[Any]]], *,
+                           appended: bool = False) -> _Pending:
         """Commit ``(sql, rows)`` pairs atomically, grouped with the other writes of this turn
         of the loop; when this returns, the write is committed (see the module docstring).
 
@@ -530,8 +531,9 @@ class SqliteCheckpointer:
         first of them to run again commits them all, and the others find theirs done.
 
         Records of the append log not yet in the file go first, in the same transaction (a
-        fold of their own, ``_take_fold``): one commit, and this write comes after them."""
-        self._after_append = False
+        fold of their own, ``_take_fold``): one commit, and this write comes after them.
+        ``appended``: rows an append commits instead (see ``append``)."""
+        self._after_append = appended and self._log_usable
         loop = asyncio.get_running_loop()
         item = _Pending(statements, None)
         if self._unfolded and self._folding is not None:
@@ -739,10 +741,10 @@ class SqliteCheckpointer:
         with self._errors("put_many"):
             await self._transaction(db, [(_PUT, rows)])
 
-    def _put_here(self, row: tuple[Any, ...]) -> bool:
+    def _put_here(self, row: tuple[Any, ...], *, appended: bool = False) -> bool:
         """``_transaction``'s commit at once, for one row, without its bookkeeping (a ``put`` at
         every syscall); False where it cannot be done here and now."""
-        self._after_append = False
+        self._after_append = appended and self._log_usable
         fast = self._fast
         if fast is None or self._slow or self._unfolded or self._folding is not None or self._wal.restarting \
                 or _others_ready(asyncio.get_running_loop()):
@@ -774,9 +776,12 @@ class SqliteCheckpointer:
         syscalls, a graph's steps), folding many records in one transaction. An append between
         other writes would be folded alone into the next one's transaction, a log ``write()``
         and a bookkeeping statement more than the commit it saved (a woken process's ``recv``
-        record between its mail and its end)."""
-        if await self._append(CHECKPOINT, [_checkpoint_row(checkpoint)]):
-            await self.put(checkpoint)
+        record between its mail and its end). The appends after it, even those that come before
+        its commit (the rest of a burst in one turn of the loop: 1,000 spawns given their pids
+        at once), go to the log: it counts as an append."""
+        row = _checkpoint_row(checkpoint)
+        if await self._append(CHECKPOINT, [row]):
+            await self._commit_appended([(_PUT, [row])], "append", row)
             self._after_append = self._log_usable
 
     async def append_many(self, checkpoints: Sequence[Checkpoint]) -> None:
@@ -785,16 +790,26 @@ class SqliteCheckpointer:
         of a process)."""
         rows = [_checkpoint_row(cp) for cp in checkpoints]
         if rows and await self._append(CHECKPOINT, rows):
-            await self._put_rows(rows)
+            await self._commit_appended([(_PUT, rows)], "append_many")
             self._after_append = self._log_usable
 
     async def append_writes(
         self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
     ) -> None:
         """``put_writes`` as ``append`` is ``put``: one ``write()`` into the append log."""
-        if writes and await self._append(WRITE, _write_rows(thread_id, namespace, checkpoint_id, writes)):
-            await self.put_writes(thread_id, namespace, checkpoint_id, writes)
+        rows = _write_rows(thread_id, namespace, checkpoint_id, writes)
+        if writes and await self._append(WRITE, rows):
+            await self._commit_appended(write_statements(rows), "append_writes")
             self._after_append = self._log_usable
+
+    async def _commit_appended(self, statements: Sequence[tuple[str, Sequence[Any]]], doing: str,
+                               row: Row | None = None) -> None:
+        """Commit, as ``put`` would, what an append did not write to the log (see ``append``):
+        one ``row`` at once where it can (``_put_here``)."""
+        db = self._db or await self._conn()
+        with self._errors(doing):
+            if row is None or not self._put_here(row, appended=True):
+                await self._transaction(db, statements, appended=True)
 
     async def _append(self, kind: int, rows: list[Row]) -> bool:
         """Write ``rows`` as one record of the log; True where the caller must commit them

@@ -525,15 +525,23 @@ class Kernel:
         if name is not None and not isinstance(name, str):
             raise InvalidArgument(f"a process name is a string, not {type(name).__name__} {name!r}")
         reference = _recorded_reference(program)
+        await self.start()
+        capabilities = self.checkpointer.capabilities
+        # Where the pid comes from a block this kernel holds, it is taken before anything is
+        # written, in the caller's task: a spawn that waits for the next block (10,000 spawned
+        # at once wait for ten) and is cancelled meanwhile leaves nothing behind, and the
+        # creation below runs through without a task of its own.
+        pid = await self._pid_from_block(reuse=True) if self.node is None and capabilities.claims \
+            and capabilities.append else 0
         record = ProcessRecord(
-            pid=0, name=name or program.__name__, program=reference,
+            pid=pid, name=name or program.__name__, program=reference,
             args=list(args), priority=priority, limits=limits or _NO_LIMITS,
             parent=parent if remote_parent is None else remote_parent, spawn_id=spawn_id,
         )
         owner = None if parent is None else self._process(parent)
         # A kill of the parent cannot cut the child's creation short: it starts in this turn
-        # (nothing interrupts that), and where it waits (for a pid block, for a store that
-        # claims over the network) it goes on in a task of its own, in the parent's
+        # (nothing interrupts that), and where it waits (a claim over the network: PostgreSQL, a
+        # cluster node's pid block) it goes on in a task of its own, in the parent's
         # ``spawning`` before this call awaits anything. Once its record is written it is in the
         # table and in its parent's children, or stopped at once if the parent was killed
         # meanwhile. Never a half-made child that runs on unseen, or a record that recover()
@@ -551,7 +559,6 @@ class Kernel:
         return await shielded(creation)
 
     async def _create(self, record: ProcessRecord, program: Program, owner: Process | None) -> Process:
-        await self.start()
         await self._write_new(record)
         ownership = None if self.node is None else (1, self.node)
         if ownership is not None and not await self.store.claim_owner(record.pid, *ownership):
@@ -571,15 +578,17 @@ class Kernel:
         atomically, a pid another kernel on the same store took meanwhile is skipped.
 
         Where the store also appends (``capabilities.append``: SQLite), the pid comes from a
-        block this kernel claimed, and the record is appended: a spawn is one ``write()`` into
-        the store's log, not a commit (a claim each cost a commit of its own, 100 to 200 µs on
-        the project's machine; 10,000 processes spawned one after another)."""
+        block this kernel claimed (``_spawn_process`` takes it, before the creation starts), and
+        the record is appended: a spawn is one ``write()`` into the store's log, not a commit (a
+        claim each cost a commit of its own, 100 to 200 µs on the project's machine; 10,000
+        processes spawned one after another)."""
         if self.node is not None:
             await self._write_new_in_block(record)
             return
         capabilities = self.checkpointer.capabilities
         if capabilities.claims and capabilities.append:
-            record.pid = await self._pid_from_block(reuse=True)
+            if not record.pid:
+                record.pid = await self._pid_from_block(reuse=True)
             await self.store.append_process(record)
             return
         while True:
