@@ -525,6 +525,7 @@ class Kernel:
         if name is not None and not isinstance(name, str):
             raise InvalidArgument(f"a process name is a string, not {type(name).__name__} {name!r}")
         reference = _recorded_reference(program)
+        owner = None if parent is None else self._process(parent)
         await self.start()
         capabilities = self.checkpointer.capabilities
         # Where the pid comes from a block this kernel holds, it is taken before anything is
@@ -538,7 +539,6 @@ class Kernel:
             args=list(args), priority=priority, limits=limits or _NO_LIMITS,
             parent=parent if remote_parent is None else remote_parent, spawn_id=spawn_id,
         )
-        owner = None if parent is None else self._process(parent)
         # A kill of the parent cannot cut the child's creation short: it starts in this turn
         # (nothing interrupts that), and where it waits (a claim over the network: PostgreSQL, a
         # cluster node's pid block) it goes on in a task of its own, in the parent's
