@@ -21,6 +21,7 @@ from ringzero.core.errors import (
     ProcessStateError,
     RingzeroError,
 )
+from ringzero.core.timeouts import fail_after
 from ringzero.core.types import Checkpoint
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
 
@@ -282,3 +283,22 @@ async def test_a_spawn_whose_record_is_written_at_once_takes_no_turn_of_the_loop
         assert [await h.wait() for h in handles] == [2 * i for i in range(1, 21)]
         stored = await kernel.store.load_processes()
         assert [r.status for r in stored[-20:]] == [ProcessStatus.EXITED] * 20
+
+
+async def test_a_process_whose_end_is_recorded_wakes_its_waiters_even_if_the_bookkeeping_after_it_fails() -> None:
+    """Once its end is in the store, ``wait`` returns, whatever the kernel's bookkeeping after
+    it does (a failure there used to leave every waiter hanging, silently)."""
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        def breaks(child: object) -> None:
+            raise RuntimeError("bookkeeping broke")
+
+        kernel._child_finished = breaks  # type: ignore[method-assign]
+        handle = await kernel.spawn(returns_value, 4)
+        process = kernel._process(handle.pid)
+        async with fail_after(10):
+            assert await handle.wait() == 8
+        assert process.task is not None
+        with pytest.raises(RuntimeError, match="bookkeeping broke"):
+            await process.task  # the failure is the task's, for the loop to report
+        stored = await kernel.store.load_process(handle.pid)
+        assert stored is not None and stored.status is ProcessStatus.EXITED

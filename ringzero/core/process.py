@@ -351,9 +351,11 @@ class Process:
             if not self.finished.done():
                 self.finished.set_exception(exc)
             raise
-        self.kernel._child_finished(self)
-        if not self.finished.done():
-            self.finished.set_result(None)
+        try:
+            self.kernel._child_finished(self)
+        finally:  # its end is recorded: its waiters wake, even where the bookkeeping after it failed
+            if not self.finished.done():
+                self.finished.set_result(None)
 
     def request_stop(self, reason: StopReason) -> None:
         """Stop the process from outside its task (kill, wall-time watchdog).
