@@ -9,6 +9,7 @@ import gc
 import itertools
 import sys
 import tracemalloc
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -99,6 +100,30 @@ async def test_a_finished_process_leaves_the_kernels_table_unless_something_hold
         assert len(await kernel.ps(all=True)) == 6  # every record is still in the store
         ended = await kernel.handle(2)  # read back from the store on demand
         assert ended.status is ProcessStatus.EXITED and ended.result == 1
+
+
+async def returns_a_tuple(ctx: Context) -> tuple[int, int]:
+    await ctx.sleep(0)
+    return (1, 2)
+
+
+async def test_a_finished_process_a_handle_holds_lets_its_task_go() -> None:
+    """A handle keeps its process; once the process's end is recorded, the process lets go of
+    its done task, and with it the task's coroutine and context: five objects fewer for the
+    collector in each of 10,000 processes their handles hold. ``wait`` still returns the
+    program's own value (a tuple here, a list in the store)."""
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        handle = await kernel.spawn(returns_a_tuple)
+        process = kernel._process(handle.pid)
+        assert process.task is not None
+        task = weakref.ref(process.task)
+        assert await handle.wait() == (1, 2)
+        await asyncio.sleep(0)  # the loop lets go of the task's last step
+        gc.collect()
+        assert process.task is None and task() is None
+        assert await handle.wait() == (1, 2)
+        stored = await kernel.store.load_process(handle.pid)
+        assert stored is not None and stored.result == [1, 2]
 
 
 async def test_recover_loads_only_unfinished_processes(tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ class ProcessHandle:
             await shielded(process.finished)
         record = process.record
         if record.status is ProcessStatus.EXITED:
-            return process.value if process.task is not None else record.result
+            return process.value if process.ran_here else record.result
         cls = BudgetExceeded if record.stop_reason and record.stop_reason.value.startswith("budget_") else ProcessFailed
         raise cls(self.pid, record.status.value, record.stop_reason, record.error)
 

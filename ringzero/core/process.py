@@ -104,6 +104,8 @@ class Process:
         """Syscalls a framework's worker thread sent to the loop (``Context.call_from_thread``):
         tasks of their own, so a stop cancels them along with the process's task."""
         self.task: asyncio.Task[None] | None = None
+        """The task that runs it: None before it starts, and once it has ended and its end is
+        recorded (see ``_run``)."""
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._transition_seq = transition_seq
         self._unsaved: list[tuple[int, dict[str, JSON]]] | None = None
@@ -148,6 +150,12 @@ class Process:
     @property
     def status(self) -> ProcessStatus:
         return self.record.status
+
+    @property
+    def ran_here(self) -> bool:
+        """Whether its program ran in this kernel (its ``value`` is the live return value),
+        not only read back from the store after it ended."""
+        return self._entered
 
     @property
     def wall_seconds(self) -> float:
@@ -322,6 +330,11 @@ class Process:
         except CheckpointerError as exc:  # its end is not recorded: it is not over, for recover()
             self.left_unfinished = exc
             self.end_unfinished()
+            return
+        # Ended and recorded: its task, done now, is let go with its coroutine and its context
+        # (five objects for the garbage collector to walk in every process a handle still
+        # holds). A task that ends with an exception is kept, for whoever awaits it.
+        self.task = None
 
     async def finish(self, status: ProcessStatus, reason: StopReason, error: dict[str, str] | None) -> None:
         """Record the end of the process, refund its parent, and wake its waiters.
