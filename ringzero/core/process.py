@@ -192,8 +192,9 @@ class Process:
         self._transition_seq += 1
         if self._unsaved is None:
             self._unsaved = []
+        old_value, new_value = old.value, status.value
         self._unsaved.append((self._transition_seq,
-                              {"from": old.value, "to": status.value, "at": time.time(), "detail": detail}))
+                              {"from": old_value, "to": new_value, "at": time.time(), "detail": detail}))
         if status.terminal:  # its event comes once it is written, as whoever reads the store expects
             try:
                 await self.save_transitions(with_state=True)
@@ -202,7 +203,9 @@ class Process:
                 raise
         else:
             self.kernel._save_soon(self)
-        self.kernel._emit("transition", self.pid, {"from": old.value, "to": status.value, "detail": detail})
+        kernel = self.kernel
+        if kernel._listeners:  # the event's data is built only for someone who listens
+            kernel._emit("transition", self.pid, {"from": old_value, "to": new_value, "detail": detail})
 
     async def save_transitions(self, *, with_state: bool = False) -> None:
         """Write the transitions not yet written (one row) and the status they end in, together

@@ -75,6 +75,11 @@ def json_encoder(*, sort_keys: bool = False, allow_nan: bool = True,
     return encode
 
 
+strict_json = json_encoder(allow_nan=False)
+"""Compact JSON text of a value, refusing NaN and infinities (not JSON), a value that contains
+itself (ValueError) and anything that is not JSON (TypeError)."""
+
+
 def ensure_json(value: Any, what: str) -> JSON:
     """Return ``value`` if it survives a JSON round trip unchanged in kind, else raise.
 
@@ -85,9 +90,11 @@ def ensure_json(value: Any, what: str) -> JSON:
 
 
 def json_size(value: Any, what: str) -> int:
-    """The length of ``value``'s JSON text; NotSerializable, naming ``what``, if it has none."""
+    """The length of ``value``'s compact JSON text, as the store keeps it; NotSerializable,
+    naming ``what``, if it has none. (``json.dumps(value, allow_nan=False)`` builds a new
+    encoder at every call: 2 to 3 µs more, at every message sent and every value returned.)"""
     try:
-        return len(json.dumps(value, allow_nan=False))
+        return len(strict_json(value))
     except (TypeError, ValueError) as exc:
         raise NotSerializable(
             f"{what} must be JSON-compatible (dict, list, str, int, float, bool, None): {exc}"
@@ -435,7 +442,13 @@ class ProcessStatus(str, enum.Enum):
 
     @property
     def terminal(self) -> bool:
-        return self in (ProcessStatus.EXITED, ProcessStatus.FAILED, ProcessStatus.KILLED)
+        """Whether the process has ended (exited, failed or was killed). A set lookup: the
+        kernel asks at every transition, send and wait, and the tuple of three members this
+        was looked each up on the class first (0.4 µs)."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({ProcessStatus.EXITED, ProcessStatus.FAILED, ProcessStatus.KILLED})
 
 
 class StopReason(str, enum.Enum):
