@@ -380,10 +380,11 @@ class Context:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout >= 0):
             raise InvalidArgument(f"recv needs a non-negative timeout in seconds or None, not {timeout!r}")
-        process = self._process
-        mailbox = process.mailbox
-        live = mailbox.receive if timeout is None else functools.partial(mailbox.receive, timeout)
-        outcome = await process.syscall("recv", {"timeout": timeout}, "", live, waits=True)
+        mailbox = self._process.mailbox
+        # The receive is passed on, not held here: the syscall lets go of it once it has started it.
+        outcome = await self._process.syscall(
+            "recv", {"timeout": timeout}, "",
+            mailbox.receive if timeout is None else functools.partial(mailbox.receive, timeout), waits=True)
         got = outcome["value"]
         return None if got is None else got["message"]  # type: ignore[call-overload,index]
 

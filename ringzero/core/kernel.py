@@ -65,6 +65,9 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """The largest message (its JSON) a mailbox takes: each is stored, and read back at recovery."""
 _SAVERS = 64
 """Writers of deferred lifecycle transitions at once (``Kernel._save_unsaved``)."""
+_SAVED_TOGETHER = 128
+"""Processes whose deferred transitions one write takes, where the store writes many rows in
+one step (``Kernel._save_unsaved``)."""
 
 
 @dataclass(frozen=True)
@@ -370,11 +373,9 @@ class Kernel:
         if self.monitor is not None:
             await self.monitor.aclose()
         for process in list(self._procs.values()):
-            if not process.finished.done():
-                process.finished.set_exception(ProcessStateError(f"pid {process.pid}: the kernel shut down"))
-            # Retrieved here, so that nobody is warned of it: a process stopped by the shutdown
-            # (even one cut off while recording its end) is resumed by recover() later.
-            process.finished.exception()
+            # Retrieved (``Process.settle``), so that nobody is warned of it: a process stopped by the
+            # shutdown (even one cut off while recording its end) is resumed by recover() later.
+            process.settle(ProcessStateError(f"pid {process.pid}: the kernel shut down"))
         if self.placement is not None:
             await self.placement.aclose()
         await self.executor.aclose()
@@ -395,11 +396,19 @@ class Kernel:
 
     async def _save_unsaved(self) -> None:
         """Up to ``_SAVERS`` writers at once, so that a store that groups concurrent writes (SQLite,
-        PostgreSQL's pool) gets them together, without a task per process."""
+        PostgreSQL's pool) gets them together, without a task per process. Where the store
+        writes many rows in one step (``put_many``, ``append``), each writer takes up to
+        ``_SAVED_TOGETHER`` processes at a time, their rows in one write."""
+        capabilities = self.checkpointer.capabilities
+        together = _SAVED_TOGETHER if capabilities.put_many or capabilities.append else 1
+
         async def saver() -> None:
             while batch:
                 try:
-                    await batch.popleft().save_transitions()
+                    if together == 1:
+                        await batch.popleft().save_transitions()
+                    else:
+                        await Process.save_transitions_of([batch.popleft() for _ in range(min(together, len(batch)))])
                 except Exception:  # a store that fails here fails again, with its error, at the end
                     continue
 
@@ -408,10 +417,11 @@ class Kernel:
             while self._unsaved:
                 batch = deque(self._unsaved.values())
                 self._unsaved.clear()
-                if len(batch) == 1:
+                writers = min(_SAVERS, -(-len(batch) // together))
+                if writers == 1:
                     await saver()
                 else:
-                    await asyncio.gather(*(saver() for _ in range(min(_SAVERS, len(batch)))))
+                    await asyncio.gather(*(saver() for _ in range(writers)))
         finally:
             self._saving = None
 
@@ -536,7 +546,7 @@ class Kernel:
             and capabilities.append else 0
         record = ProcessRecord(
             pid=pid, name=name or program.__name__, program=reference,
-            args=list(args), priority=priority, limits=limits or _NO_LIMITS,
+            args=tuple(args), priority=priority, limits=limits or _NO_LIMITS,
             parent=parent if remote_parent is None else remote_parent, spawn_id=spawn_id,
         )
         # A kill of the parent cannot cut the child's creation short: it starts in this turn
@@ -732,7 +742,7 @@ class Kernel:
 
     def _ended_process(self, record: ProcessRecord) -> Process:
         ended = Process(self, record, _missing_program, Journal(self.store, record.pid))
-        ended.finished.set_result(None)
+        ended.settle()
         self._ended[record.pid] = ended
         return ended
 
@@ -766,7 +776,7 @@ class Kernel:
             # nobody to take it over (ProcessNotFound) has nothing left to stop.
             with contextlib.suppress(ProcessNotFound):
                 await remote.kill()
-        if not process.finished.done() and process.task is not None:
+        if not process.over and process.task is not None:
             await shielded(process.finished)
 
     # ------------------------------------------------------------------ messages

@@ -58,16 +58,16 @@ Outcome = dict[str, JSON]
 class Process:
     """The kernel's live view of one process (the program sees only its Context).
 
-    Slots: with its 34 attributes, past the 30 an instance keeps without a dict of its own,
+    Slots: with its 36 attributes, past the 30 an instance keeps without a dict of its own,
     each process held one more object for the garbage collector to walk (at 10,000 and
     100,000 idle processes, every full collection walks them all)."""
 
     __slots__ = (
-        "__weakref__", "_ended", "_entered", "_holds_slot", "_mail_seq", "_resumed", "_span_parent", "_started",
-        "_status_write", "_transition_seq", "_unsaved", "_watchdog", "children", "ctx", "fenced", "finished",
-        "finishing", "from_threads", "in_syscall", "journal", "kernel", "left_unfinished", "mailbox", "meter",
-        "offspring", "program", "record", "recovered", "remote_children", "sends", "span", "spawning", "spawns",
-        "task", "value",
+        "__weakref__", "_ended", "_entered", "_finished", "_holds_slot", "_mail_seq", "_over", "_over_error",
+        "_resumed", "_span_parent", "_started", "_status_write", "_transition_seq", "_unsaved", "_watchdog",
+        "children", "ctx", "fenced", "finishing", "from_threads", "in_syscall", "journal", "kernel",
+        "left_unfinished", "mailbox", "meter", "offspring", "program", "record", "recovered", "remote_children",
+        "sends", "span", "spawning", "spawns", "task", "value",
     )
 
     def __init__(
@@ -106,7 +106,12 @@ class Process:
         self.task: asyncio.Task[None] | None = None
         """The task that runs it: None before it starts, and once it has ended and its end is
         recorded (see ``_run``)."""
-        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._finished: asyncio.Future[None] | None = None
+        """What waits for the end await (``finished``): made only once something waits, since
+        most idle processes have nobody waiting on them yet, and it is one more object for the
+        garbage collector in each."""
+        self._over = False
+        self._over_error: BaseException | None = None
         self._transition_seq = transition_seq
         self._unsaved: list[tuple[int, dict[str, JSON]]] | None = None
         """Transitions made but not yet written (see ``_set``); None when there are none, as
@@ -162,6 +167,31 @@ class Process:
         """Wall time alive in any kernel; it stops counting when the process ends."""
         end = self._ended if self._ended is not None else time.monotonic()
         return self.meter.wall_before + (end - self._started)
+
+    @property
+    def finished(self) -> asyncio.Future[None]:
+        """Done once the process is over (``settle``): with None when its end is recorded, with
+        the reason when it stopped without one. Made when first asked for."""
+        future = self._finished
+        if future is None:
+            future = self._finished = asyncio.get_running_loop().create_future()
+            if self._over:
+                _settle(future, self._over_error)
+        return future
+
+    @property
+    def over(self) -> bool:
+        """Whether ``finished`` is done (without making it)."""
+        return self._over
+
+    def settle(self, error: BaseException | None = None) -> None:
+        """The process is over: its waiters wake, to ``error`` if there is one (what ``wait``
+        raises). The first call counts; later ones change nothing."""
+        if self._over:
+            return
+        self._over, self._over_error = True, error
+        if self._finished is not None:
+            _settle(self._finished, error)
 
     def next_mail_seq(self) -> int:
         self._mail_seq += 1
@@ -222,6 +252,48 @@ class Process:
             self._unsaved = steps + (self._unsaved or [])  # written with the next ones, or their error raised then
             raise
 
+    @staticmethod
+    async def save_transitions_of(processes: Sequence[Process]) -> None:
+        """``save_transitions`` of each of ``processes``, their rows (transitions, then status,
+        of each) written in one ``put_rows``: one record of an appending store's log, one
+        commit of a store that puts many at once, where each process's own write cost a
+        record, a coroutine and a future of its own. A process with a status write in flight
+        (its rows must come after that one's) or fenced goes its own way, after them. A failed
+        write leaves each process's transitions unsaved, as ``save_transitions`` does, and
+        raises."""
+        taken: list[tuple[Process, list[tuple[int, dict[str, JSON]]]]] = []
+        rows: list[Checkpoint] = []
+        alone: list[Process] = []
+        for process in processes:
+            steps = process._unsaved
+            if not steps:
+                continue
+            if process._status_write is not None or process.fenced is not None:
+                alone.append(process)
+                continue
+            process._unsaved = None
+            process.snapshot()
+            store = process.kernel.store
+            rows += (store.transitions_row(process.pid, steps), store.status_row(process.record))
+            taken.append((process, steps))
+        if taken:
+            done = asyncio.get_running_loop().create_future()
+            for process, _ in taken:
+                process._status_write = done
+            try:
+                await taken[0][0].kernel.store.put_rows(rows)
+            except BaseException:
+                for process, steps in taken:
+                    process._unsaved = steps + (process._unsaved or [])
+                raise
+            finally:
+                for process, _ in taken:
+                    if process._status_write is done:
+                        process._status_write = None
+                done.set_result(None)
+        for process in alone:
+            await process.save_transitions()
+
     async def write_status(self, before: Sequence[Checkpoint] = ()) -> None:
         """Write the status row (status, pause flag, counters), one write at a time for this
         process, after the rows ``before`` and atomically with them where the store can. Over
@@ -262,10 +334,8 @@ class Process:
         table, and a later ``recover()`` may take it."""
         self._ended = time.monotonic()
         reason = self.fenced or self.left_unfinished
-        if not self.finished.done() and reason is not None:
-            self.finished.set_exception(reason)
-        if self.finished.done() and not self.finished.cancelled():
-            self.finished.exception()  # retrieved: ``wait`` raises it; nobody else need see it
+        if reason is not None:
+            self.settle(reason)
         self.kernel._retire(self)
 
     def snapshot(self) -> None:
@@ -364,14 +434,12 @@ class Process:
             # process left.
             await self._set(status, reason.value)
         except BaseException as exc:
-            if not self.finished.done():
-                self.finished.set_exception(exc)
+            self.settle(exc)
             raise
         try:
             self.kernel._child_finished(self)
         finally:  # its end is recorded: its waiters wake, even where the bookkeeping after it failed
-            if not self.finished.done():
-                self.finished.set_result(None)
+            self.settle()
 
     def request_stop(self, reason: StopReason) -> None:
         """Stop the process from outside its task (kill, wall-time watchdog).
@@ -486,7 +554,9 @@ class Process:
                     # recv, sleep, wait: the kernel's own code, which makes no syscall, so it is
                     # not marked as running live (a token less held by every idle process)
                     await self._wait_begins()
-                    outcome = await live()
+                    waiting = live()
+                    del live  # the bound method (``Mailbox.receive``): an object less per idle process
+                    outcome = await waiting
                     await self._wait_ends()
                 elif self.kernel.telemetry is None:
                     token = _RUNNING_LIVE.set(self)
@@ -595,3 +665,15 @@ def _error_info(exc: BaseException) -> dict[str, str]:
         "message": str(exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     }
+
+
+def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
+    """``future`` done, to ``error`` if there is one, marked as retrieved: ``wait`` raises it,
+    and nobody else need be told of it when nobody waits."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+        future.exception()

@@ -87,7 +87,9 @@ class ProcessRecord:
     name: str
     program: str
     """``module:qualname`` of the program, so that a new host can import it again."""
-    args: list[JSON]
+    args: Sequence[JSON]
+    """A tuple where the kernel made the record: the empty one is shared, and one of plain
+    values is not tracked by the garbage collector (a list is, in every idle process)."""
     priority: int
     limits: Limits
     parent: int | None = None
@@ -110,7 +112,7 @@ class ProcessRecord:
             "pid": self.pid,
             "name": self.name,
             "program": self.program,
-            "args": self.args,
+            "args": list(self.args),
             "priority": self.priority,
             "limits": self.limits.to_dict(),
             "parent": self.parent,
