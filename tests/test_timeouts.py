@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 
 import pytest
 
@@ -56,7 +57,8 @@ async def test_a_call_that_ends_before_its_deadline_is_left_alone_while_the_time
     for _ in range(20):  # many quick calls: one timer, set once, not one each
         async with shared():
             await asyncio.sleep(0)
-    assert shared._timer is not None and len(shared._calls) == 0
+    if sys.version_info >= (3, 11):  # 3.10 has no Task.cancelling(): each call has a timer of its own there
+        assert shared._timer is not None and len(shared._calls) == 0
     with pytest.raises(TimeoutError):
         async with shared():
             await asyncio.sleep(1)
