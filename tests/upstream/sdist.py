@@ -118,8 +118,11 @@ def run_suite(root: Path, files: list[str], plugin: str, env: dict[str, str] | N
     missing = [f for f in files if not (root / f).exists()]
     if missing:
         raise FileNotFoundError(f"{root.name} has no {', '.join(missing)}")
-    environment = {**os.environ, "PYTHONPATH": str(PLUGINS), "NO_DOCKER": "true", **(env or {})}
-    completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", plugin, "-o", "timeout=120", *files],
-        cwd=root, env=environment, capture_output=True, text=True, timeout=timeout, check=False)
+    with tempfile.TemporaryDirectory(prefix="ringzero-upstream-") as scratch:
+        # a temporary folder of the run's own: LangGraph's suite leaves about 90 empty temporary
+        # files behind a run, which would pile up in the system's /tmp at every `make test`
+        environment = {**os.environ, "PYTHONPATH": str(PLUGINS), "NO_DOCKER": "true", "TMPDIR": scratch, **(env or {})}
+        completed = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", plugin, "-o", "timeout=120", *files],
+            cwd=root, env=environment, capture_output=True, text=True, timeout=timeout, check=False)
     return SuiteResult(completed.returncode, completed.stdout + completed.stderr)
