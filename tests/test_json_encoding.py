@@ -38,13 +38,20 @@ def _contains_itself() -> list[Any]:
     return loop
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 VALUES: list[Any] = [
     None, True, False, 0, -5, 10**30, 1.5, 1e300, -0.0, float("nan"), float("inf"), float("-inf"),
     "plain", "Ünïcødé ☃ \"quoted\" \\ \n\t\u2028 😀", Name("a str subclass"), [], {}, (1, "tuple"),
     {"b": 1, "a": [1, 2.5, None, {"z": "é", "y": []}]}, {2: "int key", 2.5: "float key", True: "bool key"},
     {None: "none key", "z": 0},
     {"ratio": Ratio(2.0)}, Size.LARGE, {"colour": Colour.RED}, {(1,): "tuple key"}, _contains_itself(), object(),
-    {"a set": {1, 2}}, b"bytes",
+    {"a set": {1, 2}}, b"bytes", _nested(50), _nested(100_000), {"deep": _nested(100_000)},
 ]
 OPTIONS: list[dict[str, Any]] = [{}, {"allow_nan": False}, {"sort_keys": True, "default": repr}, {"sort_keys": True}]
 
@@ -65,14 +72,19 @@ def test_json_encoder_writes_and_refuses_what_the_standard_encoder_does(options:
 
 
 def test_a_failed_encoding_leaves_nothing_behind_for_the_next() -> None:
-    """The table of containers being encoded is fresh at every call: a value that failed half
-    way through is not taken for a cycle the next time it is encoded."""
+    """A value that failed half way through (or contained itself) is not taken for a cycle
+    the next time it is encoded."""
     encode = json_encoder(allow_nan=False)
     record: dict[str, Any] = {"x": float("nan")}
     with pytest.raises(ValueError, match="Out of range float"):
         encode(record)
     record["x"] = 1
     assert encode([record, record]) == '[{"x":1},{"x":1}]'
+    record["x"] = record
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        encode(record)
+    record["x"] = [1]
+    assert encode([record, record]) == '[{"x":[1]},{"x":[1]}]'
 
 
 def test_records_and_fingerprints_are_the_standard_library_s_json() -> None:

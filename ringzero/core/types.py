@@ -56,21 +56,28 @@ def json_encoder(*, sort_keys: bool = False, allow_nan: bool = True,
     with these options writes it, a microsecond faster a call: the encoder's ``encode`` sets up
     its C encoder again at every call in Python (a closure, a call with nine arguments, the
     top-level checks), and the kernel encodes several records at every syscall and lifecycle
-    step. This calls the C encoder directly, with a fresh table of the containers being
-    encoded each time (a value that contains itself is refused, as ``json.dumps`` refuses it).
-    Where the interpreter has no C encoder, it is ``json.JSONEncoder(...).encode``."""
+    step. This calls one C encoder made once, which keeps no table of the containers being
+    encoded (making an encoder with a fresh table at every call cost 0.3 µs, and keeping the
+    table a microsecond more for a status row). A value that contains itself then ends in a
+    ``RecursionError`` instead; any error is answered by encoding the value again with a fresh
+    table, so that what is raised is exactly what ``json.dumps`` raises (a value that contains
+    itself is refused with its ValueError). Where the interpreter has no C encoder, it is
+    ``json.JSONEncoder(...).encode``."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - CPython always has it
         return json.JSONEncoder(separators=(",", ":"), sort_keys=sort_keys, allow_nan=allow_nan,
                                 default=default).encode
     fallback = default or _not_serializable
     ascii_string = json.encoder.encode_basestring_ascii
+    unchecked = make(None, fallback, ascii_string, None, ":", ",", sort_keys, False, allow_nan)
 
     def encode(value: Any) -> str:
         if type(value) is str:
             return ascii_string(value)
-        chunks = make({}, fallback, ascii_string, None, ":", ",", sort_keys, False, allow_nan)(value, 0)
-        return "".join(chunks)
+        try:
+            return "".join(unchecked(value, 0))
+        except Exception:  # again, checked, for the standard library's own error
+            return "".join(make({}, fallback, ascii_string, None, ":", ",", sort_keys, False, allow_nan)(value, 0))
 
     return encode
 
