@@ -154,6 +154,57 @@ async def graph_agent_with_saver(ctx: Context, question: str, saver: str, db: st
     return str(result["messages"][-1].content)
 
 
+PLAIN_NODE_RUNS: list[str] = []
+
+
+def plain_graph(checkpointer: Any) -> Any:
+    """One node of plain Python (no model, no tool): nothing but the saver can refuse it."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    async def note(state: MessagesState) -> dict[str, Any]:
+        PLAIN_NODE_RUNS.append(str(len(state["messages"])))
+        return {"messages": [("ai", "noted")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("note", note)
+    graph.add_edge(START, "note")
+    graph.add_edge("note", END)
+    return graph.compile(checkpointer=checkpointer)
+
+
+async def plain_graph_run(ctx: Context, db: str, thread_id: str) -> int:
+    """Run ``plain_graph`` on a KernelSaver over SQLite at ``db`` inside this process."""
+    from ringzero.adapters.langgraph import KernelSaver
+    from ringzero.checkpointers import SqliteCheckpointer
+
+    store = SqliteCheckpointer(db)
+    try:
+        result = await plain_graph(KernelSaver(store)).ainvoke(
+            {"messages": [("user", "hi")]}, {"configurable": {"thread_id": thread_id}})
+    finally:
+        await store.aclose()
+    return len(result["messages"])
+
+
+async def plain_graph_state(ctx: Context, db: str, thread_id: str, update: bool) -> int:
+    """Read a thread a graph left in ``db`` (allowed in a process), then, with ``update``,
+    change it (refused: replayed after a crash, the change would be made twice)."""
+    from ringzero.adapters.langgraph import KernelSaver
+    from ringzero.checkpointers import SqliteCheckpointer
+
+    store = SqliteCheckpointer(db)
+    try:
+        graph = plain_graph(KernelSaver(store))
+        config = {"configurable": {"thread_id": thread_id}}
+        state = await graph.aget_state(config)
+        history = [s async for s in graph.aget_state_history(config)]
+        if update:
+            await graph.aupdate_state(config, {"messages": [("user", "again")]})
+    finally:
+        await store.aclose()
+    return len(state.values["messages"]) * 100 + len(history)
+
+
 async def sandboxed_graph_agent(ctx: Context, question: str) -> str:
     """The ReAct loop with sandboxed tools: their bodies run in the kernel's executor."""
     from langchain_core.messages import HumanMessage

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -51,19 +52,19 @@ async def test_sqlite_refuses_a_file_that_is_not_a_database_and_leaves_it_alone(
 
 async def test_sqlite_refuses_another_programs_database(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed, not only committed
         conn.execute("CREATE TABLE customers (id INTEGER)")
     store = SqliteCheckpointer(path)
     with pytest.raises(CheckpointerError, match=r"another program.*customers"):
         await store.put(cp("t", "1"))
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed, not only committed
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master")]
     assert tables == ["customers"]
 
 
 async def test_sqlite_refuses_a_newer_schema_version(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed, not only committed
         conn.execute("PRAGMA user_version=99")
     with pytest.raises(CheckpointerError, match="schema version 99"):
         await SqliteCheckpointer(path).get("t")

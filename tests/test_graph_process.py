@@ -6,7 +6,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ringzero import Kernel
+from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
@@ -82,3 +85,57 @@ async def test_a_graph_with_a_persistent_checkpointer_is_refused_before_its_firs
         # InMemorySaver dies with the process, so it cannot disagree with the journal: allowed.
         allowed = await k.spawn(programs.graph_agent_with_saver, "weather?", "memory", "")
         assert await allowed.wait() == "sunny in Oslo"
+
+
+async def test_a_graph_of_plain_nodes_on_a_persistent_kernel_saver_is_refused_before_its_first_node(
+        tmp_path: Path) -> None:
+    """No model or tool call to refuse it at: the saver refuses the graph's first read of its
+    thread, so no node runs (on every Python; on 3.10 the model cannot see the graph at all)."""
+    from ringzero import InvalidArgument, ProcessFailed
+    from ringzero.checkpointers import MemoryCheckpointer
+
+    graph_db = str(tmp_path / "graph.db")
+    programs.PLAIN_NODE_RUNS.clear()
+    async with Kernel(checkpointer=MemoryCheckpointer()) as k:
+        refused = await k.spawn(programs.plain_graph_run, graph_db, "t")
+        with pytest.raises(ProcessFailed) as failed:
+            await refused.wait()
+    assert failed.value.error is not None and failed.value.error["type"] == InvalidArgument.__name__
+    assert f"running inside kernel process pid {refused.pid}" in failed.value.error["message"]
+    assert "persistent checkpointer (KernelSaver)" in failed.value.error["message"]
+    assert programs.PLAIN_NODE_RUNS == []
+    # Outside a process the same graph runs, and writes its thread.
+    store = SqliteCheckpointer(graph_db)
+    try:
+        result = await programs.plain_graph(KernelSaver(store)).ainvoke(
+            {"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t"}})
+    finally:
+        await store.aclose()
+    assert [m.content for m in result["messages"]] == ["hi", "noted"] and programs.PLAIN_NODE_RUNS == ["1"]
+
+
+async def test_a_process_reads_a_graphs_thread_from_a_persistent_kernel_saver_but_does_not_change_it(
+        tmp_path: Path) -> None:
+    from ringzero import InvalidArgument, ProcessFailed
+    from ringzero.checkpointers import MemoryCheckpointer
+
+    graph_db = str(tmp_path / "graph.db")
+    store = SqliteCheckpointer(graph_db)
+    try:
+        await programs.plain_graph(KernelSaver(store)).ainvoke(
+            {"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t"}})
+    finally:
+        await store.aclose()
+    async with Kernel(checkpointer=MemoryCheckpointer()) as k:
+        reader = await k.spawn(programs.plain_graph_state, graph_db, "t", False)
+        assert await reader.wait() == 2 * 100 + 3  # two messages; input, start and node checkpoints
+        updater = await k.spawn(programs.plain_graph_state, graph_db, "t", True)
+        with pytest.raises(ProcessFailed) as failed:
+            await updater.wait()
+    assert failed.value.error is not None and failed.value.error["type"] == InvalidArgument.__name__
+    store = SqliteCheckpointer(graph_db)
+    try:
+        state = await programs.plain_graph(KernelSaver(store)).aget_state({"configurable": {"thread_id": "t"}})
+    finally:
+        await store.aclose()
+    assert [m.content for m in state.values["messages"]] == ["hi", "noted"]  # not changed

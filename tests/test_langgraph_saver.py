@@ -59,10 +59,11 @@ class State(TypedDict):
     answer: str
 
 
-def build(saver: KernelSaver) -> Any:
-    def plan(state: State) -> dict[str, Any]:
-        return {"steps": ["plan"]}
+def plan(state: State) -> dict[str, Any]:
+    return {"steps": ["plan"]}
 
+
+def build(saver: KernelSaver) -> Any:
     def ask_human(state: State) -> dict[str, Any]:
         answer = interrupt("approve the plan?")
         return {"steps": ["asked"], "answer": answer}
@@ -200,7 +201,11 @@ async def test_a_saver_sharing_a_kernels_store_lists_only_graph_checkpoints(tmp_
 
     store = SqliteCheckpointer(tmp_path / "shared.db")
     saver = KernelSaver(store)
-    graph = build(saver)
+    builder = StateGraph(State)  # no interrupt: it runs on Python 3.10 too
+    builder.add_node("plan", plan)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", END)
+    graph = builder.compile(checkpointer=saver)
     async with Kernel(checkpointer=store, monitor_interval=0.1) as kernel:
         assert await (await kernel.spawn(napper)).wait() == "rested"
         config = {"configurable": {"thread_id": "graph-thread"}}

@@ -129,3 +129,36 @@ async def test_a_host_that_cannot_enforce_a_control_is_refused_unless_weaker_iso
     assert report["refused"] is not None and "namespaces" in report["refused"]
     assert "allow_weaker_isolation=True" in report["refused"]
     assert report["value"] == 42 and "namespaces" in report["missing"] and report["network"] is True
+
+
+async def test_the_sandbox_refuses_what_the_host_would_refuse_as_too_deep_itself(process: Executor) -> None:
+    """An argument nested 98 levels crosses (inside the call's own two levels); a deeper one
+    makes the call raise ValueError in the code, as the host would have answered, without
+    leaving the sandbox; a final value over 100 levels is refused as output. None reaches the
+    host as a message that breaks the protocol: on Python 3.13, whose json encodes 5,000
+    levels, one did, and the run was killed."""
+    received: list[int] = []
+
+    def depth(value: object) -> int:
+        levels = 0
+        while isinstance(value, list):
+            value, levels = (value[0] if value else None), levels + 1
+        received.append(levels)
+        return levels
+
+    nest = "def nest(n):\n    x = []\n    for _ in range(n - 1):\n        x = [x]\n    return x\n"
+    calls = await process.run(nest + "out = [depth(nest(98))]\ntry:\n    depth(nest(5000))\n"
+                              "except ValueError as e:\n    out.append(str(e))\nout", tools={"depth": depth})
+    assert calls.error is None, calls
+    assert calls.value == [98, "the arguments to depth() nests lists or dicts more than 100 levels deep"]
+    assert received == [98] and [c.error for c in calls.tool_calls] == [None]  # the refusal never left the sandbox
+    at_the_edge = await process.run(nest + "depth(nest(99))", tools={"depth": depth})
+    assert at_the_edge.error is not None and at_the_edge.error.type == "ValueError", at_the_edge
+    assert at_the_edge.tool_calls == () and received == [98]
+    for levels, refused in ((100, False), (101, True), (5000, True)):
+        final = await process.run(nest + f"nest({levels})")
+        if refused:
+            assert final.value is None and final.error is not None, final
+            assert final.error.type == "OutputLimitExceeded" and "nests too deeply" in final.error.message, final
+        else:
+            assert final.error is None and final.value is not None, final

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,7 @@ def host(*args: str) -> subprocess.CompletedProcess[str]:
 
 def rows_in_file(db: Path, sql: str) -> int:
     """Rows the SQLite file itself holds (a plain connection: no log folded)."""
-    with sqlite3.connect(db) as conn:
+    with closing(sqlite3.connect(db)) as conn, conn:  # closed, not only committed
         return int(conn.execute(sql).fetchone()[0])
 
 

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ async def test_twenty_kill_9s_lose_no_acknowledged_checkpoint(tmp_path: Path) ->
             assert got is not None and got.payload.endswith(cid.encode()) and [w.value for w in got.writes] == [
                 cid.encode()]
         await store.aclose()
-        with sqlite3.connect(db) as conn:
+        with closing(sqlite3.connect(db)) as conn, conn:  # closed, not only committed
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 

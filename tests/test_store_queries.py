@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ async def test_deleting_a_langgraph_run_is_served_by_the_run_id_index(tmp_path: 
         f"run{i % 5}" for i in range(30) if i % 5 != 2)
     lookups = [s for s in statements if s.lstrip().upper().startswith("SELECT") and "run2" in s]
     assert lookups, statements
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed, not only committed
         plan = " ".join(str(row) for row in conn.execute("EXPLAIN QUERY PLAN " + lookups[0]))
     assert "checkpoints_run_id" in plan, plan
     await saver.aclose()
@@ -128,7 +128,7 @@ async def test_an_older_sqlite_files_memories_move_into_the_index(tmp_path: Path
     """A file written by ringzero's schema 1 kept memories as checkpoint records (newest record
     of a key wins, a tombstone for a forgotten key); opening it moves them into the index."""
     path = tmp_path / "old.db"
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed, not only committed
         conn.executescript(SCHEMA_1)
         conn.execute("PRAGMA user_version=1")
 
@@ -147,5 +147,5 @@ async def test_an_older_sqlite_files_memories_move_into_the_index(tmp_path: Path
     assert [m.key for m in await memory.search("agent", "noodles")] == ["food"]
     assert [c.thread_id async for c in store.list()] == ["kept"]  # the old records are gone, the rest kept
     await store.aclose()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:  # closed, not only committed
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2

@@ -22,6 +22,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
+from ringzero.adapters._graph_guard import lives_in_memory, refuse_in_process
 from ringzero.checkpointers import open_checkpointer
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.loops import Closing, LoopHome, forward
@@ -76,6 +77,9 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         saver's next read of the thread; another process sees them once folded)."""
         self._home = LoopHome("KernelSaver")
         self._owns_checkpointer = False
+        self._outlives_processes = not lives_in_memory(self)
+        """Whether a graph run here from inside a kernel process is refused, at its first read
+        of its thread (``ringzero.adapters._graph_guard``): the store is not a ``MemoryCheckpointer``."""
 
     @classmethod
     def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None) -> KernelSaver:
@@ -229,6 +233,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ async API (any loop)
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if self._outlives_processes:
+            refuse_in_process(self, config)  # a graph's first call: before any of its nodes runs
         return await self._home.run(self._get_tuple(config))
 
     async def alist(
@@ -252,10 +258,14 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
     async def aput(self, config: RunnableConfig, checkpoint: LGCheckpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
+        if self._outlives_processes:
+            refuse_in_process(self)
         return await self._home.run(self._put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
+        if self._outlives_processes:
+            refuse_in_process(self)
         await self._home.run(self._put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
@@ -276,6 +286,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         return self._home.run_sync(coro, "a KernelSaver sync method")
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if self._outlives_processes:
+            refuse_in_process(self, config)
         return self._run(self._get_tuple(config))
 
     def list(
@@ -293,10 +305,14 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
     def put(self, config: RunnableConfig, checkpoint: LGCheckpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
+        if self._outlives_processes:
+            refuse_in_process(self)
         return self._run(self._put(config, checkpoint, metadata, new_versions))
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
+        if self._outlives_processes:
+            refuse_in_process(self)
         self._run(self._put_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:

@@ -510,6 +510,9 @@ class SqliteCheckpointer:
                     self._fast = self._open_fast()
                 await self._fold_orphans(db)
         except BaseException:
+            if self._fast is not None:
+                self._fast.close()
+                self._fast = None
             await db.close()
             raise
         return db

@@ -16,13 +16,11 @@ from typing import Any
 from ringzero.core.host_tools import call_tool
 from ringzero.core.protocols import Tool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ToolCallRecord
-from ringzero.providers.executors._runner import HEADER
+from ringzero.providers.executors._runner import HEADER, MAX_DEPTH, deeper_than
 
 __all__ = ["MAX_DEPTH", "FrameBuffer", "ProtocolViolation", "answer_tool_call", "check_value", "deeper_than",
            "executor_error", "finished", "merge_limits", "message_limit", "run_host_tool"]
 
-MAX_DEPTH = 100
-"""How deeply lists and dicts may nest in anything that crosses the sandbox boundary."""
 
 
 class ProtocolViolation(Exception):
@@ -47,19 +45,6 @@ def message_limit(limits: ExecLimits) -> int:
     """The largest frame a run may send: a ``done`` carries stdout and the value (each capped at
     ``output_bytes``), a ``call`` its arguments (capped at ``tool_bytes``)."""
     return 2 * (limits.output_bytes or 0) + (limits.tool_bytes or 0) + 64 * 1024
-
-
-def deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether lists and dicts in ``value`` nest more than ``limit`` levels (iterative: a
-    hostile value cannot exhaust the host's stack here)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, tuple, dict)):
-            if depth > limit:
-                return True
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return False
 
 
 def check_value(value: Any, what: str, max_bytes: int | None) -> str | None:

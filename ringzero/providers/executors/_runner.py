@@ -19,11 +19,31 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["HEADER", "CappedOutput", "frame", "read_frame", "run_code"]
+__all__ = ["HEADER", "MAX_DEPTH", "CappedOutput", "deeper_than", "frame", "read_frame", "run_code"]
 
 HEADER = struct.Struct("!I")
 """A frame's header: the body's length, 4 bytes, network order. The one framing codec: this
 file writes and reads frames in the sandbox; the host reads them with ``_host.FrameBuffer``."""
+
+MAX_DEPTH = 100
+"""How deeply lists and dicts may nest in anything that crosses the sandbox boundary. The
+sandbox refuses a deeper value itself (a ``ValueError`` the code can catch, or an
+``OutputLimitExceeded`` final value), so that only a sandbox that breaks the protocol sends one;
+the host refuses it again (``_host``). ``json`` alone does not stop one: its recursion limit
+refused 5,000 levels up to Python 3.12, and 3.13 encodes them."""
+
+
+def deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether lists and dicts in ``value`` nest more than ``limit`` levels (iterative: a
+    hostile value cannot exhaust the stack here)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, tuple, dict)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def frame(message: Any) -> bytes:
@@ -63,6 +83,8 @@ def _tool_proxy(name: str, send: Callable[[Any], None], receive: Callable[[], An
                 message_bytes: int) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         message = {"op": "call", "name": name, "args": list(args), "kwargs": kwargs}
+        if deeper_than([args, kwargs]):  # the host's own check (``answer_tool_call``), and its words
+            raise ValueError(f"the arguments to {name}() nests lists or dicts more than {MAX_DEPTH} levels deep")
         if len(frame(message)) > message_bytes:
             raise ValueError(f"the arguments to {name}() are too large to send to the host "
                              f"(the limit is {message_bytes} bytes)")
@@ -105,6 +127,8 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
         error = {"type": type(exc).__name__, "message": _clip(str(exc)),
                  "traceback": _clip("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))}
     try:
+        if deeper_than(value):
+            raise RecursionError
         encoded = len(frame(value)) - HEADER.size
     except RecursionError:
         value, encoded = None, 4
