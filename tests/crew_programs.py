@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
@@ -59,10 +62,10 @@ class Counter(BaseModel):
     pid: list[int] = []
 
 
-def counter_flow(db: str) -> type[Flow[Counter]]:
-    """A two-step flow persisted (class-level ``@persist``) through a ringzero SQLite checkpointer."""
+def counter_flow(persistence: KernelFlowPersistence) -> type[Flow[Counter]]:
+    """A two-step flow persisted (class-level ``@persist``) through ``persistence``."""
 
-    @persist(KernelFlowPersistence(SqliteCheckpointer(db)))
+    @persist(persistence)
     class CounterFlow(Flow[Counter]):
         @start()
         def begin(self) -> None:
@@ -77,11 +80,38 @@ def counter_flow(db: str) -> type[Flow[Counter]]:
     return CounterFlow
 
 
+@contextmanager
+def flow_persistence(db: str) -> Iterator[KernelFlowPersistence]:
+    """A flow persistence over a SQLite checkpointer on ``db``; both are closed afterwards, as a
+    user closes what they open. Not from a running event loop (the close makes its own)."""
+    checkpointer = SqliteCheckpointer(db)
+    persistence = KernelFlowPersistence(checkpointer)
+    try:
+        yield persistence
+    finally:
+        persistence.close()
+        asyncio.run(checkpointer.aclose())
+
+
+def run_counter_flow(db: str, flow_id: str | None = None) -> dict[str, object]:
+    """Run the counter flow persisted in ``db`` (reloading ``flow_id``) and return its state."""
+    with flow_persistence(db) as persistence:
+        flow = counter_flow(persistence)()
+        flow.kickoff(inputs={"id": flow_id} if flow_id else None)
+        return flow.state.model_dump()
+
+
 async def flow_program(ctx: Context, db: str) -> dict[str, object]:
     """A persisted flow run as a kernel process."""
-    flow = counter_flow(db)()
-    await kickoff(flow)
-    return flow.state.model_dump()
+    checkpointer = SqliteCheckpointer(db)
+    persistence = KernelFlowPersistence(checkpointer)
+    try:
+        flow = counter_flow(persistence)()
+        await kickoff(flow)
+        return flow.state.model_dump()
+    finally:
+        await asyncio.to_thread(persistence.close)  # its loop thread, where the checkpointer was opened
+        await checkpointer.aclose()
 
 
 def main(argv: list[str]) -> None:
@@ -89,9 +119,7 @@ def main(argv: list[str]) -> None:
     import json
 
     _, db, *rest = argv
-    flow = counter_flow(db)()
-    flow.kickoff(inputs={"id": rest[0]} if rest else None)
-    print(json.dumps(flow.state.model_dump()), flush=True)
+    print(json.dumps(run_counter_flow(db, *rest)), flush=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ CrewAI's telemetry is off through its own switches (set in conftest.py before it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ from ringzero.core.errors import BudgetExceeded, InvalidArgument, ProcessFailed,
 from ringzero.core.protocols import Executor
 from ringzero.core.types import LLMRequest, ProcessStatus, StopReason
 from ringzero.testing import ScriptedProvider
-from tests.crew_programs import crew_program, flow_program, react_script
+from tests.crew_programs import crew_program, flow_persistence, flow_program, react_script
 from tests.test_langgraph_e2e import CountingExecutor
 from tests.tool_bodies import crew_read_file, crew_word_count, divide
 
@@ -223,7 +224,12 @@ async def test_a_persisted_flow_runs_as_a_kernel_process(tmp_path: Path) -> None
         process = await kernel.spawn(flow_program, str(tmp_path / "flows.db"), name="flow")
         state = await process.wait()
     assert state["steps"] == ["begin", "finish"]  # type: ignore[index]
-    assert KernelFlowPersistence(SqliteCheckpointer(tmp_path / "flows.db")).load_state(state["id"]) == state  # type: ignore[index]
+    assert await asyncio.to_thread(saved_state, str(tmp_path / "flows.db"), state["id"]) == state  # type: ignore[index]
+
+
+def saved_state(db: str, flow_id: str) -> dict[str, Any] | None:
+    with flow_persistence(db) as persistence:
+        return persistence.load_state(flow_id)
 
 
 def run_flow(db: str, *flow_id: str) -> dict[str, Any]:
@@ -243,7 +249,7 @@ def test_a_persisted_flow_is_reloaded_by_id_in_a_second_python_process(tmp_path:
     assert second["id"] == first["id"]
     assert second["steps"] == ["begin", "finish", "begin", "finish"]
     assert second["pid"][:2] == first["pid"] and second["pid"][2] != first["pid"][0]
-    assert KernelFlowPersistence(SqliteCheckpointer(db)).load_state(first["id"]) == second
+    assert saved_state(db, first["id"]) == second
 
 
 def test_pending_feedback_is_kept_until_cleared(tmp_path: Path) -> None:
@@ -251,15 +257,15 @@ def test_pending_feedback_is_kept_until_cleared(tmp_path: Path) -> None:
         id: str = "r-1"
         draft: str = "hello"
 
-    persistence = KernelFlowPersistence(SqliteCheckpointer(tmp_path / "f.db"))
-    assert persistence.load_state("r-1") is None and persistence.load_pending_feedback("r-1") is None
-    context = PendingFeedbackContext(flow_id="r-1", flow_class="tests.Review", method_name="review",
-                                     method_output="hello", message="approve?")
-    persistence.save_pending_feedback("r-1", context, Review())
-    state, loaded = persistence.load_pending_feedback("r-1")  # type: ignore[misc]
-    assert state == {"id": "r-1", "draft": "hello"} and loaded.message == "approve?"
-    assert persistence.load_state("r-1") == state
-    persistence.clear_pending_feedback("r-1")
-    assert persistence.load_pending_feedback("r-1") is None
+    with flow_persistence(str(tmp_path / "f.db")) as persistence:
+        assert persistence.load_state("r-1") is None and persistence.load_pending_feedback("r-1") is None
+        context = PendingFeedbackContext(flow_id="r-1", flow_class="tests.Review", method_name="review",
+                                         method_output="hello", message="approve?")
+        persistence.save_pending_feedback("r-1", context, Review())
+        state, loaded = persistence.load_pending_feedback("r-1")  # type: ignore[misc]
+        assert state == {"id": "r-1", "draft": "hello"} and loaded.message == "approve?"
+        assert persistence.load_state("r-1") == state
+        persistence.clear_pending_feedback("r-1")
+        assert persistence.load_pending_feedback("r-1") is None
     with pytest.raises(InvalidArgument, match="needs a ringzero Checkpointer"):
         KernelFlowPersistence("flows.db")  # type: ignore[arg-type]

@@ -78,18 +78,18 @@ def build(saver: KernelSaver) -> Any:
 
 
 def test_a_sync_graph_is_interrupted_resumed_and_keeps_its_history(tmp_path: Path) -> None:
-    saver = KernelSaver(SqliteCheckpointer(tmp_path / "graph.db"))
-    graph = build(saver)
-    config = {"configurable": {"thread_id": "t1"}}
-    first = graph.invoke({"steps": [], "answer": ""}, config)
-    assert first["__interrupt__"][0].value == "approve the plan?"
-    assert graph.get_state(config).next == ("ask_human",)
-    done = graph.invoke(Command(resume="yes"), config)
-    assert done["steps"] == ["plan", "asked"] and done["answer"] == "yes"
-    history = list(graph.get_state_history(config))
-    assert len(history) >= 4 and history[0].values["answer"] == "yes"
-    saver.delete_thread("t1")
-    assert graph.get_state(config).values == {}
+    with KernelSaver.from_conn_string(str(tmp_path / "graph.db")) as saver:
+        graph = build(saver)
+        config = {"configurable": {"thread_id": "t1"}}
+        first = graph.invoke({"steps": [], "answer": ""}, config)
+        assert first["__interrupt__"][0].value == "approve the plan?"
+        assert graph.get_state(config).next == ("ask_human",)
+        done = graph.invoke(Command(resume="yes"), config)
+        assert done["steps"] == ["plan", "asked"] and done["answer"] == "yes"
+        history = list(graph.get_state_history(config))
+        assert len(history) >= 4 and history[0].values["answer"] == "yes"
+        saver.delete_thread("t1")
+        assert graph.get_state(config).values == {}
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="LangGraph's interrupt() cannot find its run's config under "
@@ -150,17 +150,18 @@ def counter_graph(saver: KernelSaver, with_subgraph: bool = False) -> Any:
 
 
 def test_stream_update_state_and_time_travel(tmp_path: Path) -> None:
-    app = counter_graph(KernelSaver(SqliteCheckpointer(tmp_path / "g.db")))
-    config = {"configurable": {"thread_id": "c"}}
-    updates = list(app.stream({"n": 1, "trail": []}, config, stream_mode="updates"))
-    assert [list(u) for u in updates] == [["add"], ["double"]]
-    assert app.get_state(config).values["n"] == 4
-    app.update_state(config, {"n": 100})  # a human edits the state
-    assert app.get_state(config).values["n"] == 100
-    # Time travel: replay from the checkpoint taken after "add", before "double".
-    after_add = next(s for s in app.get_state_history(config) if s.next == ("double",))
-    replayed = app.invoke(None, after_add.config)
-    assert replayed["n"] == 4 and app.get_state(config).values["n"] == 4
+    with KernelSaver.from_conn_string(str(tmp_path / "g.db")) as saver:
+        app = counter_graph(saver)
+        config = {"configurable": {"thread_id": "c"}}
+        updates = list(app.stream({"n": 1, "trail": []}, config, stream_mode="updates"))
+        assert [list(u) for u in updates] == [["add"], ["double"]]
+        assert app.get_state(config).values["n"] == 4
+        app.update_state(config, {"n": 100})  # a human edits the state
+        assert app.get_state(config).values["n"] == 100
+        # Time travel: replay from the checkpoint taken after "add", before "double".
+        after_add = next(s for s in app.get_state_history(config) if s.next == ("double",))
+        replayed = app.invoke(None, after_add.config)
+        assert replayed["n"] == 4 and app.get_state(config).values["n"] == 4
 
 
 async def test_a_subgraph_checkpoints_under_its_own_namespace(tmp_path: Path) -> None:

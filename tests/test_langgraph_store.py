@@ -6,6 +6,8 @@ behaviour by running every operation on both stores and comparing what comes bac
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +31,19 @@ PUTS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
 ]
 
 
-def both(tmp_path: Path) -> list[BaseStore]:
-    stores: list[BaseStore] = [InMemoryStore(), KernelMemoryStore(SqliteCheckpointer(tmp_path / "store.db"))]
+@pytest.fixture
+def both(tmp_path: Path) -> Iterator[list[BaseStore]]:
+    """LangGraph's InMemoryStore and ours over SQLite, holding the same items; ours and its
+    checkpointer are closed after the test, as a user closes what they open."""
+    checkpointer = SqliteCheckpointer(tmp_path / "store.db")
+    ours = KernelMemoryStore(checkpointer)
+    stores: list[BaseStore] = [InMemoryStore(), ours]
     for store in stores:
         for namespace, key, value in PUTS:
             store.put(namespace, key, value)
-    return stores
+    yield stores
+    ours.close()
+    asyncio.run(checkpointer.aclose())
 
 
 def plain(items: Any) -> Any:
@@ -57,15 +66,15 @@ SEARCHES: list[dict[str, Any]] = [
 
 
 @pytest.mark.parametrize("search", SEARCHES, ids=lambda s: str(s.get("filter") or s["namespace_prefix"]))
-def test_search_filters_as_langgraph_does(tmp_path: Path, search: dict[str, Any]) -> None:
-    reference, ours = both(tmp_path)
+def test_search_filters_as_langgraph_does(both: list[BaseStore], search: dict[str, Any]) -> None:
+    reference, ours = both
     prefix = search.pop("namespace_prefix")
     expected = plain(reference.search(prefix, **search, limit=50))
     assert sorted(plain(ours.search(prefix, **search, limit=50)), key=repr) == sorted(expected, key=repr)
 
 
-def test_get_put_update_delete_limit_offset_and_namespaces_as_langgraph_does(tmp_path: Path) -> None:
-    reference, ours = both(tmp_path)
+def test_get_put_update_delete_limit_offset_and_namespaces_as_langgraph_does(both: list[BaseStore]) -> None:
+    reference, ours = both
     for kwargs in [{}, {"prefix": ("users",)}, {"suffix": ("archive",)}, {"max_depth": 1},
                    {"prefix": ("users", "*")}, {"suffix": ("*", "bob")}, {"limit": 2, "offset": 1}]:
         assert ours.list_namespaces(**kwargs) == reference.list_namespaces(**kwargs), kwargs
