@@ -1,9 +1,11 @@
-"""Would a pool of fork servers raise ProcessExecutor's throughput on this machine?
+"""Does the pool of fork servers raise ProcessExecutor's throughput on this machine?
 
-Runs ``1 + 1`` through one ProcessExecutor (one fork server) and through two used in turn
-(what a pool of one server per core would be on 2 cores), at concurrency 1 and 8, and reports
-how busy the whole machine's CPUs were meanwhile (``/proc/stat``): a pool helps only where one
-fork server leaves cores idle.
+Runs ``1 + 1`` through a ProcessExecutor held to one fork server (``fork_servers=1``) and
+through one with the default pool (one server per CPU this process may use, started as
+concurrent runs need them), at concurrency 1 and 8, and reports how busy the whole machine's
+CPUs were meanwhile (``/proc/stat``): a pool helps only where one fork server leaves cores idle.
+Before the pool is measured at a concurrency, rounds at that concurrency run until it stops
+growing.
 
     .venv/bin/python benchmarks/fork_servers.py [--runs 600]
 """
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import os
 import time
 
@@ -30,13 +31,12 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(values) - values[3] - values[4], sum(values)
 
 
-async def throughput(executors: list[ProcessExecutor], concurrency: int, runs: int) -> tuple[float, float]:
+async def throughput(executor: ProcessExecutor, concurrency: int, runs: int) -> tuple[float, float]:
     todo = iter(range(runs))
-    turn = itertools.cycle(executors)
 
     async def worker() -> None:
         for _ in todo:
-            await next(turn).run("1 + 1")
+            await executor.run("1 + 1")
 
     busy0, total0 = cpu_ticks()
     started = time.perf_counter()
@@ -46,22 +46,36 @@ async def throughput(executors: list[ProcessExecutor], concurrency: int, runs: i
     return runs / elapsed, 100 * (busy1 - busy0) / max(1, total1 - total0)
 
 
+async def grown(executor: ProcessExecutor, concurrency: int) -> None:
+    """Run rounds at ``concurrency`` until a round starts no more fork servers (at most 20)."""
+    for _ in range(20):
+        before = executor.servers_running
+        await throughput(executor, concurrency, 100)
+        await asyncio.sleep(0.5)  # a server started in the round's last runs joins the pool
+        if executor.servers_running == before:
+            return
+
+
 async def main(runs: int) -> None:
-    one, two = ProcessExecutor(), ProcessExecutor()
+    one, pool = ProcessExecutor(fork_servers=1), ProcessExecutor()
     try:
-        for executor in (one, two):
-            await executor.run("1")
-        table = Table(title=f"ProcessExecutor, {runs} runs of 1 + 1, {os.cpu_count()} CPUs")
-        for column in ("fork servers", "concurrency", "runs/s", "machine CPU busy"):
+        cpus = len(os.sched_getaffinity(0))
+        table = Table(title=f"ProcessExecutor, {runs} runs of 1 + 1, {cpus} CPUs")
+        for column in ("executor", "concurrency", "fork servers running", "runs/s", "machine CPU busy", "vs @1"):
             table.add_column(column, justify="right")
-        for servers, concurrency in ((1, 1), (1, 8), (2, 8)):
-            step(f"{servers} fork server(s) at concurrency {concurrency}")
-            rate, busy = await throughput([one, two][:servers], concurrency, runs)
-            table.add_row(str(servers), str(concurrency), f"{rate:,.0f}", f"{busy:.0f}%")
+        for name, executor in (("fork_servers=1", one), (f"pool (up to {pool.fork_servers})", pool)):
+            at_one = 0.0
+            for concurrency in (1, 8):
+                step(f"{name} at concurrency {concurrency}")
+                await grown(executor, concurrency)
+                rate, busy = await throughput(executor, concurrency, runs)
+                at_one = at_one or rate
+                table.add_row(name, str(concurrency), str(executor.servers_running), f"{rate:,.0f}", f"{busy:.0f}%",
+                              f"{rate / at_one:.2f}x")
         Console(width=120).print(table)
     finally:
         await one.aclose()
-        await two.aclose()
+        await pool.aclose()
 
 
 if __name__ == "__main__":

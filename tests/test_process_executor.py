@@ -14,6 +14,7 @@ import pytest
 from ringzero.core.protocols import Executor
 from ringzero.providers.executors import MontyExecutor
 from tests.executors import _started
+from tests.test_processes import until
 
 
 @pytest.fixture
@@ -162,3 +163,49 @@ async def test_the_sandbox_refuses_what_the_host_would_refuse_as_too_deep_itself
             assert final.error.type == "OutputLimitExceeded" and "nests too deeply" in final.error.message, final
         else:
             assert final.error is None and final.value is not None, final
+
+
+async def test_a_pool_of_fork_servers_grows_only_while_runs_overlap_and_never_past_its_size() -> None:
+    """Runs one at a time use one fork server. A run asked for while every server has one in
+    flight starts another server in the background; the next run goes to the idle one; with
+    ``fork_servers`` running and all busy, no more start. Closing stops them all."""
+    from ringzero.providers.executors import ProcessExecutor
+
+    release = asyncio.Event()
+
+    async def hold() -> int:  # a host tool: the run stays in flight until the test lets it go
+        await release.wait()
+        return 7
+
+    executor = ProcessExecutor(warm=1, fork_servers=2)
+    try:
+        for n in range(3):
+            assert (await executor.run(f"{n} + 1")).value == n + 1
+        assert len(executor._servers) == 1 and executor._growing is None
+        first = asyncio.create_task(executor.run("hold()", tools={"hold": hold}))
+        await until(lambda: executor._servers[0].runs == 1)
+        assert (await executor.run("2 * 3")).value == 6  # served by the busy server meanwhile
+        growing = executor._growing
+        assert growing is not None, "no second server was started while the first had a run in flight"
+        await growing
+        assert len(executor._servers) == 2 and all(s.alive for s in executor._servers)
+        second = asyncio.create_task(executor.run("hold()", tools={"hold": hold}))
+        await until(lambda: [s.runs for s in executor._servers] == [1, 1])  # the new server took it
+        assert (await executor.run("40 + 2")).value == 42
+        assert executor._growing is None and len(executor._servers) == 2
+        release.set()
+        assert [(await first).value, (await second).value] == [7, 7]
+        servers = list(executor._servers)
+    finally:
+        await executor.aclose()
+    assert executor._servers == [] and all(s.process.returncode is not None for s in servers)
+
+
+def test_fork_servers_must_be_a_whole_number_of_at_least_one() -> None:
+    from ringzero.core.errors import InvalidArgument
+    from ringzero.providers.executors import ProcessExecutor
+
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(InvalidArgument, match="fork_servers must be a whole number of at least 1"):
+            ProcessExecutor(fork_servers=bad)  # type: ignore[arg-type]
+    assert ProcessExecutor().fork_servers == len(os.sched_getaffinity(0))

@@ -260,10 +260,11 @@ async def test_6_a_fork_server_that_dies_is_restarted() -> None:
     executor = ProcessExecutor(warm=1)
     try:
         assert (await executor.run("1")).value == 1
-        assert executor._server is not None
-        os.kill(executor._server.pid, signal.SIGKILL)
-        await executor._server.wait()
+        [server] = executor._servers
+        os.kill(server.process.pid, signal.SIGKILL)
+        await server.process.wait()
         assert (await executor.run("21 * 2")).value == 42
+        assert [s.alive for s in executor._servers] == [True] and executor._servers[0] is not server
     finally:
         await executor.aclose()
 
@@ -442,8 +443,8 @@ async def test_the_process_sandbox_environment_is_the_documented_one_plus_env(
     executor = ProcessExecutor(warm=1, env={"REPORT_STYLE": "short"})
     try:
         seen = (await executor.run("import os\ndict(os.environ)")).value
-        assert executor._server is not None  # every run is a fork of it: its memory is theirs
-        raw = Path(f"/proc/{executor._server.pid}/environ").read_bytes().decode()  # noqa: ASYNC240
+        [server] = executor._servers  # every run is a fork of it: its memory is theirs
+        raw = Path(f"/proc/{server.process.pid}/environ").read_bytes().decode()  # noqa: ASYNC240
     finally:
         await executor.aclose()
     expected = {*SANDBOX_ENVIRONMENT, "HOME", "TMPDIR", "PYTHONPATH", "REPORT_STYLE"}

@@ -1,6 +1,6 @@
 """ProcessExecutor: full CPython (any installed package) in a confined, forked process.
 
-A fork server, started once, keeps the interpreter and preloaded packages warm; each run
+A fork server keeps the interpreter and preloaded packages warm; each run
 is a fresh fork confined by a cgroup, Linux namespaces with a private root, rlimits,
 Landlock, seccomp and an unprivileged uid (see ``_confine``, ``_mounts``, ``_seccomp``,
 ``_cgroups`` and SECURITY.md). The code sees only the interpreter, system libraries, its own
@@ -9,7 +9,13 @@ of ``PATH``, ``LANG``, ``HOME``, ``TMPDIR`` and what ``env=`` adds (nothing of t
 and host tools as plain functions whose calls cross back over the run's socket, so secrets
 stay with the host. Linux only.
 
-``preload`` names modules the fork server imports once, so that runs find them loaded:
+One fork server prepares about 200 sandboxes a second (BENCHMARKS.md), so the executor keeps
+a pool of them, at most ``fork_servers`` (one per CPU this process may use, by default). It
+starts with one and starts another, in the background, only when a run is asked for while
+every server has a run in flight: code run one at a time costs one server. A run goes to the
+server with the fewest runs in flight.
+
+``preload`` names modules each fork server imports once, so that runs find them loaded:
 ``ProcessExecutor(preload=("pandas",))`` makes a pandas run take milliseconds instead of the
 second an import costs, at the price of slower forks (see BENCHMARKS.md).
 
@@ -32,6 +38,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ringzero.core.errors import ExecutorError, InvalidArgument
@@ -95,9 +102,13 @@ class ProcessExecutor:
         warm: int = 2,
         workspace: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
+        fork_servers: int | None = None,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise ExecutorError("ProcessExecutor confines code with Linux namespaces and Landlock; this is not Linux")
+        if fork_servers is not None and (not isinstance(fork_servers, int) or isinstance(fork_servers, bool)
+                                         or fork_servers < 1):
+            raise InvalidArgument(f"fork_servers must be a whole number of at least 1, not {fork_servers!r}")
         env = dict(env or {})
         bad = [k for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str) or "=" in k or not k]
         if bad:
@@ -116,61 +127,105 @@ class ProcessExecutor:
         self.workspace = os.path.abspath(workspace) if workspace is not None else ""
         """A directory every run may write (``$RINGZERO_WORKSPACE``), kept between runs: an
         agent's workspace. Everything else outside the run's scratch directory is read-only."""
+        self.fork_servers = fork_servers if fork_servers is not None else len(os.sched_getaffinity(0))
+        """At most this many fork servers: started one at a time, as concurrent runs need them."""
         self.missing_controls: dict[str, str] = {}
         self._controls: list[str] = []
-        self._server: asyncio.subprocess.Process | None = None
-        self._control: socket.socket | None = None
-        self._scratch_root = ""
+        self._servers: list[_ForkServer] = []
         self._starting = asyncio.Lock()
+        self._growing: asyncio.Task[None] | None = None
+        self._cannot_grow = False  # a server failed to start in the background: serve on with those there are
 
     @property
     def capabilities(self) -> ExecutorCapabilities:
         return ExecutorCapabilities(isolation="process", full_cpython=True, sessions=False, tools=True,
-                                    network="namespaces" not in self._controls and bool(self._server))
+                                    network="namespaces" not in self._controls and bool(self._servers))
+
+    @property
+    def servers_running(self) -> int:
+        """How many fork servers the pool holds now (at most ``fork_servers``)."""
+        return sum(server.alive for server in self._servers)
 
     async def start(self) -> None:
-        """Start the fork server and probe the host. Raises ExecutorError if a control
-        cannot be enforced and weaker isolation was not accepted."""
+        """Start a fork server (if none is running) and probe the host. Raises ExecutorError if a
+        control cannot be enforced and weaker isolation was not accepted."""
         async with self._starting:
-            if self._server is not None and self._server.returncode is None:
-                return
-            if self._server is not None:  # it died: start a new one (its runs already failed)
-                await self._stop_server()
-            await self._start_server()
+            for dead in [s for s in self._servers if not s.alive]:  # its runs already failed
+                await self._retire(dead)
+            if not self._servers:
+                self._servers.append(await self._start_fork_server())
 
-    async def _start_server(self) -> None:
+    async def _start_fork_server(self) -> _ForkServer:
+        """Start one fork server and read which controls it enforces. Stops it and raises
+        ExecutorError where it did not start, or cannot enforce a control and weaker isolation
+        was not accepted."""
         host_end, server_end = socket.socketpair()
         host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # before the fork server can send
-        self._scratch_root = tempfile.mkdtemp(prefix="ringzero-root-")  # an empty mount point, never written
-        os.chmod(self._scratch_root, 0o711)
-        if self.workspace:
-            _prepare_workspace(self.workspace)
-        self._server = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "ringzero.providers.executors._forkserver", str(server_end.fileno()),
-            pass_fds=(server_end.fileno(),), env=_server_environment(self.env), cwd="/")
-        server_end.close()
-        self._control = host_end
-        config = {"preload": list(self.preload), "root": self._scratch_root, "warm": self.warm,
-                  "workspace": self.workspace, "file_bytes": self.file_bytes, "scratch_inodes": self.max_files,
-                  "max_processes": self.max_processes, "memory_bytes": self.limits.memory_bytes}
-        host_end.sendall(frame(config))
-        channel = _Channel(host_end.dup(), 1 << 20, sender=self._server.pid)
+        root = tempfile.mkdtemp(prefix="ringzero-root-")  # an empty mount point, never written
+        os.chmod(root, 0o711)
         try:
-            async with fail_after(60):
-                ready = await channel.read()
-        except (TimeoutError, asyncio.IncompleteReadError, ProtocolViolation) as exc:
-            await self.aclose()
-            raise ExecutorError("the ProcessExecutor's fork server did not start") from exc
+            if self.workspace:
+                _prepare_workspace(self.workspace)
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "ringzero.providers.executors._forkserver", str(server_end.fileno()),
+                pass_fds=(server_end.fileno(),), env=_server_environment(self.env), cwd="/")
+        except BaseException:
+            host_end.close()
+            await asyncio.to_thread(remove_tree, root)
+            raise
         finally:
-            channel.close()
-            host_end.setblocking(True)  # the dup shared its file description, non-blocking mode included
-        self.missing_controls = {c: why for c, why in ready["controls"].items() if why is not None}
-        self._controls = [c for c in CONTROLS if c not in self.missing_controls]
-        if self.missing_controls and not self.allow_weaker_isolation:
-            await self.aclose()
-            reasons = "; ".join(f"{c}: {why}" for c, why in self.missing_controls.items())
-            raise ExecutorError(f"this host cannot enforce {', '.join(self.missing_controls)} ({reasons}); "
-                                "pass allow_weaker_isolation=True to run with what it can enforce")
+            server_end.close()
+        server = _ForkServer(process, host_end, root)
+        try:
+            config = {"preload": list(self.preload), "root": root, "warm": self.warm,
+                      "workspace": self.workspace, "file_bytes": self.file_bytes, "scratch_inodes": self.max_files,
+                      "max_processes": self.max_processes, "memory_bytes": self.limits.memory_bytes}
+            host_end.sendall(frame(config))
+            channel = _Channel(host_end.dup(), 1 << 20, sender=process.pid)
+            try:
+                async with fail_after(60):
+                    ready = await channel.read()
+            except (TimeoutError, asyncio.IncompleteReadError, ProtocolViolation) as exc:
+                raise ExecutorError("the ProcessExecutor's fork server did not start") from exc
+            finally:
+                channel.close()
+                host_end.setblocking(True)  # the dup shared its file description, non-blocking mode included
+            missing = {c: why for c, why in ready["controls"].items() if why is not None}
+            if missing and not self.allow_weaker_isolation:
+                reasons = "; ".join(f"{c}: {why}" for c, why in missing.items())
+                raise ExecutorError(f"this host cannot enforce {', '.join(missing)} ({reasons}); "
+                                    "pass allow_weaker_isolation=True to run with what it can enforce")
+        except BaseException:
+            await server.stop()
+            raise
+        self.missing_controls = missing
+        self._controls = [c for c in CONTROLS if c not in missing]
+        return server
+
+    async def _least_busy(self) -> _ForkServer:
+        """The server with the fewest runs in flight. Where even that one has a run, and the
+        pool may grow, another server starts in the background for the runs after this one."""
+        await self.start()
+        server = min(self._servers, key=lambda s: s.runs)
+        if (server.runs and self._growing is None and not self._cannot_grow
+                and len(self._servers) < self.fork_servers):
+            self._growing = asyncio.create_task(self._grow())
+        return server
+
+    async def _grow(self) -> None:
+        try:
+            server = await self._start_fork_server()
+        except Exception:  # the pool serves on with the servers it has
+            self._cannot_grow = True
+            return
+        finally:
+            self._growing = None
+        self._servers.append(server)
+
+    async def _retire(self, server: _ForkServer) -> None:
+        with contextlib.suppress(ValueError):
+            self._servers.remove(server)
+        await server.stop()
 
     async def run(
         self,
@@ -188,44 +243,46 @@ class ProcessExecutor:
             raise InvalidArgument(refused)
         tools = dict(tools or {})
         started = time.perf_counter()
-        channel = await self._open_run(limits)
+        server, channel = await self._open_run(limits)
         calls: list[ToolCallRecord] = []
         greeting: dict[str, Any] = {}
         try:
             outcome = await self._converse(channel, code, dict(inputs or {}), tools, limits, calls, greeting)
         finally:
+            server.runs -= 1
             if isinstance(greeting.get("pid"), int):  # the namespace's init: killing it ends every process
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(greeting["pid"], signal.SIGKILL)
             channel.close()
             scratch = str(greeting.get("scratch", ""))  # only without a private root
-            if scratch.startswith(self._scratch_root + os.sep):
+            if scratch.startswith(server.root + os.sep):
                 await asyncio.to_thread(remove_tree, scratch)
         value, stdout, error = outcome
         return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(calls))
 
-    async def _open_run(self, limits: ExecLimits) -> _Channel:
-        """Ask the fork server for a sandbox; a fork server that died is started again once."""
+    async def _open_run(self, limits: ExecLimits) -> tuple[_ForkServer, _Channel]:
+        """Ask the least busy fork server for a sandbox; where that one has died, it leaves the
+        pool and the request goes to another (started, if none is left), once."""
         header = {"limits": {
             "cpu_seconds": int((limits.wall_seconds or 30) + 1), "memory_bytes": limits.memory_bytes,
             "file_bytes": self.file_bytes, "processes": self.max_processes, "output_bytes": limits.output_bytes}}
         for attempt in (1, 2):
-            await self.start()
-            assert self._control is not None and self._server is not None
+            server = await self._least_busy()
             mine, theirs = socket.socketpair()
-            channel = _Channel(mine, message_limit(limits), sender=self._server.pid)  # before anyone can send
+            channel = _Channel(mine, message_limit(limits), sender=server.process.pid)  # before anyone can send
             try:
-                socket.send_fds(self._control, [json.dumps(header).encode()], [theirs.fileno()])
+                socket.send_fds(server.control, [json.dumps(header).encode()], [theirs.fileno()])
             except OSError as exc:
                 channel.close()
                 if attempt == 2:
                     raise ExecutorError(f"the ProcessExecutor's fork server is gone and did not restart: {exc}") \
                         from exc
-                await self._stop_server()
+                await self._retire(server)
                 continue
             finally:
                 theirs.close()
-            return channel
+            server.runs += 1
+            return server, channel
         raise AssertionError("unreachable")
 
     async def _converse(self, channel: _Channel, code: str, inputs: dict[str, JSON], tools: dict[str, Tool],
@@ -261,25 +318,42 @@ class ProcessExecutor:
             return None, "", executor_error("SandboxKilled", "the sandboxed process died before it answered "
                                             "(a CPU, memory or process limit, or a signal)")
 
-    async def _stop_server(self) -> None:
-        if self._control is not None:
-            self._control.close()  # the fork server sees the host leave, frees its runs' cgroups, exits
-            self._control = None
-        if self._server is not None:
-            server, self._server = self._server, None
-            try:
-                async with fail_after(5):
-                    await server.wait()
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    server.kill()
-                await server.wait()
-        if self._scratch_root:
-            await asyncio.to_thread(remove_tree, self._scratch_root)
-            self._scratch_root = ""
-
     async def aclose(self) -> None:
-        await self._stop_server()
+        """Stop every fork server (and one still starting); the executor may start again."""
+        if self._growing is not None:
+            growing = self._growing
+            growing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await growing
+        servers, self._servers = self._servers, []
+        await asyncio.gather(*(server.stop() for server in servers))
+
+
+@dataclass(eq=False)
+class _ForkServer:
+    """One fork server as the host sees it: its process, the control socket that requests go
+    down, the empty directory its runs' private roots are mounted on, and how many of its runs
+    are in flight."""
+
+    process: asyncio.subprocess.Process
+    control: socket.socket
+    root: str
+    runs: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+    async def stop(self) -> None:
+        self.control.close()  # the fork server sees the host leave, frees its runs' cgroups, exits
+        try:
+            async with fail_after(5):
+                await self.process.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            await self.process.wait()
+        await asyncio.to_thread(remove_tree, self.root)  # a second stop finds nothing to remove
 
 
 class _Channel:
