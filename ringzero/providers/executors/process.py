@@ -191,6 +191,8 @@ class ProcessExecutor:
                 channel.close()
                 host_end.setblocking(True)  # the dup shared its file description, non-blocking mode included
             missing = {c: why for c, why in ready["controls"].items() if why is not None}
+            self.missing_controls = missing  # also where start() refuses: the caller may look
+            self._controls = [c for c in CONTROLS if c not in missing]
             if missing and not self.allow_weaker_isolation:
                 reasons = "; ".join(f"{c}: {why}" for c, why in missing.items())
                 raise ExecutorError(f"this host cannot enforce {', '.join(missing)} ({reasons}); "
@@ -198,8 +200,6 @@ class ProcessExecutor:
         except BaseException:
             await server.stop()
             raise
-        self.missing_controls = missing
-        self._controls = [c for c in CONTROLS if c not in missing]
         return server
 
     async def _least_busy(self) -> _ForkServer:
