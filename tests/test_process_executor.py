@@ -165,6 +165,42 @@ async def test_the_sandbox_refuses_what_the_host_would_refuse_as_too_deep_itself
             assert final.error is None and final.value is not None, final
 
 
+def _proc_status(pid: str) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+async def test_each_run_is_one_fork_of_the_fork_server_born_as_the_init_of_its_own_pid_namespace(
+    process: Executor,
+) -> None:
+    """One fork per run, not a fork that unshares and forks again: every child of the fork
+    server (its warm inits) is pid 1 of a PID namespace of its own, and the server's own next
+    children are still born in the server's namespace (it points them back after each fork)."""
+    assert (await process.run("import os\nos.getpid()")).value == 1
+    [server] = process._servers  # type: ignore[attr-defined]
+    server_pid = str(server.process.pid)
+
+    def children() -> dict[str, dict[str, str]]:
+        found = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                status = _proc_status(pid)
+                if status.get("PPid") == server_pid:
+                    found[pid] = {**status, "ns": os.readlink(f"/proc/{pid}/ns/pid")}
+            except OSError:  # gone meanwhile
+                pass
+        return found
+
+    await until(lambda: len(children()) >= 2)  # its warm=2 inits, ready for the next runs
+    own = os.readlink(f"/proc/{server_pid}/ns/pid")
+    assert os.readlink(f"/proc/{server_pid}/ns/pid_for_children") == own
+    inits = children()
+    for pid, status in inits.items():
+        assert status["NSpid"].split() == [pid, "1"], status["NSpid"]
+        assert status["ns"] != own
+    assert len({status["ns"] for status in inits.values()}) == len(inits), "two runs share a PID namespace"
+
+
 async def test_a_pool_of_fork_servers_grows_only_while_runs_overlap_and_never_past_its_size() -> None:
     """Runs one at a time use one fork server. A run asked for while every server has one in
     flight starts another server in the background; the next run goes to the idle one; with

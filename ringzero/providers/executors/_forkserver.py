@@ -4,13 +4,14 @@ Started once per executor as ``python -m ringzero.providers.executors._forkserve
 the sandbox's environment and nothing else of the host's (so that no fork can find a host
 secret in its memory or ``/proc/self/environ``), it reads its configuration from the control
 socket FD, imports the preloaded modules (so that forks start warm), probes which
-confinement controls this host enforces, and keeps WARM confined inits ready: each was put
-in its own cgroup leaf, forked into new namespaces with a private root, confined by
-Landlock, seccomp and an unprivileged uid, and waits. A request from the host carries one
-end of a socket pair; the server greets the host on it (``pid``) and hands it to a ready
-init, which applies the run's rlimits and speaks a length-prefixed JSON protocol with the
-host: ``run`` (from the host), ``call``/``result``/``error`` for host tools, and ``done`` (or
-``failed``).
+confinement controls this host enforces, and keeps WARM confined inits ready: each is one
+fork of the server, born as the init of a new PID namespace, which puts itself in its own
+cgroup leaf, enters new mount, network, IPC and UTS namespaces with a private root, confines
+itself with Landlock, seccomp and an unprivileged uid, and waits. A request from the host
+carries one end of a socket pair; the server greets the host on it (``pid``) and hands it to
+a ready init, which applies the run's rlimits and speaks a length-prefixed JSON protocol with
+the host: ``run`` (from the host), ``call``/``result``/``error`` for host tools, and ``done``
+(or ``failed``).
 """
 
 from __future__ import annotations
@@ -99,12 +100,14 @@ class Server:
                            owner=_confine.NOBODY if self.unprivileged() else None)
 
     def spawn_ready(self, control: socket.socket) -> _Ready:
-        """Fork a process into its cgroup and new namespaces, fork its init, confine the init;
-        it then waits for a run. Raises OSError when the host refuses a step (the run fails)."""
+        """Fork the init of a run: born in a new PID namespace and put in its cgroup leaf by
+        us, it makes its other namespaces and root, confines itself and waits for a run.
+        Raises OSError when the host refuses a step here (the run fails); a step refused in
+        the init is reported to the run it is handed."""
         leaf = ""
         if self.cgroups is not None:
             leaf = next(self._leaves)
-            self.cgroups.create(leaf, pids=self.max_processes + 2, memory_bytes=self.memory_bytes)
+            self.cgroups.create(leaf, pids=self.max_processes + 1, memory_bytes=self.memory_bytes)
         if self.private_root:
             scratch = _mounts.SCRATCH
         else:  # weaker isolation: a scratch directory on the host's disk
@@ -112,46 +115,48 @@ class Server:
             if self.unprivileged():
                 os.chown(scratch, _confine.NOBODY, _confine.NOBODY)
         ours, theirs = socket.socketpair()
-        if os.fork() == 0:
+        try:
+            pid = _mounts.fork_into_pid_namespace() if self.private_root else os.fork()
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:
             ours.close()
             control.close()
             try:
-                self._prepare(theirs, scratch, leaf)
+                self._init(theirs, scratch)
             finally:
                 os._exit(0)  # the fork server went away mid-spawn: leave quietly
         theirs.close()
-        return _Ready(ours, scratch, leaf)
+        if leaf and self.cgroups is not None:
+            # By us, before we return: a leaf is removed once it is empty after its run is handed
+            # over, so an init that had not joined it yet would find it gone.
+            try:
+                self.cgroups.attach(leaf, pid)
+            except OSError:
+                os.kill(pid, signal.SIGKILL)
+                ours.close()
+                self.cgroups.remove(leaf)
+                raise
+        return _Ready(ours, scratch, leaf, pid)
 
-    def _prepare(self, link: socket.socket, scratch: str, leaf: str) -> None:
-        """In the forked process: cgroup, namespaces and root, then the init that confines
-        itself and waits."""
+    def _init(self, link: socket.socket, scratch: str) -> None:
+        """In the forked init: namespaces and root, confinement, then the run."""
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         failure = None
         try:
-            if leaf and self.cgroups is not None:
-                self.cgroups.attach(leaf, os.getpid())
             if self.private_root:
                 self.build_root()
-        except BaseException as exc:  # reported to the run instead of running unconfined
-            failure = f"{type(exc).__name__}: {exc}"
-        init = os.fork()
-        if init:
-            send_msg(link, {"pid": init})
-            link.close()
-            os.waitpid(init, 0)
-            os._exit(0)
-        try:
-            if failure is None:
-                if self.private_root:
-                    _mounts.mount_proc()
-                devnull = os.open("/dev/null", os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(devnull, fd)
-                os.environ.update(HOME=scratch, TMPDIR=scratch, **({"RINGZERO_WORKSPACE": self.workspace}
-                                                                   if self.workspace else {}))
-                self.confine(scratch)
-                os.chdir(scratch)
+                _mounts.mount_proc()
+            devnull = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.environ.update(HOME=scratch, TMPDIR=scratch, **({"RINGZERO_WORKSPACE": self.workspace}
+                                                               if self.workspace else {}))
+            self.confine(scratch)
+            os.chdir(scratch)
         except BaseException as exc:
             failure = f"{type(exc).__name__}: {exc}"
         data, fds, _, _ = socket.recv_fds(link, 65536, 1)
@@ -176,12 +181,16 @@ class Server:
 
     def probe(self) -> dict[str, str | None]:
         """Which controls this host enforces: None for each that works, else why not. Tried
-        in a throwaway child, in the order a run applies them."""
+        in a throwaway child, born as a run's init is (in a new PID namespace, where the host
+        allows one), in the order a run applies them."""
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        try:
+            pid, refused = _mounts.fork_into_pid_namespace(), None
+        except OSError as exc:
+            pid, refused = os.fork(), str(exc)
         if pid == 0:
             os.close(read_end)
-            os.write(write_end, json.dumps(self._probe_steps()).encode())
+            os.write(write_end, json.dumps(self._probe_steps(refused)).encode())
             os._exit(0)
         os.close(write_end)
         data = b""
@@ -197,19 +206,16 @@ class Server:
             results["cgroups"] = str(exc)
         return results
 
-    def _probe_steps(self) -> dict[str, str | None]:
+    def _probe_steps(self, pid_namespace_refused: str | None) -> dict[str, str | None]:
         results: dict[str, str | None] = {}
         self.controls = ["unprivileged"]  # the scratch owner, as a run would have it
 
         def namespaces() -> None:
+            if pid_namespace_refused is not None:
+                raise OSError(pid_namespace_refused)
             self.build_root()
-            init = os.fork()
-            if init == 0:
-                try:
-                    _mounts.mount_proc()
-                finally:
-                    os._exit(1 if not os.path.exists("/proc/self/status") else 0)
-            if os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]) != 0:
+            _mounts.mount_proc()
+            if not os.path.exists("/proc/self/status"):
                 raise OSError("/proc could not be mounted in the new PID namespace")
 
         def unprivileged() -> None:
@@ -237,15 +243,11 @@ class Server:
 
 
 class _Ready:
-    """A confined init waiting for its run: its link to us, its scratch and cgroup leaf. Its
-    host pid arrives on the link once its namespaces exist; it is read only when the run is
-    handed over, so that the fork server never waits for a spawn to finish."""
+    """An init waiting for its run (perhaps still confining itself: the fork server never
+    waits for it): its link to us, its scratch, cgroup leaf and host pid."""
 
-    def __init__(self, link: socket.socket, scratch: str, leaf: str) -> None:
-        self.link, self.scratch, self.leaf = link, scratch, leaf
-
-    def pid(self) -> int:
-        return int(recv_msg(self.link)["pid"])
+    def __init__(self, link: socket.socket, scratch: str, leaf: str, pid: int) -> None:
+        self.link, self.scratch, self.leaf, self.pid = link, scratch, leaf, pid
 
 
 def main() -> None:
@@ -293,7 +295,7 @@ def _serve(server: Server, control: socket.socket, ready: collections.deque[_Rea
             handed.append(run.leaf)
             if run.leaf and server.cgroups is not None:
                 server.cgroups.set_memory(run.leaf, int(json.loads(data)["limits"]["memory_bytes"]))
-            greeting = {"op": "pid", "pid": run.pid(), **({} if server.private_root else {"scratch": run.scratch})}
+            greeting = {"op": "pid", "pid": run.pid, **({} if server.private_root else {"scratch": run.scratch})}
             send_msg(conn, greeting)
             socket.send_fds(run.link, [data], [conn.fileno()])
             run.link.close()
