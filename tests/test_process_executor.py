@@ -201,6 +201,18 @@ async def test_each_run_is_one_fork_of_the_fork_server_born_as_the_init_of_its_o
     assert len({status["ns"] for status in inits.values()}) == len(inits), "two runs share a PID namespace"
 
 
+async def test_runs_find_common_modules_warm_and_none_of_the_kernel_in_memory(process: Executor) -> None:
+    """Every run is a fork of the fork server's memory: it holds the standard library modules
+    agent code often imports, and not ringzero's kernel (nor the asyncio and ssl it loads)."""
+    from ringzero.providers.executors._forkserver import COMMON_MODULES
+
+    loaded = (await process.run("import sys\nsorted(sys.modules)")).value
+    assert isinstance(loaded, list)
+    assert set(COMMON_MODULES) <= set(loaded)
+    assert [m for m in loaded if m.startswith("ringzero.core") or m in ("asyncio", "ssl")] == []
+    assert (await process.run("import asyncio\nasyncio.run(asyncio.sleep(0, 42))")).value == 42
+
+
 async def test_a_pool_of_fork_servers_grows_only_while_runs_overlap_and_never_past_its_size() -> None:
     """Runs one at a time use one fork server. A run asked for while every server has one in
     flight starts another server in the background; the next run goes to the idle one; with

@@ -24,10 +24,11 @@ even when it lives under a ``0700`` home (pyenv under ``/root``).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from collections.abc import Iterable
 
-__all__ = ["DEVICES", "SCRATCH", "build_root", "enter_namespaces", "fork_into_pid_namespace", "mount_proc"]
+__all__ = ["DEVICES", "SCRATCH", "build_root", "enter_namespaces", "fork_into_pid_namespace", "mount_proc", "plan"]
 
 SCRATCH = "/tmp"
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
@@ -86,8 +87,10 @@ def enter_namespaces() -> None:
     _check(_libc.sethostname(b"sandbox", 7), "sethostname")
 
 
-def _plan(readable: Iterable[str]) -> tuple[list[str], dict[str, str]]:
-    """The bind mounts (outermost only, real paths) and the top-level symlinks to recreate."""
+@functools.lru_cache(maxsize=4)
+def plan(readable: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The bind mounts (outermost only, real paths) and the top-level symlinks to recreate.
+    The fork server asks once, before it forks, so that no run's init pays for the lookups."""
     binds: set[str] = set()
     links: dict[str, str] = {}
     for path in readable:
@@ -100,7 +103,7 @@ def _plan(readable: Iterable[str]) -> tuple[list[str], dict[str, str]]:
     for path in sorted(binds):
         if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
             kept.append(path)
-    return kept, links
+    return tuple(kept), links
 
 
 def _covered(path: str, binds: Iterable[str]) -> bool:
@@ -125,7 +128,7 @@ def build_root(root: str, readable: Iterable[str], writable: Iterable[str], *, s
     Runs as root, in the mount namespace ``enter_namespaces`` made; ``owner`` is the uid that
     will own the scratch (None: the current user's)."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here propagates to the host
-    binds, links = _plan(readable)
+    binds, links = plan(tuple(readable))
     writable = [os.path.realpath(w) for w in writable if w]
     _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
     # The scratch first: a path the host keeps under /tmp (a workspace, a virtualenv) is bound on

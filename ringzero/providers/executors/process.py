@@ -1,23 +1,26 @@
 """ProcessExecutor: full CPython (any installed package) in a confined, forked process.
 
-A fork server keeps the interpreter and preloaded packages warm; each run
-is a fresh fork confined by a cgroup, Linux namespaces with a private root, rlimits,
-Landlock, seccomp and an unprivileged uid (see ``_confine``, ``_mounts``, ``_seccomp``,
-``_cgroups`` and SECURITY.md). The code sees only the interpreter, system libraries, its own
-tmpfs scratch (``/tmp``) and, when given, the agent's workspace; no network; an environment
-of ``PATH``, ``LANG``, ``HOME``, ``TMPDIR`` and what ``env=`` adds (nothing of the host's);
-and host tools as plain functions whose calls cross back over the run's socket, so secrets
-stay with the host. Linux only.
+A fork server keeps the interpreter, common standard library modules
+(``_forkserver.COMMON_MODULES``) and preloaded packages warm; each run is one fresh fork of
+it, confined by a cgroup, Linux namespaces with a private root, rlimits, Landlock, seccomp
+and an unprivileged uid (see ``_confine``, ``_mounts``, ``_seccomp``, ``_cgroups`` and
+SECURITY.md). The code sees only the interpreter, system libraries, its own tmpfs scratch
+(``/tmp``) and, when given, the agent's workspace; no network; an environment of ``PATH``,
+``LANG``, ``HOME``, ``TMPDIR`` and what ``env=`` adds (nothing of the host's); and host tools
+as plain functions whose calls cross back over the run's socket, so secrets stay with the
+host. Linux only.
 
-One fork server prepares about 200 sandboxes a second (BENCHMARKS.md), so the executor keeps
+One fork server prepares about 300 sandboxes a second (BENCHMARKS.md), so the executor keeps
 a pool of them, at most ``fork_servers`` (one per CPU this process may use, by default). It
 starts with one and starts another, in the background, only when a run is asked for while
 every server has a run in flight: code run one at a time costs one server. A run goes to the
 server with the fewest runs in flight.
 
-``preload`` names modules each fork server imports once, so that runs find them loaded:
+``preload`` names more modules each fork server imports once, so that runs find them loaded:
 ``ProcessExecutor(preload=("pandas",))`` makes a pandas run take milliseconds instead of the
-second an import costs, at the price of slower forks (see BENCHMARKS.md).
+second an import costs, at the price of slower forks (see BENCHMARKS.md). Nothing else is
+loaded in the fork server (not ringzero's kernel, not asyncio): a run that imports asyncio
+pays about 15 ms for it unless ``preload`` names it.
 
 Controls are probed when the executor starts. If any cannot be enforced on this host,
 ``start()`` refuses with the reasons, unless ``allow_weaker_isolation=True``; then
@@ -75,12 +78,26 @@ def _prepare_workspace(path: str) -> None:
         os.chown(path, NOBODY, NOBODY)
 
 
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# How the fork server starts: its three parent packages are made bare (no __init__ runs), so that
+# it holds what a run needs and not the kernel, asyncio and ssl that `import ringzero` loads.
+# Every run is a fork of its memory: 8 MB of its own instead of 14, copied on write by each run.
+_FORK_SERVER_BOOT = f"""
+import sys, types
+for name in ("ringzero", "ringzero.providers", "ringzero.providers.executors"):
+    package = types.ModuleType(name)
+    package.__path__ = [{_PACKAGE_ROOT!r} + "/" + name.replace(".", "/")]
+    sys.modules[name] = package
+from ringzero.providers.executors._forkserver import main
+main()
+"""
+
+
 def _server_environment(extra: Mapping[str, str]) -> dict[str, str]:
     """What the fork server starts with: the sandbox's environment, plus where Python finds
     ringzero (and, if the host needs them to start its interpreter, ``PYTHONPATH`` and
     ``LD_LIBRARY_PATH``). Every run inherits this memory, so no host secret may be in it."""
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    paths = [p for p in (os.environ.get("PYTHONPATH", ""), package_root) if p]
+    paths = [p for p in (os.environ.get("PYTHONPATH", ""), _PACKAGE_ROOT) if p]
     env = {**SANDBOX_ENVIRONMENT, **extra, "PYTHONPATH": os.pathsep.join(paths)}
     if "LD_LIBRARY_PATH" in os.environ:
         env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
@@ -167,7 +184,7 @@ class ProcessExecutor:
             if self.workspace:
                 _prepare_workspace(self.workspace)
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "ringzero.providers.executors._forkserver", str(server_end.fileno()),
+                sys.executable, "-c", _FORK_SERVER_BOOT, str(server_end.fileno()),
                 pass_fds=(server_end.fileno(),), env=_server_environment(self.env), cwd="/")
         except BaseException:
             host_end.close()
