@@ -2,17 +2,17 @@
 
 Started once per executor as ``python -c BOOT FD`` (``process._FORK_SERVER_BOOT``: ``main``
 from here, with ringzero's packages bare so that none of the kernel is in the memory every
-run inherits) with the sandbox's environment and nothing else of the host's (so that no fork can find a host
-secret in its memory or ``/proc/self/environ``), it reads its configuration from the control
-socket FD, imports the preloaded modules (so that forks start warm), probes which
-confinement controls this host enforces, and keeps WARM confined inits ready: each is one
-fork of the server, born as the init of a new PID namespace and put in its own cgroup leaf,
-which enters new mount, network, IPC and UTS namespaces with a private root, confines
-itself with Landlock, seccomp and an unprivileged uid, and waits. A request from the host
-carries one end of a socket pair; the server greets the host on it (``pid``) and hands it to
-a ready init, which applies the run's rlimits and speaks a length-prefixed JSON protocol with
-the host: ``run`` (from the host), ``call``/``result``/``error`` for host tools, and ``done``
-(or ``failed``).
+run inherits) with the sandbox's environment and nothing else of the host's (so that no fork
+can find a host secret in its memory or ``/proc/self/environ``), it reads its configuration
+from the control socket FD, imports ``COMMON_MODULES`` and the preloaded modules (so that
+forks start warm), probes which confinement controls this host enforces, and keeps WARM
+confined inits ready: each is one fork of the server, born as the init of a new PID
+namespace and put in its own cgroup leaf, which enters new mount, network, IPC and UTS
+namespaces with a private root, confines itself with Landlock, seccomp and an unprivileged
+uid, and waits. A request from the host carries one end of a socket pair; the server greets
+the host on it (``pid``) and hands it to a ready init, which applies the run's rlimits and
+speaks a length-prefixed JSON protocol with the host: ``run`` (from the host),
+``call``/``result``/``error`` for host tools, and ``done`` (or ``failed``).
 """
 
 from __future__ import annotations

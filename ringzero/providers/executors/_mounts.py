@@ -1,7 +1,7 @@
 """A private root for one sandboxed run: only what the interpreter needs exists in it.
 
 The run's init is forked straight into a new PID namespace (``fork_into_pid_namespace``: one
-fork of the fork server, whose 25 MB are copied on write, not two). After
+fork of the fork server, whose memory each fork copies on write, not two). After
 ``unshare(CLONE_NEWNS)`` (with new network, IPC and UTS namespaces), it builds a fresh tmpfs
 root holding, at their host paths:
 
@@ -23,9 +23,11 @@ even when it lives under a ``0700`` home (pyenv under ``/root``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
+import signal
 from collections.abc import Iterable
 
 __all__ = ["DEVICES", "SCRATCH", "build_root", "enter_namespaces", "fork_into_pid_namespace", "mount_proc", "plan"]
@@ -64,7 +66,8 @@ def fork_into_pid_namespace() -> int:
 
     ``unshare(CLONE_NEWPID)`` changes only where the caller's next child is born, so the caller
     forks once and then points its children back at its own namespace (``setns``), ready for
-    the next call. Needs CAP_SYS_ADMIN (the fork server runs as root)."""
+    the next call. Needs CAP_SYS_ADMIN (the fork server runs as root). Raises OSError, with
+    no child left, when a step is refused."""
     _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     pid = -1
     try:
@@ -74,6 +77,12 @@ def fork_into_pid_namespace() -> int:
             own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)  # the active one, not the new
             try:
                 _check(_libc.setns(own, _CLONE_NEWPID), "setns(own PID namespace)")
+            except OSError:
+                if pid > 0:  # a child the caller will not know of
+                    os.kill(pid, signal.SIGKILL)
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, 0)
+                raise
             finally:
                 os.close(own)
     return pid

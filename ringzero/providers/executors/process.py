@@ -20,7 +20,7 @@ server with the fewest runs in flight.
 ``ProcessExecutor(preload=("pandas",))`` makes a pandas run take milliseconds instead of the
 second an import costs, at the price of slower forks (see BENCHMARKS.md). Nothing else is
 loaded in the fork server (not ringzero's kernel, not asyncio): a run that imports asyncio
-pays about 15 ms for it unless ``preload`` names it.
+pays about 20 ms for it unless ``preload`` names it.
 
 Controls are probed when the executor starts. If any cannot be enforced on this host,
 ``start()`` refuses with the reasons, unless ``allow_weaker_isolation=True``; then
