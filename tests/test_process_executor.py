@@ -202,6 +202,24 @@ async def test_each_run_is_one_fork_of_the_fork_server_born_as_the_init_of_its_o
     assert len({status["ns"] for status in inits.values()}) == len(inits), "two runs share a PID namespace"
 
 
+COUNT_SOCKETS = ("import os, stat\nsockets = 0\nfor fd in range(3, 1024):\n    try:\n"
+                 "        sockets += stat.S_ISSOCK(os.fstat(fd).st_mode)\n    except OSError:\n        pass\nsockets")
+
+
+async def test_a_run_holds_no_socket_of_the_fork_server_but_its_own_channel() -> None:
+    """An init is forked while the fork server holds the links of the inits waiting before it:
+    it closes every descriptor it inherited, so the code finds only its own channel."""
+    from ringzero.providers.executors import ProcessExecutor
+
+    executor = ProcessExecutor(warm=3)
+    try:
+        for _ in range(4):  # every init now waiting was forked while others waited
+            assert (await executor.run("1")).value == 1
+        assert (await executor.run(COUNT_SOCKETS)).value == 1
+    finally:
+        await executor.aclose()
+
+
 async def test_runs_find_common_modules_warm_and_none_of_the_kernel_in_memory(process: Executor) -> None:
     """Every run is a fork of the fork server's memory: it holds the standard library modules
     agent code often imports, and not ringzero's kernel (nor the asyncio and ssl it loads)."""

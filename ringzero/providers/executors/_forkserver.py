@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -152,6 +153,10 @@ class Server:
 
     def _init(self, link: socket.socket, scratch: str) -> None:
         """In the forked init: namespaces and root, confinement, then the run."""
+        # What we hold open besides stdio and our link (the links of inits forked before us,
+        # among them) is no business of the run's code.
+        os.closerange(3, link.fileno())
+        os.closerange(link.fileno() + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         failure = None
