@@ -5,7 +5,17 @@ through one with the default pool (one server per CPU this process may use, star
 concurrent runs need them), at concurrency 1 and 8, and reports how busy the whole machine's
 CPUs were meanwhile (``/proc/stat``): a pool helps only where one fork server leaves cores idle.
 Before the pool is measured at a concurrency, rounds at that concurrency run until it stops
-growing.
+growing. Each row also says where a run's CPU went: this process (the host's side of every
+run, on one event loop), the fork servers (forks, cgroup leaves), and the whole machine
+(the runs themselves, and the kernel's teardown of their namespaces). A machine with N idle
+cores can do at most N / (the machine's CPU per run) runs a second, and the host's side
+caps it at one second / (this process's CPU per run).
+
+The second table gives the executor 1, 2, 4, ... of the CPUs this process may use
+(``sched_setaffinity``, inherited by the fork servers and their runs; a fresh pool each
+time, so up to one server per CPU given) and measures concurrency 8: how throughput grows
+with cores. The kernel's deferred work (freeing a run's network namespace) may still run on
+the other CPUs; the machine column shows it.
 
     .venv/bin/python benchmarks/fork_servers.py [--runs 600]
 """
@@ -16,12 +26,15 @@ import argparse
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 
 from _progress import step
 from rich.console import Console
 from rich.table import Table
 
 from ringzero.providers.executors import ProcessExecutor
+
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -31,7 +44,33 @@ def cpu_ticks() -> tuple[int, int]:
     return sum(values) - values[3] - values[4], sum(values)
 
 
-async def throughput(executor: ProcessExecutor, concurrency: int, runs: int) -> tuple[float, float]:
+def children_cpu_seconds() -> float:
+    """CPU seconds used so far by this process's living children: the fork servers (this
+    script starts nothing else). Their runs are not counted: they are the servers' children."""
+    seconds = 0.0
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            pids = f.read().split()
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:  # it ended meanwhile
+                continue
+            seconds += (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND  # utime, stime
+    return seconds
+
+
+@dataclass
+class Measured:
+    runs_per_second: float
+    machine_busy: float  # percent of all CPUs
+    host_us: float  # CPU per run: this process
+    servers_us: float  # the fork servers
+    machine_us: float  # every CPU of the machine, busy
+
+
+async def throughput(executor: ProcessExecutor, concurrency: int, runs: int) -> Measured:
     todo = iter(range(runs))
 
     async def worker() -> None:
@@ -39,11 +78,14 @@ async def throughput(executor: ProcessExecutor, concurrency: int, runs: int) -> 
             await executor.run("1 + 1")
 
     busy0, total0 = cpu_ticks()
+    host0, servers0 = time.process_time(), children_cpu_seconds()
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
+    host1, servers1 = time.process_time(), children_cpu_seconds()
     busy1, total1 = cpu_ticks()
-    return runs / elapsed, 100 * (busy1 - busy0) / max(1, total1 - total0)
+    return Measured(runs / elapsed, 100 * (busy1 - busy0) / max(1, total1 - total0), 1e6 * (host1 - host0) / runs,
+                    1e6 * (servers1 - servers0) / runs, 1e6 * (busy1 - busy0) / TICKS_PER_SECOND / runs)
 
 
 async def grown(executor: ProcessExecutor, concurrency: int) -> None:
@@ -56,26 +98,69 @@ async def grown(executor: ProcessExecutor, concurrency: int) -> None:
             return
 
 
-async def main(runs: int) -> None:
+CPU_COLUMNS = ("CPU/run: this process", "fork servers", "machine")
+
+
+def cpu_cells(measured: Measured) -> list[str]:
+    return [f"{measured.host_us:,.0f} µs", f"{measured.servers_us:,.0f} µs", f"{measured.machine_us:,.0f} µs"]
+
+
+async def pool_or_one(runs: int) -> Table:
     one, pool = ProcessExecutor(fork_servers=1), ProcessExecutor()
     try:
         cpus = len(os.sched_getaffinity(0))
         table = Table(title=f"ProcessExecutor, {runs} runs of 1 + 1, {cpus} CPUs")
-        for column in ("executor", "concurrency", "fork servers running", "runs/s", "machine CPU busy", "vs @1"):
+        for column in ("executor", "concurrency", "fork servers running", "runs/s", "machine CPU busy", "vs @1",
+                       *CPU_COLUMNS):
             table.add_column(column, justify="right")
         for name, executor in (("fork_servers=1", one), (f"pool (up to {pool.fork_servers})", pool)):
             at_one = 0.0
             for concurrency in (1, 8):
                 step(f"{name} at concurrency {concurrency}")
                 await grown(executor, concurrency)
-                rate, busy = await throughput(executor, concurrency, runs)
-                at_one = at_one or rate
-                table.add_row(name, str(concurrency), str(executor.servers_running), f"{rate:,.0f}", f"{busy:.0f}%",
-                              f"{rate / at_one:.2f}x")
-        Console(width=120).print(table)
+                measured = await throughput(executor, concurrency, runs)
+                at_one = at_one or measured.runs_per_second
+                table.add_row(name, str(concurrency), str(executor.servers_running),
+                              f"{measured.runs_per_second:,.0f}", f"{measured.machine_busy:.0f}%",
+                              f"{measured.runs_per_second / at_one:.2f}x", *cpu_cells(measured))
     finally:
         await one.aclose()
         await pool.aclose()
+    return table
+
+
+async def scaling(runs: int) -> Table:
+    """Concurrency 8 with the executor held to 1, 2, 4, ... of this process's CPUs."""
+    allowed = sorted(os.sched_getaffinity(0))
+    counts = sorted({*(2**k for k in range(len(allowed).bit_length()) if 2**k <= len(allowed)), len(allowed)})
+    table = Table(title=f"ProcessExecutor pool at concurrency 8, {runs} runs of 1 + 1, by the CPUs it may use")
+    for column in ("CPUs", "fork servers running", "runs/s", "machine CPU busy", "vs 1 CPU", *CPU_COLUMNS):
+        table.add_column(column, justify="right")
+    on_one = 0.0
+    try:
+        for count in counts:
+            step(f"the pool on {count} of {len(allowed)} CPUs at concurrency 8")
+            os.sched_setaffinity(0, allowed[:count])  # before the pool starts: its servers and runs inherit it
+            pool = ProcessExecutor()
+            try:
+                await grown(pool, 8)
+                measured = await throughput(pool, 8, runs)
+                running = pool.servers_running
+            finally:
+                await pool.aclose()
+            on_one = on_one or measured.runs_per_second
+            table.add_row(str(count), str(running), f"{measured.runs_per_second:,.0f}",
+                          f"{measured.machine_busy:.0f}%", f"{measured.runs_per_second / on_one:.2f}x",
+                          *cpu_cells(measured))
+    finally:
+        os.sched_setaffinity(0, allowed)
+    return table
+
+
+async def main(runs: int) -> None:
+    console = Console(width=160)
+    console.print(await pool_or_one(runs))
+    console.print(await scaling(runs))
 
 
 if __name__ == "__main__":
