@@ -15,6 +15,7 @@ import asyncio
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ from ringzero.adapters.langgraph import KernelToolNode, sandboxed
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
 from ringzero.core.protocols import Checkpointer
 from ringzero.providers.executors import MontyExecutor
+
+# The measured program is a closure over its graphs on purpose: nothing here is resumed after a crash.
+warnings.filterwarnings("ignore", message="program .* is defined where no other Python process can import it")
 
 
 def add(a: int, b: int) -> int:
