@@ -8,6 +8,7 @@ so a crashed host resumes every process without repeating a recorded call.
 from __future__ import annotations
 
 from ringzero.core.context import Context
+from ringzero.core.effects import idempotent
 from ringzero.core.errors import (
     AuthenticationFailed,
     BadRequest,
@@ -34,6 +35,7 @@ from ringzero.core.errors import (
     RateLimited,
     RingzeroError,
     ToolFailed,
+    ToolInDoubt,
     ToolNotFound,
     WrongEventLoop,
 )
@@ -95,7 +97,9 @@ __all__ = [
     "RingzeroError",
     "StopReason",
     "ToolFailed",
+    "ToolInDoubt",
     "ToolNotFound",
     "WrongEventLoop",
     "__version__",
+    "idempotent",
 ]

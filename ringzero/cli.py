@@ -1,10 +1,10 @@
-"""The ``ringzero`` command: ``demo``, ``doctor``, ``ps``, ``top``, ``resume``, ``mcp`` and ``--version``."""
+"""The ``ringzero`` command: ``demo``, ``doctor``, ``ps``, ``top``, ``resume``, ``serve``, ``send``, ``mcp``
+and ``--version``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import socket
 import sys
@@ -13,17 +13,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import InvalidArgument, NotResumed, RingzeroError
+from ringzero.core.errors import InvalidArgument, RingzeroError
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.references import import_reference
 from ringzero.top import SORT_KEYS
 
 if TYPE_CHECKING:
-    from ringzero import Kernel, ProcessHandle
+    from ringzero import Kernel
 
 __all__ = ["main"]
 
@@ -73,11 +72,25 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--sort", choices=SORT_KEYS, default="pid", help="the column to sort by (default: %(default)s)")
     top.add_argument("--filter", default="", help="show processes whose name, status or syscall has this text")
     top.add_argument("--once", action="store_true", help="print one view and exit (what a pipe or a log gets)")
-    resume = commands.add_parser("resume", help="resume unfinished processes after a crash and wait for them")
-    resume.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
-    resume.add_argument("--kernel", metavar="MODULE:FUNCTION",
-                        help="a function taking the database (a Path, or the DSN) and returning your configured "
-                             "Kernel (LLM provider, tools, executor); default: a Kernel with none of them")
+    kernel_help = ("a function taking the database (a pathlib.Path for SQLite, the DSN string for PostgreSQL) and "
+                   "returning your configured Kernel (LLM provider, tools, executor): def make_kernel(db): return "
+                   "Kernel(checkpointer=SqliteCheckpointer(db), llm=..., tools=...). Its module is imported: keep "
+                   "the lines that run your agents under if __name__ == '__main__'. Default: a Kernel with none of "
+                   "them")
+    for name, text in (("resume", "finish what a crash left: run unfinished processes until each ends or waits "
+                                  "for a message or a resume, then say what was replayed, made live and in doubt"),
+                       ("serve", "resume, then keep hosting: processes waiting for a message are let go and "
+                                 "resumed when one arrives (ringzero send), until every process has ended")):
+        resume = commands.add_parser(name, help=text)
+        resume.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+        resume.add_argument("--kernel", metavar="MODULE:FUNCTION", help=kernel_help)
+        if name == "resume":
+            resume.add_argument("--serve", action="store_true", help="then keep hosting, as ringzero serve does")
+    send = commands.add_parser("send", help="send a message (JSON) to a process, whichever host runs it, or none")
+    send.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    send.add_argument("--priority", type=int, default=10, help="lower numbers are received first (default: 10)")
+    send.add_argument("pid", type=int, help="the process to send to")
+    send.add_argument("message", help="the message as JSON, e.g. '{\"approved\": true}' or '\"yes\"'")
     mcp = commands.add_parser("mcp", help="serve the kernel over MCP (stdio, or streamable HTTP on 127.0.0.1)")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     mcp.add_argument("--port", type=_port, default=8765, help="HTTP port on 127.0.0.1 (default: %(default)s)")
@@ -160,79 +173,38 @@ async def _top(db: Path | str, console: Console, args: argparse.Namespace) -> in
 
 def _kernel_factory(spec: str | None) -> Callable[[Path | str], Kernel]:
     from ringzero import Kernel
+    from ringzero.resuming import check_factory
 
     if spec is None:
         return lambda db: Kernel(checkpointer=_store(db))
-    factory = import_reference(spec, "--kernel")
-    if not callable(factory):
-        raise InvalidArgument(f"--kernel {spec!r} is not a function")
-    return factory  # type: ignore[no-any-return]
+    return check_factory(import_reference(spec, "--kernel"), spec)
+
+
+def _resumer(db: Path | str, factory: Callable[[Path | str], Kernel], spec: str | None) -> Callable[[], Kernel]:
+    """What makes each kernel of a resume: the factory's, checked, on a shared store taking its
+    processes as a cluster node does."""
+    from ringzero.resuming import build_kernel
+
+    def make() -> Kernel:
+        kernel = build_kernel(factory, db, spec)
+        if isinstance(db, str) and kernel.node is None:
+            # A shared store may have cluster nodes on it: take each process as a node does (an
+            # ownership claim), so that a node still running one is fenced, never doubled.
+            kernel.node = f"resume@{socket.gethostname()}:{os.getpid()}"
+        return kernel
+
+    return make
 
 
 async def _resume(db: Path | str, factory: Callable[[Path | str], Kernel], console: Console, *,
-                  default_kernel: bool) -> int:
-    kernel = factory(db)
-    if isinstance(db, str) and kernel.node is None:
-        # A shared store may have cluster nodes on it: take each process as a node does (an
-        # ownership claim), so that a node still running one is fenced, never doubled.
-        kernel.node = f"resume@{socket.gethostname()}:{os.getpid()}"
-    async with kernel:
-        handles = await kernel.recover()
-        console.print(f"found {len(handles)} unfinished process(es)")
-        ends = await _follow_resumed(handles, console)
-    failed = sum(outcome == "failed" for outcome, _ in ends.values())
-    unfinished = sum(outcome == "unfinished" for outcome, _ in ends.values())
-    replayed = sum(h.replayed_syscalls for h in handles)
-    live = sum(h.live_syscalls for h in handles)
-    console.print(f"resumed {len(handles) - unfinished} process(es): {len(handles) - unfinished - failed} "
-                  f"finished, {failed} failed; {replayed} recorded syscall(s) replayed from the journal (no LLM "
-                  f"call or tool run made again), {live} made live")
-    if unfinished:
-        hint = (" No --kernel was given: the default kernel has no LLM provider and no tools; pass "
-                "--kernel module:function returning your configured Kernel.") if default_kernel else ""
-        console.print(f"[bold red]{unfinished} process(es) could not be resumed[/] and are left unfinished in "
-                      f"the store, as they were; a resume with what they need finishes them.{hint}")
-    return 1 if failed or unfinished else 0
+                  spec: str | None, serving: bool) -> int:
+    from ringzero.resuming import resume, serve
 
-
-async def _follow_resumed(handles: Sequence[ProcessHandle], console: Console) -> dict[int, tuple[str, str]]:
-    """Wait for the resumed processes, with a live table of each one's replayed and live syscalls
-    and a line as each ends: pid -> ("finished"|"failed"|"unfinished", what it ended with)."""
-    from rich.live import Live
-
-    ends: dict[int, tuple[str, str]] = {}
-
-    async def follow(handle: ProcessHandle) -> None:
-        try:
-            ends[handle.pid] = ("finished", repr(await handle.wait()))
-        except NotResumed as exc:
-            ends[handle.pid] = ("unfinished", f"[bold red]not resumed[/]: {exc.cause}")
-        except RingzeroError as exc:
-            ends[handle.pid] = ("failed", str(exc))
-        console.print(f"  pid {handle.pid} {handle.name}: {ends[handle.pid][1]} (replayed "
-                      f"{handle.replayed_syscalls}, made live {handle.live_syscalls})")
-
-    def table() -> Table:
-        view = Table(title="resuming", title_justify="left")
-        for column in ("pid", "name", "status", "replayed", "live", "syscall now"):
-            view.add_column(column, justify="right" if column in ("pid", "replayed", "live") else "left")
-        for h in handles:
-            view.add_row(str(h.pid), h.name, h.status.value, str(h.replayed_syscalls), str(h.live_syscalls),
-                         h.syscall_now or "")
-        return view
-
-    followers = [asyncio.ensure_future(follow(h)) for h in handles]
-    if not followers:
-        return ends
-    # In a terminal the table is redrawn as the processes go; a log gets the line of each end.
-    with Live(table(), console=console, refresh_per_second=4, transient=True,
-              redirect_stdout=False) if console.is_terminal else contextlib.nullcontext() as live:
-        pending = set(followers)
-        while pending:
-            _, pending = await asyncio.wait(pending, timeout=0.25)
-            if live is not None:
-                live.update(table())
-    return ends
+    make = _resumer(db, factory, spec)
+    if serving:
+        return await serve(make, console, db=str(db), kernel_spec=spec)
+    code, _ = await resume(make(), console, db=str(db), kernel_spec=spec)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -241,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not console.is_terminal:
         console.width = max(console.width, 110)  # a log or pipe gets the whole table, not 80 columns
     try:
-        db = _database(args.db) if args.command in ("ps", "top", "resume") else None
+        db = _database(args.db) if args.command in ("ps", "top", "resume", "serve", "send") else None
         if isinstance(db, Path) and not db.exists():
             console.print(f"no state database at {db}")
             return 1
@@ -271,10 +243,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "mcp":
             return _serve_mcp(args)
         assert db is not None
+        if args.command == "send":
+            from ringzero import Kernel
+            from ringzero.resuming import parse_message, send
+
+            message = parse_message(args.message)
+            return asyncio.run(send(Kernel(checkpointer=_store(db), monitor_interval=None), args.pid, message,
+                                    args.priority, console))
         # As `python -m` and uvicorn do: `--kernel app:make_kernel` and the programs it journaled
         # import from the folder the command is run in.
         sys.path.insert(0, os.getcwd())
-        return asyncio.run(_resume(db, _kernel_factory(args.kernel), console, default_kernel=args.kernel is None))
+        return asyncio.run(_resume(db, _kernel_factory(args.kernel), console, spec=args.kernel,
+                                   serving=args.command == "serve" or args.serve))
     except RingzeroError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return 2

@@ -16,13 +16,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ringzero import Context, Kernel, LLMGate, RetryPolicy
+from ringzero import Context, Kernel, LLMGate, RetryPolicy, idempotent
 
 PARENTS = 50
 
 
+@idempotent
 def chaos_tool(n: int) -> int:
-    """A host tool: every real run is appended (and synced) to $CHAOS_TOOL_LOG."""
+    """A host tool: every real run is appended (and synced) to $CHAOS_TOOL_LOG. Safe to run again
+    (a line in a log), so a call in flight at the kill runs again when resumed."""
     with Path(os.environ["CHAOS_TOOL_LOG"]).open("a") as log:
         log.write(f"tool {n}\n")
         log.flush()

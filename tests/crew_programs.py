@@ -13,6 +13,7 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 
 from crewai import Agent, Crew, Task  # after the environment CrewAI reads
+from crewai.tools import tool as crewai_tool
 from crewai.flow.flow import Flow, listen, start
 from crewai.flow.persistence import persist
 from pydantic import BaseModel
@@ -54,6 +55,30 @@ async def crew_program(ctx: Context, text: str, secret: str) -> list[str]:
     """A crew run as a kernel process: its model calls and tool runs are the process's syscalls."""
     result = await kickoff(counting_crew(KernelLLM(), text), inputs={"secret": secret})
     return [task.raw for task in result.tasks_output]
+
+
+PUBLISHED: list[str] = []
+"""Every real run of the plain ``publish`` tool, in this Python process."""
+
+
+@crewai_tool("publish")
+def publish(text: str) -> str:
+    """Publish the text."""
+    PUBLISHED.append(text)
+    return f"published: {text}"
+
+
+def publishing_crew(llm: KernelLLM) -> Crew:
+    """One agent with a plain ``@tool`` (no sandbox): it publishes, then answers."""
+    writer = Agent(role="writer", goal="publish posts", backstory="You publish with your tool.", llm=llm,
+                   tools=[publish], max_iter=3)
+    post = Task(description="use publish with text=<<hello world>>", expected_output="a receipt", agent=writer)
+    return Crew(agents=[writer], tasks=[post])
+
+
+async def publishing_program(ctx: Context) -> str:
+    result = await kickoff(publishing_crew(KernelLLM()))
+    return str(result.raw)
 
 
 class Counter(BaseModel):

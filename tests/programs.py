@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from ringzero import Context
+from ringzero import Context, idempotent
 from ringzero.core.types import LLMRequest
 
 
@@ -26,6 +26,7 @@ def logging_llm(request: LLMRequest) -> str:
     return f"answer to {prompt}"
 
 
+@idempotent  # a line in a log: a call in flight at a kill runs again when resumed
 def record_tool(i: int) -> int:
     log_line(f"tool {i}")
     return i * i

@@ -269,3 +269,36 @@ def test_pending_feedback_is_kept_until_cleared(tmp_path: Path) -> None:
         assert persistence.load_pending_feedback("r-1") is None
     with pytest.raises(InvalidArgument, match="needs a ringzero Checkpointer"):
         KernelFlowPersistence("flows.db")  # type: ignore[arg-type]
+
+
+async def test_a_plain_crewai_tool_in_a_kernel_process_is_journaled_and_not_run_again_on_resume(
+        tmp_path: Path) -> None:
+    import asyncio
+
+    from tests import crew_programs
+
+    crew_programs.PUBLISHED.clear()
+    answered = asyncio.Event()
+
+    calls = []
+
+    async def hangs_after_the_tool(request: LLMRequest) -> str:
+        calls.append(request)
+        if len(calls) == 2:  # the answer after the tool's result
+            answered.set()
+            await asyncio.Event().wait()  # the host dies here, after publish ran
+        return react_script(request)
+
+    db = tmp_path / "k.db"
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(hangs_after_the_tool)) as kernel:
+        process = await kernel.spawn(crew_programs.publishing_program, name="writer")
+        await asyncio.wait_for(answered.wait(), 60)
+        journal = [(e.kind, e.summary) for e in await kernel.store.journal(process.pid)]
+    assert crew_programs.PUBLISHED == ["hello world"]
+    assert [kind for kind, _ in journal] == ["llm", "tool"] and journal[1][1].startswith("crewai:publish(")
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(react_script)) as kernel:
+        [handle] = await kernel.recover()
+        assert await handle.wait(timeout=60) == "published: hello world"
+        assert handle.replayed_syscalls == 2
+    assert crew_programs.PUBLISHED == ["hello world"], "the resumed crew got publish's result from the journal"

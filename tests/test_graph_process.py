@@ -139,3 +139,61 @@ async def test_a_process_reads_a_graphs_thread_from_a_persistent_kernel_saver_bu
     finally:
         await store.aclose()
     assert [m.content for m in state.values["messages"]] == ["hi", "noted"]  # not changed
+
+
+async def plain_graph(ctx: Any, question: str) -> str:
+    """A graph built the way LangGraph's docs build one: its own chat model, a plain ToolNode."""
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode
+
+    @tool
+    def shout(text: str) -> str:
+        """Say it loudly."""
+        return text.upper()
+
+    model = FakeMessagesListChatModel(responses=[
+        AIMessage("", tool_calls=[{"id": "1", "name": "shout", "args": {"text": question}}]), AIMessage("done")])
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([shout]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)
+    graph.add_edge("tools", "agent")
+    for _ in range(2):  # twice: each warning comes once
+        model.i = 0
+        out = await graph.compile().ainvoke({"messages": [HumanMessage(question)]})
+    return str(out["messages"][-2].content)
+
+
+async def test_a_model_and_a_tool_the_kernel_cannot_see_are_named_once_with_the_drop_in(tmp_path: Path) -> None:
+    from ringzero.adapters._unseen import UnjournaledCallWarning
+
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db")) as kernel:
+        with pytest.warns(UnjournaledCallWarning) as caught:
+            p = await kernel.spawn(plain_graph, "hi")
+            assert await p.wait() == "HI"
+    texts = sorted(str(w.message) for w in caught if issubclass(w.category, UnjournaledCallWarning))
+    assert len(texts) == 2, texts
+    assert "the chat model FakeMessagesListChatModel ran inside kernel process pid 1" in texts[0]
+    assert "KernelChatModel(ChatModelProvider(your_model))" in texts[0]
+    assert "the tool 'shout' ran inside kernel process pid 1 outside the kernel's journal" in texts[1]
+    assert "KernelToolNode(tools) in place of ToolNode" in texts[1]
+
+
+async def test_the_kernel_s_drop_ins_draw_no_such_warning(tmp_path: Path) -> None:
+    import warnings
+
+    from ringzero.adapters._unseen import UnjournaledCallWarning
+
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db"), llm=ScriptedProvider(weather_script)) as k:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnjournaledCallWarning)
+            p = await k.spawn(graph_agent, "weather?")
+            assert (await p.wait()).endswith("sunny in Paris")

@@ -11,7 +11,9 @@
 CrewAI calls tools and models synchronously from worker threads. Inside a kernel process
 those threads carry the process's Context, so each call becomes a syscall sent to the
 kernel's loop: model calls pass the process's gate and budget, tool runs are journaled (the
-kernel's executor by default), and pause and kill take effect at the next call. Outside a
+kernel's executor by default), and pause and kill take effect at the next call. Under
+``kickoff``, every tool an agent runs (a plain ``@tool`` too) is a journaled syscall: a
+resumed crew gets its recorded result instead of running it again. Outside a
 process the calls run on a private event loop. CrewAI's telemetry is CrewAI's to switch off:
 set ``CREWAI_DISABLE_TELEMETRY=true`` (and ``OTEL_SDK_DISABLED=true``) before importing it.
 """
@@ -19,6 +21,8 @@ set ``CREWAI_DISABLE_TELEMETRY=true`` (and ``OTEL_SDK_DISABLED=true``) before im
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,13 +34,14 @@ from ringzero.adapters._shipping import (
     shippable_source,
 )
 from ringzero.core.context import Context
+from ringzero.core.effects import error_record, retry_safe, served
 from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed
 from ringzero.core.gate import LLMGate
 from ringzero.core.ids import time_ordered_id
 from ringzero.core.loops import LoopHome, forward, running_loop
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
 from ringzero.core.tokens import estimate_text_tokens
-from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message
+from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message, json_form, json_problem
 
 try:
     from crewai.flow.persistence.base import FlowPersistence
@@ -408,4 +413,60 @@ async def kickoff(crew_or_flow: Any, inputs: dict[str, Any] | None = None) -> An
     if Context.current() is None:
         raise RingzeroError("kickoff() runs a crew inside a kernel process: call it from a program "
                             "started with kernel.spawn(...), or call crew.kickoff() directly")
+    _journal_tool_runs()
     return await asyncio.to_thread(crew_or_flow.kickoff, inputs=inputs)
+
+
+_JOURNALED = "__ringzero_journaled__"
+
+
+def _journal_tool_runs() -> None:
+    """Make every tool run of a CrewAI agent inside a kernel process a journaled syscall
+    (installed once, by the first ``kickoff``). An agent runs its tools through the structured
+    form CrewAI makes of each (``BaseTool.to_structured_tool``, on both its text and its native
+    function-calling paths): that form's function is wrapped, so the run becomes
+    ``ctx.journaled_tool``: recorded, served from the journal when the process is resumed, and
+    in doubt (``ToolInDoubt``) if it was in flight at a crash, unless the tool is marked
+    ``ringzero.idempotent``. Outside a kernel process the wrapper calls the tool as it is."""
+    if getattr(BaseTool.to_structured_tool, _JOURNALED, False):
+        return
+    original = BaseTool.to_structured_tool
+
+    def to_structured_tool(self: BaseTool) -> Any:
+        structured = original(self)
+        if not isinstance(self, (SandboxedTool, CodeExecutionTool)):  # those run as journaled execs already
+            structured.func = _journaled_run(self, structured.func)
+        return structured
+
+    setattr(to_structured_tool, _JOURNALED, True)
+    BaseTool.to_structured_tool = to_structured_tool  # type: ignore[method-assign]
+
+
+def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` (a CrewAI tool's body) as a journaled tool syscall of the process it runs in."""
+    if getattr(run, _JOURNALED, False):
+        return run
+    name = tool.name
+
+    @functools.wraps(run)
+    def journaled(*args: Any, **kwargs: Any) -> Any:
+        ctx = Context.current()
+        if ctx is None:
+            return run(*args, **kwargs)
+        request = json_form({"args": list(args), "kwargs": kwargs})
+
+        async def live() -> dict[str, Any]:
+            try:
+                result = await asyncio.to_thread(run, *args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as exc:
+                return {"error": error_record(exc)}
+            return {"value": result if json_problem(result, "result") is None else str(result)}
+
+        outcome = ctx.call_from_thread(ctx.journaled_tool(f"crewai:{name}", request, live,
+                                                          retry_safe=retry_safe(tool)), f"the CrewAI tool {name!r}")
+        return served(outcome)
+
+    setattr(journaled, _JOURNALED, True)
+    return journaled

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ringzero.adapters import _unseen  # noqa: F401 - the warning for models and tools the kernel cannot see
 from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
 from ringzero.core import errors
 from ringzero.core.context import Context

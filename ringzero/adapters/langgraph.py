@@ -47,6 +47,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.langgraph", "langgraph") from exc
 
+from ringzero.adapters import _unseen  # noqa: F401 - the warning for models and tools the kernel cannot see
 from ringzero.adapters.langchain_tools import code_tool, sandboxed
 from ringzero.adapters.langgraph_store import KernelMemoryStore
 from ringzero.adapters.langgraph_tools import KernelToolNode

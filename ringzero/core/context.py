@@ -10,25 +10,40 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import datetime
 import functools
+import random
+import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ringzero.core import errors
+from ringzero.core.effects import (
+    IDEMPOTENCY_KEY,
+    NESTED_CALLS,
+    NestedCalls,
+    retry_safe,
+    takes_idempotency_key,
+    tool_summary,
+)
 from ringzero.core.errors import (
     BudgetExceeded,
     InvalidArgument,
+    NonDeterminismError,
     NoProvider,
     NotSerializable,
     ProcessFailed,
     ProcessNotFound,
     ProviderError,
     ToolFailed,
+    ToolInDoubt,
     ToolNotFound,
 )
 from ringzero.core.host_tools import call_tool
-from ringzero.core.journal import llm_fingerprint
+from ringzero.core.journal import fingerprint, llm_fingerprint, trimmed
 from ringzero.core.loops import run_on
+from ringzero.core.process import current_slot
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.references import program_reference
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
@@ -217,7 +232,9 @@ class Context:
             fresh.append((response, recorded))
             return recorded
 
-        summary = f"{len(request.messages)} messages to {provider}"
+        last = request.messages[-1] if request.messages else None
+        summary = f"{len(request.messages)} messages to {provider}" if last is None else \
+            f"{len(request.messages)} messages to {provider}, last {last.role} {trimmed(last.content, 50)}"
         telemetry = process.kernel.telemetry
         about = None if telemetry is None else (
             lambda: telemetry.llm_about(process.kernel._gates.get(provider), provider, request))
@@ -279,18 +296,34 @@ class Context:
             nonlocal ran_live
             ran_live = True
             nested: dict[str, float] = {}
-            token = _NESTED.set(nested)
+            slot = current_slot()
+            calls = NestedCalls(process.journal, process.pid, slot, process.idempotency_key(""))
+            token, calls_token = _NESTED.set(nested), NESTED_CALLS.set(calls)
             try:
                 result = await process.kernel.executor.run(code, inputs=inputs, tools=tools, limits=limits)
             finally:
+                NESTED_CALLS.reset(calls_token)
                 _NESTED.reset(token)
-            return {"value": result.to_dict(), **({"nested": nested} if nested else {})}  # type: ignore[dict-item]
+            if isinstance(calls.problem, ToolInDoubt):  # the program decides, now and on every replay
+                return {"in_doubt": {"slot": calls.problem.slot, "tool": calls.problem.tool,
+                                     "summary": str(calls.problem)}}
+            if calls.problem is not None:  # diverged from its recorded calls, or the store failed
+                raise calls.problem
+            extra: dict[str, JSON] = {"nested": nested} if nested else {}  # type: ignore[dict-item]
+            if calls.served or calls.rerun:
+                extra["calls"] = {"served": calls.served, "rerun": calls.rerun}
+            return {"value": result.to_dict(), **extra}
 
         args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
         executor = process.kernel.executor
-        outcome = await process.syscall("exec", args, f"{len(code)} chars", live, needs=(("exec_seconds", 1e-9),),
+        first_line = code.strip().partition("\n")[0]
+        outcome = await process.syscall("exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
+                                        needs=(("exec_seconds", 1e-9),), slotted=True,
                                         about=lambda: {"ringzero.executor": type(executor).__name__,
                                                        "ringzero.isolation": executor.capabilities.isolation})
+        if "in_doubt" in outcome:
+            doubt: Any = outcome["in_doubt"]
+            raise ToolInDoubt(process.pid, str(doubt["tool"]), str(doubt["slot"]))
         result = ExecResult.from_dict(outcome["value"])  # type: ignore[arg-type]
         if not ran_live and isinstance(outcome.get("nested"), dict):  # replayed: charge what its nested calls cost
             process.meter.charge(**{str(k): float(v) for k, v in outcome["nested"].items()})  # type: ignore[union-attr,arg-type]
@@ -306,33 +339,58 @@ class Context:
         """
         name, fn = (tool, None) if isinstance(tool, str) else self._resolve_tool(tool)
         ensure_json([list(args), kwargs], f"arguments of tool {name!r}")
+        process = self._process
+
+        def target() -> Tool:
+            return fn if fn is not None else self._kernel_tool(name)  # a replay needs no tool
 
         async def live() -> dict[str, JSON]:
-            call = fn if fn is not None else self._kernel_tool(name)  # a replay needs no tool
+            call = target()
+            given = {**kwargs, IDEMPOTENCY_KEY: process.idempotency_key(current_slot())} \
+                if takes_idempotency_key(call) else kwargs
             try:
-                value = await call_tool(call, list(args), kwargs)
+                value = await call_tool(call, list(args), given)
             except Exception as exc:
                 return {"error": {"type": type(exc).__name__, "message": str(exc)}}
             return {"value": ensure_json(value, f"the result of tool {name!r}")}
 
-        outcome = await self._process.syscall("tool", {"name": name, "args": list(args), "kwargs": kwargs}, name, live)
+        outcome = await process.syscall("tool", {"name": name, "args": list(args), "kwargs": kwargs},
+                                        tool_summary(name, args, kwargs), live, effect=lambda: retry_safe(target()))
+        if "in_doubt" in outcome:
+            raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
         if "error" in outcome:
             err = outcome["error"]
             raise ToolFailed(name, str(err["type"]), str(err["message"]))  # type: ignore[index,call-overload]
         return outcome["value"]
 
     async def journaled_tool(
-        self, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]]
+        self, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]], *,
+        retry_safe: bool = False,
     ) -> dict[str, JSON]:
         """One tool call as a journaled, budgeted syscall whose result the caller encodes.
 
         For adapters whose tools return framework objects rather than JSON (LangGraph's
-        ``ToolMessage`` and ``Command``): ``live`` runs the call and returns the outcome to
-        record, a JSON object; ``request`` identifies the call (a replay must ask for the same
-        one). A recorded outcome is returned without calling ``live``. An exception from
-        ``live`` is not recorded: the call runs again on replay, as an interrupted one must.
+        ``ToolMessage`` and ``Command``, CrewAI's tool output): ``live`` runs the call and
+        returns the outcome to record, a JSON object; ``request`` identifies the call (a replay
+        must ask for the same one). A recorded outcome is returned without calling ``live``. An
+        exception from ``live`` is not recorded. Its intent is: a call in flight at a crash is
+        in doubt on resume and raises ``ToolInDoubt`` there, unless ``retry_safe`` (the tool is
+        idempotent), when it runs again. ``live`` may read its key with ``ctx.idempotency_key()``.
         """
-        return await self._process.syscall("tool", {"name": name, "request": request}, name, live)
+        process = self._process
+        outcome = await process.syscall("tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
+                                        live, effect=lambda: retry_safe)
+        if "in_doubt" in outcome:
+            raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
+        return outcome
+
+    def idempotency_key(self) -> str:
+        """The idempotency key of the tool call running live here (inside ``journaled_tool``'s
+        ``live``): the same on every attempt of that call."""
+        slot = current_slot()
+        if not slot:
+            raise InvalidArgument("idempotency_key() is asked inside a tool call that a syscall runs")
+        return self._process.idempotency_key(slot)
 
     def _gate(self, provider: str) -> LLMGate:
         """The kernel's gate for ``provider``; where it has none, see ``Process.needs``."""
@@ -383,7 +441,7 @@ class Context:
         mailbox = self._process.mailbox
         # The receive is passed on, not held here: the syscall lets go of it once it has started it.
         outcome = await self._process.syscall(
-            "recv", {"timeout": timeout}, "",
+            "recv", {"timeout": timeout}, "" if timeout is None else f"timeout {timeout}s",
             mailbox.receive if timeout is None else functools.partial(mailbox.receive, timeout), waits=True)
         got = outcome["value"]
         return None if got is None else got["message"]  # type: ignore[call-overload,index]
@@ -495,18 +553,48 @@ class Context:
         return outcome["value"]
 
     async def checkpoint(self) -> None:
-        """Save working state (``ctx.state``) and counters now."""
+        """Save working state (``ctx.state``) and counters now, for ``ps``, ``top`` and handles.
+
+        A resumed program rebuilds its state by replay (it starts from the state it was spawned
+        with); a replayed checkpoint checks that the rebuilt state is the one recorded there,
+        and raises NonDeterminismError naming the keys that differ."""
         process = self._process
-        problem = json_problem(process.record.state, "ctx.state")
+        state = process.record.state
+        problem = json_problem(state, "ctx.state")
         if problem is not None:
             raise NotSerializable(problem)
+        prints = _state_prints(state)
 
         async def live() -> dict[str, JSON]:
             await process.write_status((kernel.store.state_row(process.record),))  # one commit with the status
-            return {"value": None}
+            return {"value": None, "state": prints}
 
         kernel = process.kernel
-        await process.syscall("checkpoint", {}, "", live)
+        outcome = await process.syscall("checkpoint", {}, f"{len(state)} keys", live)
+        recorded = outcome.get("state")
+        if isinstance(recorded, dict) and recorded != prints:
+            differ = sorted({*recorded, *prints} - {k for k in recorded if recorded[k] == prints.get(k)})
+            raise NonDeterminismError(
+                f"pid {process.pid}: at a replayed ctx.checkpoint(), ctx.state differs from the state recorded there "
+                f"in {', '.join(map(repr, differ[:10]))}{' …' if len(differ) > 10 else ''}. A resumed program starts "
+                "from the state it was spawned with and rebuilds the rest as it replays: set ctx.state from syscall "
+                "results (ctx.llm, ctx.tool, ctx.now(), ...), not from anything outside the journal")
+
+    # ------------------------------------------------------------ time and chance
+    async def now(self) -> datetime.datetime:
+        """The time now (UTC), journaled: a resumed program gets the time it got the first time."""
+        outcome = await self._process.syscall("now", {}, "", _value_of(time.time))
+        return datetime.datetime.fromtimestamp(float(outcome["value"]), datetime.timezone.utc)  # type: ignore[arg-type]
+
+    async def random(self) -> float:
+        """A random float in [0, 1), journaled: a resumed program draws the same number."""
+        outcome = await self._process.syscall("random", {}, "", _value_of(random.random))
+        return float(outcome["value"])  # type: ignore[arg-type]
+
+    async def uuid(self) -> uuid.UUID:
+        """A random UUID (version 4), journaled: a resumed program gets the same one."""
+        outcome = await self._process.syscall("uuid", {}, "", _value_of(lambda: str(uuid.uuid4())))
+        return uuid.UUID(str(outcome["value"]))
 
     async def sleep(self, seconds: float) -> None:
         """Sleep without holding a run slot."""
@@ -518,6 +606,25 @@ class Context:
             return {"value": None}
 
         await self._process.syscall("sleep", {"seconds": seconds}, f"{seconds}s", live, waits=True)
+
+
+def _value_of(draw: Callable[[], JSON]) -> Callable[[], Awaitable[dict[str, JSON]]]:
+    """The ``live`` of a syscall whose outcome is ``draw()``: the time, a random number."""
+    async def live() -> dict[str, JSON]:
+        return {"value": draw()}
+
+    return live
+
+
+_STATE_PRINTS_KEYS = 64
+
+
+def _state_prints(state: Mapping[str, JSON]) -> dict[str, JSON]:
+    """What a checkpoint records of ``ctx.state`` to check a replay against: a fingerprint of
+    each key's value (of the whole state, under ``"*"``, past 64 keys)."""
+    if len(state) > _STATE_PRINTS_KEYS:
+        return {"*": fingerprint(state)}
+    return {key: fingerprint(value) for key, value in state.items()}
 
 
 def _provider_error(info: Mapping[str, Any]) -> ProviderError:

@@ -18,6 +18,7 @@ The tree::
     ├── NoProvider                   ctx.llm() on a kernel that has no LLM provider
     ├── ToolNotFound                 ctx.tool() named a tool the kernel does not have
     ├── ToolFailed                   a host tool called through ctx.tool() raised
+    ├── ToolInDoubt                  a tool call was in flight when its host died: it may have run
     ├── ProviderError                an LLM provider failed; what the gate retries or raises
     │   ├── RateLimited              429 / quota; carries retry_after in seconds, when known
     │   ├── ProviderUnavailable      5xx, connection failure or timeout: worth retrying
@@ -68,6 +69,7 @@ __all__ = [
     "RateLimited",
     "RingzeroError",
     "ToolFailed",
+    "ToolInDoubt",
     "ToolNotFound",
     "WrongEventLoop",
 ]
@@ -203,6 +205,27 @@ class ToolFailed(RingzeroError):
         self.tool = tool
         self.error_type = error_type
         self.error_message = message
+
+
+class ToolInDoubt(RingzeroError):
+    """A tool call whose intent was recorded but whose result was not: its host died while it
+    ran, so it may or may not have had its effect. The kernel does not run it again (it might
+    pay twice); the program decides, for instance by asking the other system what happened.
+
+    A tool that may safely run again says so (``ringzero.idempotent``), or takes the
+    ``idempotency_key`` parameter, which the kernel fills with the same key on every attempt
+    (payment and e-mail APIs deduplicate on such keys): those are run again, never raised.
+    Raised again, the same way, each time the program is replayed."""
+
+    def __init__(self, pid: int, tool: str, slot: str, summary: str = "") -> None:
+        super().__init__(
+            f"pid {pid}: tool {tool!r} (syscall #{slot}{': ' + summary if summary else ''}) was running when its host "
+            "died: it may or may not have had its effect, so it is not run again. Catch ToolInDoubt to decide "
+            "(check with the system it acts on), or make the tool safe to repeat: @ringzero.idempotent, or an "
+            "idempotency_key parameter")
+        self.pid = pid
+        self.tool = tool
+        self.slot = slot
 
 
 class ExecutorError(RingzeroError):

@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 from ringzero.core.errors import Fenced, NonDeterminismError
-from ringzero.core.store import JournalEntry, KernelStore
+from ringzero.core.store import Effects, JournalEntry, KernelStore
 from ringzero.core.types import JSON, LLMRequest, Message, json_encoder
 
-__all__ = ["OWNER_RECHECK", "Journal", "fingerprint", "llm_fingerprint", "spend_in_journal"]
+__all__ = ["OWNER_RECHECK", "Journal", "diverged", "fingerprint", "llm_fingerprint", "spend_in_journal", "trimmed"]
 
 OWNER_RECHECK = 1.0
 """Seconds a cluster kernel trusts that it still owns a process before it reads the store again."""
@@ -47,6 +47,30 @@ def spend_in_journal(entries: list[JournalEntry]) -> dict[str, float]:
         elif entry.kind == "exec":
             spend["exec_seconds"] += float(value.get("duration") or 0.0)  # type: ignore[arg-type]
     return spend
+
+
+def trimmed(value: Any, width: int = 60) -> str:
+    """``value`` as a short one-line text for a syscall's summary: a string's repr, anything
+    else's canonical JSON, cut to ``width`` characters with an ellipsis."""
+    text = repr(value) if isinstance(value, str) else _canonical(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def diverged(pid: int, slot: str, recorded: tuple[str, str, str], asked: tuple[str, str, str]) -> NonDeterminismError:
+    """The error of a resumed program whose syscall ``slot`` differs from its record: what
+    was recorded and what is asked now, each as kind(summary), and the fingerprints where the
+    two summaries read the same (the difference is in what a summary leaves out)."""
+    (kind, fp, summary), (now_kind, now_fp, now_summary) = recorded, asked
+    detail = ""
+    if kind == now_kind and summary == now_summary:
+        detail = (f" (the summaries are the same; the arguments differ in what a summary leaves out: fingerprint "
+                  f"{fp} was recorded, {now_fp} is asked)")
+    return NonDeterminismError(
+        f"pid {pid}: syscall #{slot} was recorded as {kind}({summary}) but the resumed program now asks for "
+        f"{now_kind}({now_summary}){detail}. A resumed program runs again from the top and must make the same "
+        "syscalls in the same order: keep what it decides on in ctx.state or in syscall results (ctx.now(), "
+        "ctx.random(), ctx.uuid() for time and chance), not in anything outside the journal")
 
 
 def fingerprint(args: Any) -> str:
@@ -115,6 +139,9 @@ class Journal:
         self._last_recorded = max(self._by_seq, default=0)
         self._loaded = len(self._by_seq)
         self._cursor = 0
+        self.resumed = False
+        """A recovered process's journal: an effect without a result may have been in flight."""
+        self._effects: Effects | None = None
 
     @property
     def replaying(self) -> bool:
@@ -149,13 +176,33 @@ class Journal:
         if entry is None:
             return seq, None
         if entry.kind != kind or entry.fingerprint != fp:
-            raise NonDeterminismError(
-                f"pid {self._pid}: syscall #{seq} was recorded as {entry.kind}({entry.summary}) "
-                f"but the resumed program now asks for {kind}({summary}); a program must make the "
-                "same syscalls in the same order when it is resumed"
-            )
+            raise diverged(self._pid, str(seq), (entry.kind, entry.fingerprint, entry.summary), (kind, fp, summary))
         del self._by_seq[seq]
         return seq, entry.outcome
+
+    async def effects(self) -> Effects:
+        """The intents and nested tool-call results the store holds for this process, read once
+        (a resumed process's first live effect asks; a new one has none)."""
+        if self._effects is None:
+            self._effects = await self._store.effects(self._pid) if self.resumed else Effects(frozenset(), {})
+        return self._effects
+
+    async def in_doubt(self, key: str) -> bool:
+        """Whether effect ``key`` (a slot, or ``<slot>.<n>`` under an exec) was started before the
+        crash without its result being recorded: it may or may not have had its effect."""
+        if not self.resumed:
+            return False
+        effects = await self.effects()
+        return key in effects.intents and key not in effects.calls
+
+    async def record_intent(self, key: str, kind: str, fp: str, summary: str) -> None:
+        """Durable before the effect starts: a resume that finds it without a result knows the
+        effect was in flight (``in_doubt``)."""
+        await self._store.record_intent(self._pid, key, kind, fp, summary)
+
+    async def record_call(self, key: str, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> None:
+        """Record the outcome of a tool call that sandboxed code made (``<slot>.<n>``)."""
+        await self._store.record_call(self._pid, key, kind, fp, summary, outcome)
 
     async def check_owner(self, *, force: bool = False) -> None:
         """Raise Fenced if another node has taken the process over (a fenced journal only).

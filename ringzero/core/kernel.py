@@ -47,7 +47,14 @@ from ringzero.core.memory import MemoryStore
 from ringzero.core.monitor import Monitor
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
-from ringzero.core.references import import_reference, importable_reference, program_reference, reference_of
+from ringzero.core.references import (
+    import_reference,
+    importable_reference,
+    importing,
+    program_reference,
+    reference_of,
+    unguarded_script,
+)
 from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.store import KernelStore, ProcessRecord
 from ringzero.core.telemetry import Telemetry
@@ -335,8 +342,14 @@ class Kernel:
         await self.aclose()
 
     async def start(self) -> None:
-        """Open the store and continue pid numbering after what it already holds."""
+        """Open the store and continue pid numbering after what it already holds.
+
+        Refused while ringzero imports a module to resume its processes (``ringzero resume``):
+        a kernel started then is a script's own, run by the import for want of a main guard."""
         self._check_loop()
+        module = importing()
+        if module is not None:
+            raise unguarded_script(module)
         if not self._started:
             self._started = True
             tracer_provider, meter_provider, capture_content = self._telemetry_from
@@ -779,6 +792,26 @@ class Kernel:
         if not process.over and process.task is not None:
             await shielded(process.finished)
 
+    def idle_for_outside(self) -> dict[int, str]:
+        """Where every live process waits for something only the outside world can give, what
+        each waits for (``"message"``: a recv without a timeout, its mailbox empty; ``"resume"``:
+        paused; ``"child"``: a wait for a child that itself waits so); else an empty dict. Such
+        a kernel makes no more progress by itself: ``ringzero resume`` ends there, leaving them
+        durable in the store, and ``ringzero serve`` lets them go until something arrives."""
+        waits: dict[int, str] = {}
+        for pid, process in self._procs.items():
+            current = process.in_syscall
+            if process.record.paused and process.status is ProcessStatus.PAUSED:
+                waits[pid] = "resume"
+            elif process.status is ProcessStatus.WAITING and current is not None and current[0] == "recv" \
+                    and not current[1] and not len(process.mailbox):
+                waits[pid] = "message"
+            elif process.status is ProcessStatus.WAITING and current is not None and current[0] == "wait":
+                waits[pid] = "child"
+            else:
+                return {}
+        return waits
+
     # ------------------------------------------------------------------ messages
     def _check_message(self, pid: int, message: JSON, priority: int) -> None:
         size = json_size(message, f"a message to pid {pid}")
@@ -789,6 +822,29 @@ class Kernel:
             raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
         if isinstance(pid, bool) or not isinstance(pid, int):
             raise InvalidArgument(f"a pid is an integer, not {pid!r}")
+
+    async def send(self, pid: int, message: JSON, *, priority: int = DEFAULT_PRIORITY) -> None:
+        """Put ``message`` in the mailbox of process ``pid``, wherever it is: run by this kernel,
+        by a kernel in another OS process or on another node on this store (which delivers it
+        within a second of its next monitor tick), or in no host at all (a process waiting in the
+        store after a crash, or between the wake-ups of ``ringzero serve``), where the message is
+        stored and the process gets it when it is next resumed. Durable when this returns.
+
+        Raises ProcessNotFound for a pid the store does not know and ProcessStateError for one
+        that has ended."""
+        self._check_message(pid, message, priority)
+        await self.start()
+        if pid in self._procs:
+            await self._deliver(pid, message, priority, sender=None)
+            return
+        record = await self.store.load_process(pid)
+        if record is None:
+            raise ProcessNotFound(pid)
+        if record.status.terminal:
+            raise ProcessStateError(f"pid {pid} has {record.status.value}; it receives no messages")
+        from ringzero.core.monitor import deliver_elsewhere
+
+        await deliver_elsewhere(self, pid, message, priority)
 
     async def _deliver(self, pid: int, message: JSON, priority: int, sender: int | None, *,
                        mail_id: str | None = None, maybe_delivered: bool = False) -> None:
@@ -898,12 +954,15 @@ class Kernel:
             # what it recorded until then is read below.
             await asyncio.sleep(OWNER_RECHECK)
         if taken:
-            records = [r for r in await self.store.load_processes() if r.pid in taken and not r.status.terminal]
+            # Each starts from the state it was spawned with: its replay rebuilds the rest.
+            records = [r for r in await self.store.load_processes(as_spawned=True)
+                       if r.pid in taken and not r.status.terminal]
         to_start: list[Process] = []
         unfinished: list[Process] = []
         for record in records:
-            program = _resolve(record, programs or {})
+            program, why = _resolve(record, programs or {})
             journal = Journal(self.store, record.pid, await self.store.journal(record.pid), owner=taken[record.pid])
+            journal.resumed = True
             process = Process(
                 self, record, program or _missing_program, journal,
                 transition_seq=await self.store.last_seq(record.pid, "transitions"),
@@ -913,7 +972,7 @@ class Kernel:
             if program is None:  # left as the crash left it, for a resume that can import it
                 process.left_unfinished = NotResumed(record.pid, record.name, ProgramNotFound(
                     f"cannot import its program {record.program!r} (pass recover(programs={{...}}), or make it "
-                    "importable from where you resume)"))
+                    f"importable from where you resume): {why}"))
                 process.end_unfinished()
                 unfinished.append(process)
                 continue
@@ -992,16 +1051,19 @@ async def _missing_program(ctx: Any, *args: Any) -> None:  # pragma: no cover - 
     raise AssertionError("not run")
 
 
-def _resolve(record: ProcessRecord, programs: Mapping[str, Program]) -> Program | None:
+def _resolve(record: ProcessRecord, programs: Mapping[str, Program]) -> tuple[Program | None, str]:
+    """The program of ``record`` (from ``programs``, else imported), or None and why not."""
     if record.program in programs:
-        return programs[record.program]
+        return programs[record.program], ""
     if record.name in programs:
-        return programs[record.name]
+        return programs[record.name], ""
     try:
         target = import_reference(record.program, "the program")
-    except InvalidArgument:
-        return None
-    return target if inspect.iscoroutinefunction(target) else None
+    except InvalidArgument as exc:
+        return None, str(exc)
+    if not inspect.iscoroutinefunction(target):
+        return None, f"{record.program!r} is not an async function"
+    return target, ""
 
 
 def _gates(llm: LLMProvider | LLMGate | Mapping[str, LLMProvider | LLMGate] | None) -> dict[str, LLMGate]:

@@ -5,15 +5,17 @@ say which syscall a process is in now, what it has spent since, or how long the 
 line is. So each kernel with live processes writes one small activity row a second (the
 ``Monitor``), and ``ringzero top``, in any OS process, on any machine that reaches the store,
 reads it beside the process table. The same tick reads the commands ``top`` left for the
-processes this kernel runs (pause, resume, kill) and carries them out: control goes through
-the store, so it reaches a kernel in another process as it reaches one on another node.
+processes this kernel runs (pause, resume, kill) and the messages another OS process sent them
+(``Kernel.send``, ``ringzero send``), and carries them out: control goes through the store, so
+it reaches a kernel in another process as it reaches one on another node.
 
 =========================  ===========  ================================================
 thread                     namespace    one checkpoint per
 =========================  ===========  ================================================
 ``ringzero/activity``      ``""``       kernel: its live processes' syscalls and spend,
                                         its gates' line, calls and tokens (replaced)
-``ringzero/commands``      ``""``       command: ``{"pid", "action", "at"}`` (kept)
+``ringzero/commands``      ``""``       command: ``{"pid", "action", "at"}`` (kept; a send
+                                        also has ``message`` and ``priority``)
 ``ringzero/commands``      done         command: which kernel took it, and how it went
 =========================  ===========  ================================================
 
@@ -34,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.errors import InvalidArgument, RingzeroError
+from ringzero.core.errors import InvalidArgument, ProcessStateError, RingzeroError
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.store import dumps, loads
 from ringzero.core.timeouts import cancel_and_wait
@@ -44,12 +46,12 @@ if TYPE_CHECKING:
     from ringzero.core.kernel import Kernel
 
 __all__ = [
-    "ACTIONS", "KernelActivity", "Monitor", "command_outcome", "read_activity", "send_command",
+    "ACTIONS", "KernelActivity", "Monitor", "command_outcome", "deliver_elsewhere", "read_activity", "send_command",
 ]
 
 ACTIVITY = "ringzero/activity"
 COMMANDS = "ringzero/commands"
-ACTIONS = ("pause", "resume", "kill")
+ACTIONS = ("pause", "resume", "kill", "send")
 MAX_LISTED = 1000
 """Live processes an activity row lists (those beyond are counted in ``more``): the row is
 written every second, and 100,000 idle processes must not make it megabytes."""
@@ -97,16 +99,82 @@ async def read_activity(checkpointer: Checkpointer) -> list[KernelActivity]:
     return out
 
 
-async def send_command(checkpointer: Checkpointer, pid: int, action: str) -> str:
-    """Ask whichever kernel runs ``pid`` to ``action`` it (pause, resume or kill); returns the
-    command's id, for ``command_outcome``. The kernel acts at its next tick (within a second)."""
+async def send_command(checkpointer: Checkpointer, pid: int, action: str,
+                       details: Mapping[str, JSON] | None = None) -> str:
+    """Ask whichever kernel runs ``pid`` to ``action`` it (pause, resume, kill, or send it the
+    ``message`` in ``details``); returns the command's id, for ``command_outcome``. The kernel
+    acts at its next tick (within a second)."""
     if action not in ACTIONS:
         raise InvalidArgument(f"a command is one of {', '.join(ACTIONS)}, not {action!r}")
     command_id = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
-    body = {"pid": pid, "action": action, "at": time.time()}
+    body = {**(details or {}), "pid": pid, "action": action, "at": time.time()}
     await checkpointer.put(Checkpoint(thread_id=COMMANDS, namespace="", id=command_id, payload=dumps(body),
                                       metadata={"pid": pid, "action": action}))
     return command_id
+
+
+async def deliver_elsewhere(kernel: Kernel, pid: int, message: JSON, priority: int) -> None:
+    """Deliver a message to ``pid``, a process this kernel does not run (``Kernel.send``).
+
+    Where a live kernel on the store lists it (its activity row is fresh), that kernel is asked
+    to deliver it (a ``send`` command, taken at its next tick). Where none does, or none takes
+    the command within a few of its ticks, the message is stored in the process's mailbox for
+    whoever resumes it; the command's ``done`` row is claimed first, so that exactly one of
+    the host and this sender delivers it."""
+    checkpointer = kernel.checkpointer
+    own = kernel.monitor.id if kernel.monitor is not None else None
+    hosts = await _hosts_of(checkpointer, pid, own)
+    record = await kernel.store.load_process(pid)
+    if not hosts and record is not None and time.time() - record.updated_at < HOST_ANNOUNCES_WITHIN:
+        # It moved a moment ago: a kernel that has just started or resumed it writes its first
+        # activity row within a tick. Wait for that row rather than store what it would not see.
+        until = time.monotonic() + HOST_ANNOUNCES_WITHIN
+        while not hosts and time.monotonic() < until:
+            await asyncio.sleep(0.05)
+            hosts = await _hosts_of(checkpointer, pid, own)
+    if hosts:
+        command_id = await send_command(checkpointer, pid, "send", {"message": message, "priority": priority})
+        until = time.monotonic() + 3 * max(a.interval for a in hosts) + 1
+        outcome = await _carried_out(checkpointer, command_id, until)
+        if outcome is None:  # not taken in time: store it, unless the host takes it meanwhile
+            stored = {"kernel": own or "sender", "state": "done", "message": f"send to pid {pid}: stored for its host"}
+            row = Checkpoint(thread_id=COMMANDS, namespace="done", id=command_id, payload=dumps(stored),
+                             metadata=NO_METADATA)
+            if not checkpointer.capabilities.claims or await checkpointer.claim(row):
+                outcome = None
+            else:  # the host took it after all: it delivers
+                outcome = await _carried_out(checkpointer, command_id, None)
+        if outcome is not None:
+            if outcome["state"] == "failed":
+                raise ProcessStateError(str(outcome["message"]))
+            return
+    store = kernel.store
+    while True:
+        seq = await store.last_seq(pid, "mailbox") + 1
+        if await store.store_mail(pid, seq, priority, message, None):
+            return
+
+
+HOST_ANNOUNCES_WITHIN = 2.5
+"""Seconds within which a kernel that took a process lists it in its activity row (its first
+tick comes one interval, a second by default, after it starts)."""
+
+
+async def _hosts_of(checkpointer: Checkpointer, pid: int, own: str | None) -> list[KernelActivity]:
+    """The live kernels (other than ``own``) whose latest activity row lists ``pid``."""
+    return [a for a in await read_activity(checkpointer) if a.fresh() and pid in a.processes and a.kernel != own]
+
+
+async def _carried_out(checkpointer: Checkpointer, command_id: str, until: float | None) -> dict[str, Any] | None:
+    """The command's outcome once a kernel has carried it out (not only taken it), or None at
+    ``until`` (monotonic seconds; None: however long it takes)."""
+    while True:
+        outcome = await command_outcome(checkpointer, command_id)
+        if outcome is not None and outcome["state"] != "taken":
+            return outcome
+        if until is not None and time.monotonic() >= until:
+            return None
+        await asyncio.sleep(0.05)
 
 
 async def command_outcome(checkpointer: Checkpointer, command_id: str) -> dict[str, Any] | None:
@@ -227,7 +295,8 @@ class Monitor:
         for command_id, body in reversed(fresh):  # listed newest first; carried out in the order sent
             if not await self._claim(command_id):
                 continue
-            task = asyncio.get_running_loop().create_task(self._act(command_id, int(body["pid"]), str(body["action"])))
+            task = asyncio.get_running_loop().create_task(self._act(command_id, int(body["pid"]), str(body["action"]),
+                                                                    body))
             self._acting.add(task)
             task.add_done_callback(self._acting.discard)
 
@@ -239,11 +308,13 @@ class Monitor:
         await self.kernel.checkpointer.put(row)
         return True
 
-    async def _act(self, command_id: str, pid: int, action: str) -> None:
+    async def _act(self, command_id: str, pid: int, action: str, body: Mapping[str, Any]) -> None:
         state, message = "done", f"{action} pid {pid}: done"
         try:
             handle = self.kernel.get(pid)
-            if action == "kill":
+            if action == "send":
+                await handle.send(body.get("message"), priority=int(body.get("priority", 10)))
+            elif action == "kill":
                 await handle.kill()
             elif action == "pause":
                 await handle.pause()

@@ -44,12 +44,26 @@ from ringzero.core.types import (
 _RUNNING_LIVE: contextvars.ContextVar[Process | None] = contextvars.ContextVar("ringzero_running_live", default=None)
 """The process whose syscall is running live in this context: a syscall it makes from there (an
 LLM call inside a tool) is part of the enclosing one, whose record holds its effect."""
+_SLOT: contextvars.ContextVar[str] = contextvars.ContextVar("ringzero_slot", default="")
+"""The journal slot of the effect running live in this context (``Process.syscall`` with
+``effect`` or ``slotted``): what its idempotency key and its nested calls are named by."""
+
+
+def running_live() -> bool:
+    """Whether the code running here runs inside a live syscall (a tool a journaled call runs):
+    its effects belong to that call's record."""
+    return _RUNNING_LIVE.get() is not None
+
+
+def current_slot() -> str:
+    """The slot of the effect syscall running live here ("" outside one)."""
+    return _SLOT.get()
 
 if TYPE_CHECKING:
     from ringzero.core.kernel import Kernel
     from ringzero.core.remote import RemoteProcessHandle
 
-__all__ = ["Process", "Program"]
+__all__ = ["Process", "Program", "current_slot", "running_live"]
 
 Program = Callable[..., Awaitable[Any]]
 Outcome = dict[str, JSON]
@@ -196,6 +210,12 @@ class Process:
     def next_mail_seq(self) -> int:
         self._mail_seq += 1
         return self._mail_seq
+
+    def idempotency_key(self, slot: str) -> str:
+        """The key a tool that takes ``idempotency_key`` gets for the call in ``slot``: the same on
+        every attempt of that call, and different for every other call of every process (the
+        process's spawn time tells apart stores that reuse a pid)."""
+        return f"rz-{self.pid}-{int(self.record.created_at * 1e6):x}-{slot}"
 
     def keep_child(self, child: Process) -> None:
         """Hold ``child`` (``offspring``), so that its handle works while this process is held."""
@@ -516,6 +536,8 @@ class Process:
         waits: bool = False,
         fp: str | None = None,
         about: Callable[[], dict[str, Any]] | None = None,
+        effect: Callable[[], bool] | None = None,
+        slotted: bool = False,
     ) -> Outcome:
         """Run one syscall through the boundary, the journal and the budgets.
 
@@ -523,6 +545,11 @@ class Process:
         syscalls that block on an event (recv, sleep), which give their run slot back; ``fp``
         is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``);
         ``about`` gives the attributes of the syscall's span, called only where telemetry is on.
+        ``effect`` marks a call with an effect on the world (a tool): its intent is recorded
+        before it runs, and on resume one in flight at the crash is in doubt; ``effect()`` says
+        whether it may run again (else the outcome is ``{"in_doubt": ...}``, recorded, and the
+        caller raises ``ToolInDoubt``). ``slotted``: ``live`` reads its slot (``current_slot``),
+        as ``effect`` syscalls can.
         """
         if self.fenced is not None:
             raise asyncio.CancelledError("fenced")
@@ -544,6 +571,8 @@ class Process:
             fp = fingerprint(args)
         seq, outcome = self.journal.take_slot(kind, fp, summary)
         if outcome is None:
+            if effect is not None or slotted:
+                live = self._as_effect(str(seq), kind, fp, summary, live, effect)
             if self._resumed is not None or self.kernel.scheduler.should_yield(self.pid, self.record.priority):
                 await self._boundary()
             self.in_syscall = current = (kind, summary, time.monotonic())
@@ -582,6 +611,28 @@ class Process:
         elif self.span is not None:
             self.kernel.telemetry.replayed(self.span, kind, seq)  # type: ignore[union-attr]
         return outcome
+
+    def _as_effect(self, slot: str, kind: str, fp: str, summary: str, live: Callable[[], Awaitable[Outcome]],
+                   effect: Callable[[], bool] | None) -> Callable[[], Awaitable[Outcome]]:
+        """``live`` with its intent recorded first (an ``effect``), and its slot readable inside."""
+        journal = self.journal
+
+        async def run() -> Outcome:
+            rerun = False
+            if effect is not None:
+                if await journal.in_doubt(slot):
+                    if not effect():  # the program decides: the outcome says so, live and replayed
+                        return {"in_doubt": {"slot": slot, "summary": summary}}
+                    rerun = True
+                await journal.record_intent(slot, kind, fp, summary)
+            token = _SLOT.set(slot)
+            try:
+                outcome = await live()
+            finally:
+                _SLOT.reset(token)
+            return {**outcome, "rerun": "in_doubt"} if rerun else outcome
+
+        return run
 
     async def _traced(self, kind: str, seq: int, summary: str, live: Callable[[], Awaitable[Outcome]],
                       waits: bool, about: Callable[[], dict[str, Any]] | None) -> Outcome:

@@ -11,7 +11,28 @@ from typing import Any
 
 from ringzero.core.errors import InvalidArgument
 
-__all__ = ["import_reference", "importable_reference", "main_module_name", "program_reference", "reference_of"]
+__all__ = ["import_reference", "importable_reference", "importing", "main_module_name", "program_reference",
+           "reference_of", "unguarded_script"]
+
+_IMPORTING: list[str] = []
+"""The modules ``import_reference`` is importing now, innermost last."""
+
+GUARD_HINT = ("put the lines that run it (asyncio.run(main()) and the like) under `if __name__ == \"__main__\":`, so "
+              "that importing the module only defines its programs and its kernel factory")
+
+
+def importing() -> str | None:
+    """The module ringzero is importing to find a program, a tool or a ``--kernel`` factory
+    (None when none): code that runs while it is imported is a script without a main guard."""
+    return _IMPORTING[-1] if _IMPORTING else None
+
+
+def unguarded_script(module: str) -> InvalidArgument:
+    """The error of a kernel started while ``module`` is imported to resume its processes."""
+    return InvalidArgument(
+        f"a Kernel was started while ringzero imported module {module!r} to resume its processes: the module runs "
+        f"its agents when it is imported, so resuming would start them again as new processes. In {module!r}, "
+        + GUARD_HINT)
 
 
 def reference_of(obj: Any) -> str:
@@ -77,6 +98,7 @@ def import_reference(reference: str, what: str) -> Any:
     module_name, colon, qualname = reference.partition(":")
     if not colon or not module_name or not qualname or "<locals>" in qualname:
         raise InvalidArgument(f"{what} {reference!r} is not an importable 'module:qualname' reference")
+    _IMPORTING.append(module_name)
     try:
         # The running script under the name it is recorded by (``program_reference``): itself,
         # not a second copy of it imported anew.
@@ -86,4 +108,10 @@ def import_reference(reference: str, what: str) -> Any:
             target = getattr(target, part)
     except (ImportError, AttributeError, ValueError) as exc:
         raise InvalidArgument(f"cannot import {what} {reference!r}: {exc}") from exc
+    except Exception as exc:  # the module's own code failed as it was imported
+        hint = f"; {GUARD_HINT}" if "running event loop" in str(exc) else ""
+        raise InvalidArgument(f"cannot import {what} {reference!r}: importing {module_name!r} raised "
+                              f"{type(exc).__name__}: {exc}{hint}") from exc
+    finally:
+        _IMPORTING.pop()
     return target

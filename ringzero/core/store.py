@@ -12,6 +12,10 @@ thread                             namespace    one checkpoint per
                                                 checkpoints and at exit)
 ``ringzero/process/<pid>``         transitions  lifecycle transition
 ``ringzero/process/<pid>``         journal      syscall result, in program order
+``ringzero/process/<pid>``         intents      effect about to run (a tool call): written before
+                                                it starts, so that a resume knows it was in flight
+``ringzero/process/<pid>``         calls        result of a tool that sandboxed code called, under
+                                                its exec's slot (``<slot>.<n>``)
 ``ringzero/process/<pid>``         mailbox      message delivered to the process
 ``ringzero/process/<pid>``         owner        cluster node that took the process (claimed,
                                                 one per epoch; written only by cluster kernels)
@@ -38,7 +42,7 @@ from ringzero.core.errors import CheckpointerError
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.types import JSON, NO_METADATA, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
 
-__all__ = ["JournalEntry", "KernelStore", "ProcessRecord", "dumps", "loads"]
+__all__ = ["Effects", "JournalEntry", "KernelStore", "ProcessRecord", "dumps", "effect_id", "effect_key", "loads"]
 
 KERNEL_THREADS = "ringzero/"
 """The prefix of every thread the kernel writes (processes, journals, memory, activity): a
@@ -165,6 +169,28 @@ class JournalEntry:
     """``{"value": ...}`` for a result, or ``{"error": {"type", "message", ...}}``."""
 
 
+def effect_id(key: str) -> str:
+    """The row id of an effect's key: ``"7"`` (syscall #7) or ``"7.3"`` (the third tool call
+    that the code of exec #7 made), zero-padded so that ids sort in program order."""
+    slot, _, call = key.partition(".")
+    return f"{int(slot):012d}.{int(call):06d}" if call else f"{int(slot):012d}"
+
+
+def effect_key(row_id: str) -> str:
+    slot, _, call = row_id.partition(".")
+    return f"{int(slot)}.{int(call)}" if call else str(int(slot))
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What a resumed process's store says of its effects: the keys of calls whose intent was
+    recorded (``intents``), and the recorded results of tool calls made by sandboxed code
+    (``calls``, by key ``<slot>.<n>``)."""
+
+    intents: frozenset[str]
+    calls: Mapping[str, JournalEntry]
+
+
 
 
 class KernelStore:
@@ -239,10 +265,14 @@ class KernelStore:
         return Checkpoint(thread_id=PROCESS_TABLE, namespace="", id=_key(record.pid), payload=dumps(record.to_json()),
                           metadata={"name": record.name})
 
-    async def load_processes(self) -> list[ProcessRecord]:
-        """Every process the store knows, by pid: three queries, whatever their number."""
-        layers: dict[str, dict[str, Any]] = {}
-        for namespace in ("status", "state"):
+    async def load_processes(self, *, as_spawned: bool = False) -> list[ProcessRecord]:
+        """Every process the store knows, by pid: three queries, whatever their number.
+
+        ``as_spawned``: each with ``ctx.state`` as it was when the process was spawned (or last
+        restarted), not as last saved: what a resumed program starts from, since its replay
+        rebuilds the rest (two queries)."""
+        layers: dict[str, dict[str, Any]] = {"state": {}}
+        for namespace in ("status",) if as_spawned else ("status", "state"):
             layers[namespace] = {cp.id: loads(cp.payload, f"process {namespace} {cp.id}")
                                  async for cp in self.checkpointer.list(PROCESS_TABLE, namespace)}
         records = [
@@ -360,6 +390,29 @@ class KernelStore:
                 latest[pid] = (epoch, str(loads(cp.payload, f"owner of pid {pid}")["node"]))
         return latest
 
+    async def record_intent(self, pid: int, key: str, kind: str, fp: str, summary: str) -> None:
+        """Record that effect ``key`` is about to run: durable before it starts."""
+        body = {"kind": kind, "fp": fp, "summary": summary}
+        await self._append_row(_new_row(process_thread(pid), "intents", effect_id(key), None, dumps(body), NO_METADATA))
+
+    async def record_call(self, pid: int, key: str, kind: str, fp: str, summary: str,
+                          outcome: dict[str, JSON]) -> None:
+        """Record the outcome of a tool call made by sandboxed code (``key``: ``<slot>.<n>``)."""
+        body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}
+        await self._append_row(_new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA))
+
+    async def effects(self, pid: int) -> Effects:
+        """The intents and nested tool-call results recorded for ``pid`` (two reads: a resumed
+        process makes them once, at its first live effect)."""
+        intents = frozenset([effect_key(cp.id) async for cp in self.checkpointer.list(process_thread(pid), "intents")])
+        calls: dict[str, JournalEntry] = {}
+        async for cp in self.checkpointer.list(process_thread(pid), "calls"):
+            body = loads(cp.payload, f"tool calls of pid {pid}")
+            slot = int(cp.id.partition(".")[0])
+            calls[effect_key(cp.id)] = JournalEntry(slot, body["kind"], body["fp"], body.get("summary", ""),
+                                                    body["outcome"])
+        return Effects(intents, calls)
+
     async def journal(self, pid: int) -> list[JournalEntry]:
         return [
             JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), body["outcome"])
@@ -372,6 +425,17 @@ class KernelStore:
         if mail_id is not None:  # a process's send: its place in the sender's program order
             body["id"] = mail_id
         await self._append_row(self._row(pid, "mailbox", seq, body, {"priority": priority}))
+
+    async def store_mail(self, pid: int, seq: int, priority: int, message: JSON, sender: int | None) -> bool:
+        """Write a message that no live kernel delivers (``Kernel.send`` to a process in no host)
+        at ``seq``, only where that seq is free if the store can claim (False: taken; try the
+        next)."""
+        row = self._row(pid, "mailbox", seq, {"priority": priority, "message": message, "sender": sender},
+                        {"priority": priority})
+        if self.checkpointer.capabilities.claims:
+            return await self.checkpointer.claim(row)
+        await self.checkpointer.put(row)
+        return True
 
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
         return await self._read(pid, "mailbox")

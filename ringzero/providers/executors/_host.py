@@ -141,7 +141,7 @@ async def run_host_tool(name: str, tool: Tool, args: list[Any], kwargs: dict[str
     ``(False, exception)`` for a tool that raised or a result that may not cross the boundary.
     Every executor's tool calls go through here."""
     try:
-        result = await call_tool(tool, args, kwargs)
+        result = await call_tool(tool, args, kwargs, name=name)
     except Exception as exc:
         calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
         return False, exc

@@ -1,0 +1,156 @@
+"""Programs written the way users write them, for the kill -9 trials of ``test_natural_kills``.
+
+Each is spawned by a host (``python -m tests.natural_programs DB PROGRAM``) that is killed
+with SIGKILL at a random moment and resumed with ``ringzero resume --kernel
+tests.natural_programs:make_kernel``. Every real model call and tool run appends a line to
+``$RINGZERO_TEST_LOG`` (synced), so the trial counts what happened at the provider and at the
+tools, not what the kernel says happened.
+
+- ``notes_loop``: a loop that skips the work already in ``ctx.state``;
+- ``log_loop``: a loop that appends to ``ctx.state`` and checkpoints each step;
+- ``charges_from_code``: code that calls a payment tool 5 times; the tool takes an
+  ``idempotency_key`` and, as payment APIs do, charges once per key;
+- ``pays_from_code``: the same with a tool that takes no key: an in-doubt call must never run
+  again, and the program says which one was in doubt;
+- ``family``: a parent that spawns two children and waits for both;
+- ``approval``: drafts with the model, then waits for a person's approval (``ctx.recv``),
+  sent with ``ringzero send`` after the crash, then publishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ringzero import Context, Kernel, ToolInDoubt
+from ringzero.checkpointers import open_checkpointer
+from ringzero.core.types import LLMRequest
+from ringzero.testing import ScriptedProvider
+
+STEP = 0.03
+"""Seconds a model call or a tool run takes: long enough for kills to land inside them."""
+
+
+def log_line(line: str) -> None:
+    with Path(os.environ["RINGZERO_TEST_LOG"]).open("a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+async def answer(request: LLMRequest) -> str:
+    prompt = request.messages[-1].content
+    log_line(f"llm {prompt}")
+    await asyncio.sleep(STEP)
+    return f"answer to {prompt}"
+
+
+def charge(i: int, idempotency_key: str = "") -> dict[str, Any]:
+    """A payment API: a charge is made once per idempotency key; a repeated key gets the first
+    charge's receipt. Every attempt is logged, with its key."""
+    log_line(f"charge {i} {idempotency_key}")
+    time.sleep(STEP)
+    return {"charged": i * 10}
+
+
+def pay(i: int) -> int:
+    """A payment with no key: each run is a payment."""
+    log_line(f"pay {i}")
+    time.sleep(STEP)
+    return i * 10
+
+
+# ---------------------------------------------------------------------- programs
+async def notes_loop(ctx: Context) -> list[str]:
+    notes = ctx.state.setdefault("notes", [])
+    for step in range(len(notes), 6):
+        reply = await ctx.llm(f"note {step}")
+        notes.append(reply.content)
+        await ctx.checkpoint()
+    return notes
+
+
+async def log_loop(ctx: Context) -> list[int]:
+    for step in range(6):
+        await ctx.llm(f"log {step}")
+        ctx.state.setdefault("log", []).append(step)
+        await ctx.checkpoint()
+    return ctx.state["log"]  # type: ignore[return-value]
+
+
+CHARGE_FIVE = "receipts = []\nfor i in range(5):\n    receipts.append(charge(i)['charged'])\nreceipts"
+PAY_FIVE = "total = 0\nfor i in range(5):\n    total = total + pay(i)\ntotal"
+
+
+async def charges_from_code(ctx: Context) -> Any:
+    plan = await ctx.llm("plan the charges")
+    out = await ctx.exec(CHARGE_FIVE, tools={"charge": charge})
+    return {"plan": plan.content, "receipts": out.value}
+
+
+async def pays_from_code(ctx: Context) -> Any:
+    plan = await ctx.llm("plan the payments")
+    try:
+        out = await ctx.exec(PAY_FIVE, tools={"pay": pay})
+    except ToolInDoubt as exc:
+        return {"plan": plan.content, "in doubt": exc.slot}
+    return {"plan": plan.content, "total": out.value}
+
+
+async def child(ctx: Context, i: int) -> str:
+    first = await ctx.llm(f"child {i} first")
+    second = await ctx.llm(f"child {i} second")
+    return f"{first.content} / {second.content}"
+
+
+async def family(ctx: Context) -> list[Any]:
+    kids = [await ctx.spawn(child, i, name=f"child-{i}") for i in range(2)]
+    await ctx.llm("parent while the children work")
+    return [await ctx.wait(kid) for kid in kids]
+
+
+async def approval(ctx: Context) -> dict[str, Any]:
+    draft = await ctx.llm("draft the announcement")
+    ctx.state["draft"] = draft.content
+    await ctx.checkpoint()
+    verdict = await ctx.recv()
+    if verdict != {"approved": True}:
+        return {"draft": draft.content, "published": False}
+    receipt = await ctx.tool("publish", draft.content)
+    return {"draft": draft.content, "published": receipt}
+
+
+def publish(text: str, idempotency_key: str = "") -> str:
+    log_line(f"publish {idempotency_key}")
+    time.sleep(STEP)
+    return f"published {len(text)} chars"
+
+
+PROGRAMS = {p.__name__: p for p in (notes_loop, log_loop, charges_from_code, pays_from_code, family, approval)}
+
+
+def make_kernel(db: Any) -> Kernel:
+    """What ``ringzero resume --kernel tests.natural_programs:make_kernel`` builds."""
+    return Kernel(checkpointer=open_checkpointer(str(db)), llm=ScriptedProvider(answer),
+                  tools={"publish": publish, "charge": charge, "pay": pay})
+
+
+async def host(db: str, program: str) -> None:
+    async with make_kernel(db) as kernel:
+        handle = await kernel.spawn(PROGRAMS[program], name=program)
+        print("spawned", flush=True)
+        if program == "approval":  # nobody approves here: the approval comes after the crash
+            while handle.status.value != "waiting":
+                await asyncio.sleep(0.01)
+        else:
+            await handle.wait()
+        print("done", flush=True)
+        await asyncio.sleep(3600)  # stay alive: the trial kills us
+
+
+if __name__ == "__main__":
+    asyncio.run(host(sys.argv[1], sys.argv[2]))
