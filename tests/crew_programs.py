@@ -13,9 +13,9 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 
 from crewai import Agent, Crew, Task  # after the environment CrewAI reads
-from crewai.tools import tool as crewai_tool
 from crewai.flow.flow import Flow, listen, start
 from crewai.flow.persistence import persist
+from crewai.tools import tool as crewai_tool
 from pydantic import BaseModel
 
 from ringzero import Context

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from ringzero import Context, Kernel
+from ringzero import Context, Kernel, idempotent
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.testing import ScriptedProvider
 
@@ -48,6 +48,7 @@ def answer(request) -> str:
     return f"answer to {request.messages[-1].content}"
 
 
+@idempotent  # a pure function: a call in flight at the kill runs again
 def square(i: int) -> int:
     log(f"tool {i}")
     return i * i

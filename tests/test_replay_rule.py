@@ -284,3 +284,48 @@ def test_a_divergence_whose_summaries_read_the_same_names_the_fingerprints() -> 
     error = diverged(3, "4", ("llm", "aaaa", "2 messages to default"), ("llm", "bbbb", "2 messages to default"))
     assert isinstance(error, NonDeterminismError)
     assert "fingerprint aaaa was recorded, bbbb is asked" in str(error)
+
+
+# ------------------------------------------------------------------ continue-as-new
+async def mail_loop(ctx: Context, runs: int = 0) -> Any:
+    """Handles three messages a run, then starts a new run: a journal that never grows past one run."""
+    for _ in range(3):
+        message = await ctx.recv()
+        if message == "stop":
+            return {"seen": ctx.state.get("seen", []), "runs": runs}
+        reply = await ctx.llm(f"handle {message}")
+        ctx.state.setdefault("seen", []).append(reply.content)
+        await ctx.checkpoint()
+    await ctx.continue_as_new(runs + 1)
+
+
+async def test_continue_as_new_starts_a_fresh_run_with_the_state_and_an_empty_journal(tmp_path: Path) -> None:
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        handle = await kernel.spawn(mail_loop)
+        for i in range(7):
+            await handle.send(f"m{i}")
+        await handle.send("stop")
+        got = await handle.wait(timeout=30)
+        journal = await kernel.store.journal(handle.pid)
+    assert got == {"seen": [f"answer to handle m{i}" for i in range(7)], "runs": 2}
+    assert [e.seq for e in journal] == list(range(19, 19 + len(journal))), "only the last run's journal is kept"
+    assert all(CALLS[f"llm handle m{i}"] == 1 for i in range(7))
+
+
+async def test_a_resume_replays_only_the_current_run_and_receives_no_mail_twice(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    HANG_AT.add("llm handle m4")
+    async with kernel_on(db) as kernel:
+        handle = await kernel.spawn(mail_loop)
+        for i in range(6):
+            await handle.send(f"m{i}")
+        while not CALLS["llm handle m4"]:
+            await asyncio.sleep(0.01)
+    HANG_AT.clear()
+    async with kernel_on(db) as kernel:
+        [handle] = await kernel.recover()
+        await handle.send("stop")
+        got = await handle.wait(timeout=30)
+        assert handle.replayed_syscalls == 4  # the second run's: recv m3, its llm and checkpoint, recv m4
+    assert got == {"seen": [f"answer to handle m{i}" for i in range(6)], "runs": 2}
+    assert [CALLS[f"llm handle m{i}"] for i in range(6)] == [1, 1, 1, 1, 2, 1]  # only the call in flight again

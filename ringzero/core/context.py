@@ -16,7 +16,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ringzero.core import errors
 from ringzero.core.effects import (
@@ -43,6 +43,7 @@ from ringzero.core.errors import (
 from ringzero.core.host_tools import call_tool
 from ringzero.core.journal import fingerprint, llm_fingerprint, trimmed
 from ringzero.core.loops import run_on
+from ringzero.core.new_run import ContinueAsNew
 from ringzero.core.process import current_slot
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.references import program_reference
@@ -579,6 +580,21 @@ class Context:
                 f"in {', '.join(map(repr, differ[:10]))}{' …' if len(differ) > 10 else ''}. A resumed program starts "
                 "from the state it was spawned with and rebuilds the rest as it replays: set ctx.state from syscall "
                 "results (ctx.llm, ctx.tool, ctx.now(), ...), not from anything outside the journal")
+
+    async def continue_as_new(self, *args: JSON, state: Mapping[str, JSON] | None = None) -> NoReturn:
+        """End this run and start the program again from the top, in this same process, with
+        ``args`` (default: the arguments of this run) and ``ctx.state`` = ``state`` (default:
+        the state now), and an empty journal: how a program that runs for ever (a loop over its
+        mail) bounds what a resume replays. Never returns. See ``ringzero.core.new_run``."""
+        process = self._process
+        new_state = dict(process.record.state if state is None else state)
+        problem = json_problem(new_state, "the state of the new run")
+        if problem is not None:
+            raise NotSerializable(problem)
+        new_args = list(args) if args else list(process.record.args)
+        ensure_json(new_args, "the arguments of the new run")
+        await process.kernel.flush()  # what the old run did is written before it is let go
+        raise ContinueAsNew(new_args, new_state)
 
     # ------------------------------------------------------------ time and chance
     async def now(self) -> datetime.datetime:

@@ -128,7 +128,7 @@ class Journal:
     """
 
     def __init__(self, store: KernelStore, pid: int, entries: list[JournalEntry] | None = None, *,
-                 owner: tuple[int, str] | None = None) -> None:
+                 owner: tuple[int, str] | None = None, base: int = 0) -> None:
         self._store = store
         self._pid = pid
         self.owner = owner
@@ -136,9 +136,14 @@ class Journal:
         see ``check_owner`` and ``record``. None on one machine."""
         self._owner_checked = time.monotonic()  # the claim that made it the owner was just now
         self._by_seq = {e.seq: e for e in entries or []}
-        self._last_recorded = max(self._by_seq, default=0)
+        self._last_recorded = max(self._by_seq, default=base)
         self._loaded = len(self._by_seq)
-        self._cursor = 0
+        self._cursor = base
+        """The last slot taken; ``base``: the last slot of the runs before this one
+        (``ringzero.core.new_run``), whose entries are not among ``entries``."""
+        self._base = base
+        self._earlier = (0, 0)
+        """(replayed, made live) by the earlier runs this process made here (``carry_counts``)."""
         self.resumed = False
         """A recovered process's journal: an effect without a result may have been in flight."""
         self._effects: Effects | None = None
@@ -155,13 +160,22 @@ class Journal:
 
     @property
     def replayed(self) -> int:
-        """How many syscalls were served from the journal so far."""
-        return self._loaded - len(self._by_seq)
+        """How many syscalls were served from the journal so far (by every run made here)."""
+        return self._loaded - len(self._by_seq) + self._earlier[0]
 
     @property
     def made_live(self) -> int:
         """How many syscalls took a slot past the journal (run live, or running now)."""
-        return self._cursor - self.replayed
+        return self._cursor - self._base - (self._loaded - len(self._by_seq)) + self._earlier[1]
+
+    def carry_counts(self, earlier: Journal) -> None:
+        """Count what the journal of the run before this one replayed and made live."""
+        self._earlier = (earlier.replayed, earlier.made_live)
+
+    @property
+    def cursor(self) -> int:
+        """The last slot taken."""
+        return self._cursor
 
     @property
     def entries(self) -> tuple[JournalEntry, ...]:

@@ -45,6 +45,7 @@ from ringzero.core.journal import OWNER_RECHECK, Journal
 from ringzero.core.mailbox import Mail
 from ringzero.core.memory import MemoryStore
 from ringzero.core.monitor import Monitor
+from ringzero.core.new_run import RunStart
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
 from ringzero.core.references import (
@@ -961,7 +962,9 @@ class Kernel:
         unfinished: list[Process] = []
         for record in records:
             program, why = _resolve(record, programs or {})
-            journal = Journal(self.store, record.pid, await self.store.journal(record.pid), owner=taken[record.pid])
+            start = RunStart.of(record.run_start)  # where its current run began (continue-as-new)
+            journal = Journal(self.store, record.pid, start.of_this_run(await self.store.journal(record.pid)),
+                              owner=taken[record.pid], base=start.journal_base)
             journal.resumed = True
             process = Process(
                 self, record, program or _missing_program, journal,
@@ -969,6 +972,9 @@ class Kernel:
                 mail_seq=await self.store.last_seq(record.pid, "mailbox"),
             )
             process.recovered = True
+            if start.journal_base:
+                process.sends, process.spawns = start.sends, start.spawns
+                process.meter.charge(**(start.spent or {}))
             if program is None:  # left as the crash left it, for a resume that can import it
                 process.left_unfinished = NotResumed(record.pid, record.name, ProgramNotFound(
                     f"cannot import its program {record.program!r} (pass recover(programs={{...}}), or make it "
@@ -980,7 +986,7 @@ class Kernel:
             consumed = {_received_seq(e.outcome) for e in journal.entries
                         if e.kind == "recv" and e.outcome.get("value")}
             for seq, body in await self.store.mail(record.pid):
-                if seq not in consumed:
+                if seq not in consumed and not start.received_before(seq):
                     process.mailbox.put(Mail(int(body["priority"]), seq, body["message"], body.get("sender")))
             to_start.append(process)
         for process in to_start:  # only now: a parent's replayed spawn finds every child loaded

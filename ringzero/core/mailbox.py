@@ -42,6 +42,10 @@ class Mailbox:
     def __len__(self) -> int:
         return 0 if self._line is None else len(self._line)
 
+    def pending(self) -> list[int]:
+        """The seqs of the messages not received yet."""
+        return sorted(mail.seq for mail in self._line.items()) if self._line is not None else []
+
     def put(self, mail: Mail) -> None:
         """Queue ``mail`` (mail is put in ``seq`` order, so arrival order is ``seq`` order)."""
         if self._line is None:

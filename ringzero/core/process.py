@@ -28,6 +28,7 @@ from ringzero.core.errors import (
 )
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.mailbox import Mailbox
+from ringzero.core.new_run import ContinueAsNew, begin_new_run
 from ringzero.core.store import ProcessRecord
 from ringzero.core.timeouts import RECANCEL_EVERY, shielded
 from ringzero.core.types import (
@@ -206,6 +207,11 @@ class Process:
         self._over, self._over_error = True, error
         if self._finished is not None:
             _settle(self._finished, error)
+
+    @property
+    def mail_seq(self) -> int:
+        """The seq of the last message delivered to it."""
+        return self._mail_seq
 
     def next_mail_seq(self) -> int:
         self._mail_seq += 1
@@ -396,7 +402,12 @@ class Process:
             await self._set(ProcessStatus.RUNNING, "recovered" if self.journal.length else "")
             self._arm_watchdog()
             self.ctx._enter()  # this task's context: programs and the tasks they start see it
-            self.value = await self.program(self.ctx, *self.record.args)
+            while True:
+                try:
+                    self.value = await self.program(self.ctx, *self.record.args)
+                    break
+                except ContinueAsNew as again:
+                    await begin_new_run(self, again)
         except asyncio.CancelledError:
             if self.fenced is None and self.left_unfinished is None and self.record.stop_reason is None:
                 # The kernel is shutting down: leave the record as a crash would, so that

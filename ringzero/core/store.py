@@ -110,6 +110,9 @@ class ProcessRecord:
     spawn_id: str | None = None
     """``parent-pid:n`` for the parent's n-th ``ctx.spawn`` in program order: how a resumed
     parent finds the child it created before a crash cut it off from journaling the spawn."""
+    run_start: dict[str, JSON] | None = None
+    """Where the current run began, for a process that called ``ctx.continue_as_new`` (None
+    for one still in its first run): see ``ringzero.core.new_run.RunStart``."""
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -131,6 +134,7 @@ class ProcessRecord:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             **({"spawn_id": self.spawn_id} if self.spawn_id is not None else {}),
+            **({"run_start": self.run_start} if self.run_start is not None else {}),
         }
 
     @classmethod
@@ -154,6 +158,7 @@ class ProcessRecord:
             created_at=float(data.get("created_at", 0.0)),
             updated_at=float(data.get("updated_at", 0.0)),
             spawn_id=data.get("spawn_id"),
+            run_start=data.get("run_start"),
         )
 
 
@@ -244,6 +249,25 @@ class KernelStore:
         """The row of ``ctx.state``, the result and the error."""
         body = {"state": record.state, "result": record.result, "error": record.error}
         return _new_row(PROCESS_TABLE, "state", _key(record.pid), None, dumps(body), {})
+
+    async def begin_new_run(self, record: ProcessRecord) -> None:
+        """Write the record of a process that starts a new run (``ctx.continue_as_new``): its
+        first row, with the arguments, state and ``run_start`` the new run begins from, which a
+        resume reads, then its state row. The first row is the commit point: a crash before it
+        resumes the old run, after it the new one."""
+        await self.checkpointer.put(self._process_row(record))
+        await self.put_rows([self.state_row(record)])
+
+    async def drop_journal_before(self, pid: int, base: int) -> None:
+        """Delete the journal rows of slots up to ``base`` (and the intents and tool calls under
+        them), where the store deletes single rows: a run started at ``base`` never reads them."""
+        if not self.checkpointer.capabilities.delete_checkpoints:
+            return
+        for namespace in ("journal", "intents", "calls"):
+            ids = [cp.id async for cp in self.checkpointer.list(process_thread(pid), namespace)
+                   if int(cp.id.partition(".")[0]) <= base]
+            if ids:
+                await self.checkpointer.delete_checkpoints(process_thread(pid), namespace, ids)
 
     async def claim_process(self, record: ProcessRecord) -> bool:
         """Write a new process's first record only if its pid is free in the store (False if

@@ -60,6 +60,10 @@ class PriorityLine(Generic[T]):
         self._trim()
         return self._heap[0] if self._heap else None
 
+    def items(self) -> list[T]:
+        """The items in line, in no particular order."""
+        return [entry.item for entry in self._heap if entry.live]
+
     def pop(self) -> T:
         """Take the first item out of the line (IndexError when it is empty)."""
         self._trim()
