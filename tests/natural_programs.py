@@ -14,7 +14,10 @@ tools, not what the kernel says happened.
   again, and the program says which one was in doubt;
 - ``family``: a parent that spawns two children and waits for both;
 - ``approval``: drafts with the model, then waits for a person's approval (``ctx.recv``),
-  sent with ``ringzero send`` after the crash, then publishes.
+  sent with ``ringzero send`` after the crash, then publishes;
+- ``crew_publishes``: a CrewAI crew whose writer has a plain ``@tool``, run with ``kickoff``;
+- ``graph_approval``: a LangGraph agent with ``KernelToolNode`` that stops at an ``interrupt()``
+  for approval, answered by a message sent with ``ringzero send`` after the crash.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from ringzero import Context, Kernel, ToolInDoubt
 from ringzero.checkpointers import open_checkpointer
+from ringzero.core.journal import llm_fingerprint
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 
@@ -42,11 +46,21 @@ def log_line(line: str) -> None:
         os.fsync(f.fileno())
 
 
-async def answer(request: LLMRequest) -> str:
-    prompt = request.messages[-1].content
-    log_line(f"llm {prompt}")
+async def answer(request: LLMRequest) -> Any:
+    """The model: logs the fingerprint of each request it gets (what the journal records it
+    by), then answers. A CrewAI agent gets CrewAI's text format, the graph a tool call."""
+    log_line(f"llm {llm_fingerprint('default', request)}")
     await asyncio.sleep(STEP)
-    return f"answer to {prompt}"
+    last = request.messages[-1]
+    if "Current Task:" in "".join(m.content for m in request.messages):
+        from tests.crew_programs import react_script
+
+        return react_script(request)
+    if last.role == "tool":
+        return f"all done: {last.content}"
+    if last.content == "write the post":
+        return {"content": "", "tool_calls": [{"id": "call-1", "name": "post", "arguments": {"text": "hello"}}]}
+    return f"answer to {last.content}"
 
 
 def charge(i: int, idempotency_key: str = "") -> dict[str, Any]:
@@ -130,7 +144,78 @@ def publish(text: str, idempotency_key: str = "") -> str:
     return f"published {len(text)} chars"
 
 
-PROGRAMS = {p.__name__: p for p in (notes_loop, log_loop, charges_from_code, pays_from_code, family, approval)}
+async def crew_publishes(ctx: Context) -> str:
+    """A CrewAI crew whose writer has a plain ``@tool``, run with ``await kickoff(crew)``."""
+    from crewai import Agent, Crew, Task
+    from crewai.tools import tool
+
+    from ringzero.adapters.crewai import KernelLLM, kickoff
+
+    @tool("publish")
+    def publish_post(text: str) -> str:
+        """Publish the text."""
+        log_line(f"crew-publish {text}")
+        time.sleep(STEP)
+        return f"published: {text}"
+
+    writer = Agent(role="writer", goal="publish posts", backstory="You publish with your tool.", llm=KernelLLM(),
+                   tools=[publish_post], max_iter=3)
+    post = Task(description="use publish with text=<<hello world>>", expected_output="a receipt", agent=writer)
+    result = await kickoff(Crew(agents=[writer], tasks=[post]))
+    return str(result.raw)
+
+
+async def graph_approval(ctx: Context) -> list[str]:
+    """A LangGraph agent: the model asks to post, a person approves (``interrupt()``, the answer
+    read with ``ctx.recv()``), ``KernelToolNode`` posts, the model sums up."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.types import Command, interrupt
+
+    from ringzero import idempotent
+    from ringzero.adapters.langchain import KernelChatModel
+    from ringzero.adapters.langgraph import KernelToolNode
+
+    @tool
+    @idempotent  # the other side deduplicates posts by their text
+    def post(text: str) -> str:
+        """Post the text."""
+        log_line(f"post {text}")
+        time.sleep(STEP)
+        return f"posted {len(text)} chars"
+
+    model = KernelChatModel().bind_tools([post])
+
+    async def write(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    def approve(state: MessagesState) -> dict[str, Any]:
+        if interrupt("post it?") != "yes":
+            raise ValueError("not approved")
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("write", write)
+    graph.add_node("approve", approve)
+    graph.add_node("tools", KernelToolNode([post]))
+    graph.add_node("sum_up", write)
+    for a, b in ((START, "write"), ("write", "approve"), ("approve", "tools"), ("tools", "sum_up"), ("sum_up", END)):
+        graph.add_edge(a, b)
+    app = graph.compile(checkpointer=InMemorySaver())  # durable through the kernel's journal
+    config: Any = {"configurable": {"thread_id": "post"}}
+    result = await app.ainvoke({"messages": [HumanMessage("write the post")]}, config)
+    while "__interrupt__" in result:
+        verdict = await ctx.recv()  # hours later, after any number of crashes
+        result = await app.ainvoke(Command(resume=verdict["answer"]), config)  # type: ignore[index,call-overload]
+    return [str(m.content) for m in result["messages"]]
+
+
+PROGRAMS = {p.__name__: p for p in (notes_loop, log_loop, charges_from_code, pays_from_code, family, approval,
+                                    crew_publishes, graph_approval)}
+WAITS_FOR_APPROVAL = {"approval": {"approved": True}, "graph_approval": {"answer": "yes"}}
+"""The programs that wait for a person, and the message that approves."""
 
 
 def make_kernel(db: Any) -> Kernel:
@@ -143,7 +228,7 @@ async def host(db: str, program: str) -> None:
     async with make_kernel(db) as kernel:
         handle = await kernel.spawn(PROGRAMS[program], name=program)
         print("spawned", flush=True)
-        if program == "approval":  # nobody approves here: the approval comes after the crash
+        if program in WAITS_FOR_APPROVAL:  # nobody approves here: the approval comes after the crash
             while handle.status.value != "waiting":
                 await asyncio.sleep(0.01)
         else:

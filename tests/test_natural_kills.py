@@ -18,6 +18,7 @@ the crash, and a second ``ringzero resume`` finishes it). Then:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import re
@@ -51,10 +52,10 @@ async def reference(program: str, log: Path) -> Any:
     os.environ["RINGZERO_TEST_LOG"] = str(log)
     async with natural_programs.make_kernel(":memory:") as kernel:
         handle = await kernel.spawn(natural_programs.PROGRAMS[program], name=program)
-        if program == "approval":
+        if program in natural_programs.WAITS_FOR_APPROVAL:
             while handle.status.value != "waiting":
                 await asyncio.sleep(0.01)
-            await handle.send({"approved": True})
+            await handle.send(natural_programs.WAITS_FOR_APPROVAL[program])
         return await handle.wait(timeout=30)
 
 
@@ -101,8 +102,8 @@ async def store_view(store: str) -> dict[str, Any]:
 
 def done_before(view: dict[str, Any]) -> tuple[set[str], set[str]]:
     """The model prompts and code tool calls the journals held as done."""
-    prompts = {e.outcome["value"]["message"]["content"].removeprefix("answer to ")
-               for journal in view["journals"].values() for e in journal if e.kind == "llm" and "value" in e.outcome}
+    prompts = {e.fingerprint for journal in view["journals"].values() for e in journal
+               if e.kind == "llm" and "value" in e.outcome}
     calls = {f"{pid}:{key}" for pid, calls in view["calls"].items() for key in calls}
     return prompts, calls
 
@@ -134,9 +135,10 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
     assert counts["replayed"] == sum(journal_sizes[pid] for pid in unfinished), out.stdout
     assert counts["live"] == sum(len(middle["journals"][pid]) - journal_sizes[pid] for pid in unfinished), out.stdout
     assert counts["code_calls"] == sum(len(middle["calls"][p]) - len(before["calls"][p]) for p in unfinished)
-    if program == "approval":
+    if program in natural_programs.WAITS_FOR_APPROVAL:
         assert "waits for a message: ringzero send" in out.stdout, out.stdout
-        sent = await asyncio.to_thread(cli, "send", "--db", store, "1", '{"approved": true}', log=log)
+        approval = json.dumps(natural_programs.WAITS_FOR_APPROVAL[program])
+        sent = await asyncio.to_thread(cli, "send", "--db", store, "1", approval, log=log)
         assert sent.returncode == 0, sent.stdout + sent.stderr
         out = await asyncio.to_thread(cli, "resume", "--db", store, "--kernel", KERNEL, log=log)
         assert out.returncode == 0, out.stdout + out.stderr
@@ -145,7 +147,7 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
     assert root.status.value == "exited", (out.stdout, root)
 
     effects = Counter(log.read_text().splitlines())
-    again = sorted(p for p in prompts_done if effects[f"llm {p}"] != 1)
+    again = sorted(p for p in prompts_done if effects[f"llm {p}"] != 1)  # by the request's fingerprint
     assert not again, f"seed {seed}: recorded model calls made again: {again}"
     for key in calls_done:  # each tool call that code made and the journal held ran once
         pid, _, slot = key.partition(":")
@@ -162,6 +164,11 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
             return f"killed after {kill_after:.2f} s, a payment in doubt (reported, not repeated)"
     if program == "approval":
         assert sum(1 for line in effects if line.startswith("publish ")) == 1
+    if program == "crew_publishes":  # a plain @tool, not idempotent: never twice
+        assert effects["crew-publish hello world"] <= 1, effects
+        if effects["crew-publish hello world"] == 0:  # in doubt: reported to the program, not run again
+            assert root.status.value == "failed" and "ToolInDoubt" in str(root.error), root
+            return f"killed after {kill_after:.2f} s, the publish in doubt (reported, not repeated)"
     assert root.result == expected, f"seed {seed}: {root.result} != {expected}"
     return f"killed after {kill_after:.2f} s" if killed else "finished before the kill"
 
@@ -181,10 +188,17 @@ async def trials(make_store: Any, folder: Path, count: int) -> dict[str, list[st
     return outcomes
 
 
+def report(outcomes: dict[str, list[str]]) -> None:
+    """How each trial went (``pytest -s`` shows it)."""
+    for program, results in outcomes.items():
+        print(f"{program}: " + "; ".join(results))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_natural_programs_survive_kills_on_sqlite(tmp_path: Path) -> None:
     outcomes = await trials(lambda trial: str(trial) + ".db", tmp_path, SQLITE_TRIALS)
+    report(outcomes)
     killed = sum(o.startswith("killed") for results in outcomes.values() for o in results)
     assert killed >= len(outcomes) * SQLITE_TRIALS // 2, outcomes
 
@@ -193,5 +207,6 @@ async def test_natural_programs_survive_kills_on_sqlite(tmp_path: Path) -> None:
 @pytest.mark.timeout(900)
 async def test_natural_programs_survive_kills_on_postgres(tmp_path: Path, postgres_dsn: str) -> None:
     outcomes = await trials(lambda trial: fresh_database(postgres_dsn), tmp_path, PG_TRIALS)
+    report(outcomes)
     killed = sum(o.startswith("killed") for results in outcomes.values() for o in results)
     assert killed >= len(outcomes) * PG_TRIALS // 2, outcomes

@@ -35,7 +35,7 @@ from ringzero.adapters._shipping import (
 )
 from ringzero.core.context import Context
 from ringzero.core.effects import error_record, retry_safe, served
-from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed
+from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed, ToolInDoubt
 from ringzero.core.gate import LLMGate
 from ringzero.core.ids import time_ordered_id
 from ringzero.core.loops import LoopHome, forward, running_loop
@@ -414,7 +414,19 @@ async def kickoff(crew_or_flow: Any, inputs: dict[str, Any] | None = None) -> An
         raise RingzeroError("kickoff() runs a crew inside a kernel process: call it from a program "
                             "started with kernel.spawn(...), or call crew.kickoff() directly")
     _journal_tool_runs()
-    return await asyncio.to_thread(crew_or_flow.kickoff, inputs=inputs)
+    try:
+        return await asyncio.to_thread(crew_or_flow.kickoff, inputs=inputs)
+    except _CrewStopped as stopped:
+        raise stopped.error from None
+
+
+class _CrewStopped(BaseException):
+    """Carries a ``ToolInDoubt`` out of a crew: CrewAI catches a tool's exceptions and lets the
+    agent try the tool again, which would run an in-doubt call a second time."""
+
+    def __init__(self, error: ToolInDoubt) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 _JOURNALED = "__ringzero_journaled__"
@@ -464,8 +476,11 @@ def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any
                 return {"error": error_record(exc)}
             return {"value": result if json_problem(result, "result") is None else str(result)}
 
-        outcome = ctx.call_from_thread(ctx.journaled_tool(f"crewai:{name}", request, live,
-                                                          retry_safe=retry_safe(tool)), f"the CrewAI tool {name!r}")
+        try:
+            outcome = ctx.call_from_thread(ctx.journaled_tool(f"crewai:{name}", request, live,
+                                                              retry_safe=retry_safe(tool)), f"the CrewAI tool {name!r}")
+        except ToolInDoubt as exc:  # the program decides, not the agent
+            raise _CrewStopped(exc) from None
         return served(outcome)
 
     setattr(journaled, _JOURNALED, True)

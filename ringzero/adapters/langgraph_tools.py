@@ -34,6 +34,7 @@ from typing import Any
 
 from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
 from ringzero.core.context import Context
+from ringzero.core.effects import retry_safe
 from ringzero.core.errors import MissingExtra, NotSerializable, ToolFailed, WrongEventLoop
 from ringzero.core.loops import forward, running_loop
 from ringzero.core.types import JSON
@@ -150,7 +151,8 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], C
         fresh.append(produced)
         return {"value": {"kind": kind, "data": base64.b64encode(data).decode("ascii")}}
 
-    outcome = await ctx.journaled_tool(call["name"], {"id": call.get("id"), "args": call["args"]}, live)
+    outcome = await ctx.journaled_tool(call["name"], {"id": call.get("id"), "args": call["args"]}, live,
+                                       retry_safe=retry_safe(getattr(request, "tool", None)))
     if "error" in outcome:
         if raised:
             raise raised[0]
