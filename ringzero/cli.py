@@ -230,9 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from ringzero.demo import run_demo
             from ringzero.demo_agents import run_agents_demo
+            from ringzero.demo_crash import run_crash_demo
 
             failed = asyncio.run(run_demo(args.state_dir, console))
             failed += asyncio.run(run_agents_demo(args.state_dir, console))
+            failed += asyncio.run(run_crash_demo(args.state_dir, console))
             return 1 if failed else 0
         if args.command == "ps":
             assert db is not None

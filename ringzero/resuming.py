@@ -104,6 +104,8 @@ class Ends:
     unfinished: dict[int, str]
     waiting: dict[int, str]
     """pid -> what it waits for: ``message``, ``resume`` (paused) or ``child``."""
+    done: StoreCounts | None = None
+    """What the resume recorded, counted from the store."""
 
 
 async def resume(kernel: Kernel, console: Console, *, db: str, kernel_spec: str | None) -> tuple[int, Ends]:
@@ -116,7 +118,7 @@ async def resume(kernel: Kernel, console: Console, *, db: str, kernel_spec: str 
         console.print(f"found {len(handles)} unfinished process(es)")
         ends = await _follow(kernel, handles, console)
         await kernel.flush()
-        done = await StoreCounts.read(kernel.store, unfinished) - before
+        done = ends.done = await StoreCounts.read(kernel.store, unfinished) - before
     replayed = sum(h.replayed_syscalls for h in handles)
     _report(console, handles, ends, done, replayed, db=db, kernel_spec=kernel_spec)
     return (1 if ends.failed or ends.unfinished else 0), ends
