@@ -154,6 +154,10 @@ async def _ps(db: Path | str, console: Console) -> int:
                                 for key, amount in recorded.items()}
         rows = [ProcessInfo.of(r) for r in records]
         nodes = {pid: node for pid, (_, node) in (await kernel_store.owners()).items()}
+        ended = {r.pid for r in records if r.status.terminal}
+        for pid, placement in (await kernel_store.placements()).items():
+            if placement.get("waiting") and pid not in ended:  # its node died, and no live node can host it
+                nodes[pid] = f"none: {placement['waiting']}"
     finally:
         await store.aclose()
     console.print(process_table(rows, title=f"processes in {_where(db, store)}", nodes=nodes or None))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -249,5 +251,44 @@ async def test_children_spread_over_the_nodes_with_waits_refunds_and_kills_acros
         await boss.kill()
         rows = {r.pid: r for r in await kernel.ps(all=True)}
         assert all(rows[pid].status is ProcessStatus.KILLED for pid in [boss.pid, *sleepers])
+    finally:
+        await kernel.aclose()
+
+
+async def test_a_process_moved_off_a_dead_node_waits_for_a_node_with_its_resources(
+        cluster: Any, dsn: str, server: ray_programs.CountingServer) -> None:
+    """Last in this module: it adds a node to the shared cluster."""
+    kernel = await _kernel(cluster, dsn, server.url, head=False)
+    try:
+        from ringzero.providers.schedulers.ray_cluster import RayScheduler
+
+        scheduler = kernel.scheduler
+        assert isinstance(scheduler, RayScheduler)
+        boxed = await kernel.spawn(ray_programs.chatter, "needs-sandbox", 40, 0.05, resources={"sandbox": 1})
+        assert isinstance(boxed, RemoteProcessHandle)
+        sandbox_node = boxed.node
+        await asyncio.sleep(0.5)
+        os.kill(await scheduler.worker_os_pid(sandbox_node), signal.SIGKILL)
+        for _ in range(600):
+            if boxed.pid in scheduler.waiting:
+                break
+            await asyncio.sleep(0.1)
+        assert boxed.pid in scheduler.waiting, "it was moved to a node without a sandbox"
+        assert all(boxed.pid not in move["to"] for move in scheduler.moves)
+        listing = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "ringzero.cli", "ps", "--db", dsn],
+                                          capture_output=True, text=True, timeout=120,
+                                          env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+        assert "no live node has sandbox=1" in " ".join(listing.stdout.split()), listing.stdout
+
+        before = set(scheduler.nodes)
+        cluster.add_node(num_cpus=2, resources={"sandbox": 1})  # Ray starts a node from the main thread only
+        cluster.wait_for_nodes()
+        for _ in range(1200):  # the scheduler finds the new node and moves the process there
+            if boxed.pid not in scheduler.waiting:
+                break
+            await asyncio.sleep(0.1)
+        assert boxed.pid not in scheduler.waiting
+        assert await boxed.wait(120) == [f"echo needs-sandbox:{i}" for i in range(40)]
+        assert scheduler.moves[-1]["to"][boxed.pid] not in before, "it runs on the node that joined"
     finally:
         await kernel.aclose()

@@ -19,6 +19,8 @@ thread                             namespace    one checkpoint per
 ``ringzero/process/<pid>``         mailbox      message delivered to the process
 ``ringzero/process/<pid>``         owner        cluster node that took the process (claimed,
                                                 one per epoch; written only by cluster kernels)
+``ringzero/process/<pid>``         placement    what a cluster node must have to run it (Ray's
+                                                resources), and why none runs it now, if so
 ``ringzero/pid-blocks``            ``""``       block of 1000 pids a cluster node claimed
 =================================  ===========  ====================================
 
@@ -436,6 +438,20 @@ class KernelStore:
             calls[effect_key(cp.id)] = JournalEntry(slot, body["kind"], body["fp"], body.get("summary", ""),
                                                     body["outcome"])
         return Effects(intents, calls)
+
+    async def note_placement(self, pid: int, resources: Mapping[str, float], waiting: str = "") -> None:
+        """Record what a cluster node must have to run ``pid`` and, where no live node has it,
+        why it waits (``waiting``; empty once placed)."""
+        body = {"resources": dict(resources), "waiting": waiting}
+        await self.checkpointer.put(_new_row(process_thread(pid), "placement", _key(0), None, dumps(body),
+                                             NO_METADATA))
+
+    async def placements(self) -> dict[int, dict[str, Any]]:
+        """``{"resources", "waiting"}`` of every process placed with resources: one query."""
+        out: dict[int, dict[str, Any]] = {}
+        async for cp in self.checkpointer.list(None, "placement"):
+            out[int(cp.thread_id.rsplit("/", 1)[1])] = loads(cp.payload, f"placement of {cp.thread_id}")
+        return out
 
     async def journal(self, pid: int) -> list[JournalEntry]:
         return [

@@ -52,6 +52,8 @@ __all__ = ["RayScheduler"]
 log = logging.getLogger(__name__)
 _HEAD_RESOURCE = "node:__internal_head__"
 _RETRIES = 40
+NODE_SCAN = 2.0
+"""Seconds between looks for a new node while processes wait for one that can host them."""
 
 
 @dataclass
@@ -120,6 +122,10 @@ class RayScheduler:
         self._where: dict[int, str] = {}
         self._reservations: dict[int, dict[str, float]] = {}
         self._gone: set[str] = set()
+        self.waiting: dict[int, tuple[str, dict[str, float]]] = {}
+        """Processes of a dead node that no live node has the resources for: pid -> (the dead
+        node, what they need). They move once a node that has it joins."""
+        self._scanner: asyncio.Future[None] | None = None
         self._started = False
         self._start_lock = asyncio.Lock()
         self._failover_lock = asyncio.Lock()
@@ -228,6 +234,8 @@ class RayScheduler:
             if wanted:
                 self._reservations[pid] = wanted
                 self._watch_end(pid)
+                assert self._store is not None
+                await self._store.note_placement(pid, wanted)  # what a move to another node must honour
             return RemoteProcessHandle(self, snapshot)
 
     async def _choose(self, wanted: Mapping[str, float]) -> _Node:
@@ -327,35 +335,91 @@ class RayScheduler:
             records = {r.pid: r for r in await self._store.load_processes()}
             moving = {pid for pid, (_, node) in owners.items()
                       if node == dead and pid in records and not records[pid].status.terminal}
-            plan: dict[str, list[int]] = {}  # survivor -> pids, a parent with its children
-            for group in _trees(moving, {pid: records[pid].parent for pid in moving}):
-                wanted: dict[str, float] = {}
+            await self._move(dead, moving, records)
+
+    async def _move(self, dead: str, moving: set[int], records: Mapping[int, Any]) -> None:
+        """Resume ``moving`` (processes of node ``dead``) on live nodes that have the resources
+        each was placed with; those no live node has the resources for wait (``waiting``), and
+        the store says why, until a node that has them joins."""
+        assert self._store is not None
+        placements = await self._store.placements()
+        plan: dict[str, list[int]] = {}  # survivor -> pids, a parent with its children
+        for group in _trees(moving, {pid: records[pid].parent for pid in moving}):
+            wanted: dict[str, float] = {}
+            for pid in group:
+                needs = self._reservations.get(pid) or (placements.get(pid) or {}).get("resources") or {}
+                for k, v in needs.items():
+                    wanted[k] = wanted.get(k, 0.0) + float(v)
+            able = [n for n in self._nodes.values() if n.fits(wanted, now=False)]
+            if not able:
+                why = f"no live node has {_resources_text(wanted)}"
                 for pid in group:
-                    for k, v in self._reservations.get(pid, {}).items():
-                        wanted[k] = wanted.get(k, 0.0) + v
-                fitting = [n for n in self._nodes.values() if n.fits(wanted, now=True)] or list(self._nodes.values())
-                target = min(fitting, key=lambda n: (n.load, n.name))
-                target.load += len(group)
-                for k, v in wanted.items():
-                    target.reserved[k] = target.reserved.get(k, 0.0) + v
-                plan.setdefault(target.name, []).extend(group)
+                    self.waiting[pid] = (dead, wanted)
+                    await self._store.note_placement(pid, (placements.get(pid) or {}).get("resources") or {}, why)
+                log.warning("ringzero: %d process(es) of node %s wait: %s", len(group), dead, why)
+                self._watch_for_nodes()
+                continue
+            target = min([n for n in able if n.fits(wanted, now=True)] or able, key=lambda n: (n.load, n.name))
+            target.load += len(group)
+            for k, v in wanted.items():
+                target.reserved[k] = target.reserved.get(k, 0.0) + v
+            plan.setdefault(target.name, []).extend(group)
+        if plan:
+            await self._adopt_plan(dead, plan, placements)
 
-            async def adopt(node: _Node, pids: list[int]) -> list[int]:
-                try:  # one call per survivor, all at once: each waits out the dead node's lease once
-                    return list(_unwrap(await node.worker.adopt.remote(sorted(pids), dead)))
-                except RayActorError:
-                    return []  # that one died too; its own failover takes these with its processes
+    async def _adopt_plan(self, dead: str, plan: Mapping[str, list[int]], placements: Mapping[int, Any]) -> None:
+        """Have each survivor in ``plan`` take over its processes of ``dead``."""
+        assert self._store is not None
 
-            targets = [self._nodes[name] for name in plan]
-            taken = await asyncio.gather(*(adopt(node, plan[node.name]) for node in targets))
-            moved: dict[int, str] = {}
-            for node, pids in zip(targets, taken, strict=True):
-                for pid in pids:
-                    self._where[pid] = node.name
-                    moved[pid] = node.name
-            self.moves.append({"from": dead, "to": moved})
-            await self._tell_peers()
-            log.warning("ringzero moved %d process(es) off node %s", len(moved), dead)
+        async def adopt(node: _Node, pids: list[int]) -> list[int]:
+            try:  # one call per survivor, all at once: each waits out the dead node's lease once
+                return list(_unwrap(await node.worker.adopt.remote(sorted(pids), dead)))
+            except RayActorError:
+                return []  # that one died too; its own failover takes these with its processes
+
+        targets = [self._nodes[name] for name in plan]
+        taken = await asyncio.gather(*(adopt(node, plan[node.name]) for node in targets))
+        moved: dict[int, str] = {}
+        for node, pids in zip(targets, taken, strict=True):
+            for pid in pids:
+                self._where[pid] = node.name
+                moved[pid] = node.name
+                self.waiting.pop(pid, None)
+                if (placements.get(pid) or {}).get("waiting"):
+                    await self._store.note_placement(pid, placements[pid].get("resources") or {})
+        self.moves.append({"from": dead, "to": moved})
+        await self._tell_peers()
+        log.warning("ringzero moved %d process(es) off node %s", len(moved), dead)
+
+    def _watch_for_nodes(self) -> None:
+        """While processes wait for a node that can host them, look for new nodes every
+        ``NODE_SCAN`` seconds and move them there once one joins."""
+        if self._scanner is not None and not self._scanner.done():
+            return
+
+        async def scan() -> None:
+            while self.waiting:
+                await asyncio.sleep(NODE_SCAN)
+                before = set(self._nodes)
+                await self._discover()
+                if set(self._nodes) == before:
+                    continue
+                assert self._store is not None
+                records = {r.pid: r for r in await self._store.load_processes()}
+                by_node: dict[str, set[int]] = {}
+                for pid, (dead, _) in list(self.waiting.items()):
+                    if pid in records and not records[pid].status.terminal:
+                        by_node.setdefault(dead, set()).add(pid)
+                    else:
+                        self.waiting.pop(pid, None)
+                async with self._failover_lock:
+                    for dead, pids in by_node.items():
+                        await self._move(dead, pids, records)
+
+        self._scanner = asyncio.ensure_future(scan())
+        self._watchers.add(self._scanner)
+        self._scanner.add_done_callback(self._watchers.discard)
+        self._scanner.add_done_callback(_quiet)
 
     # ---------------------------------------------------------- shutdown
     async def aclose(self) -> None:
@@ -405,6 +469,10 @@ class _Owner:
 
     async def snapshot(self, pid: int) -> dict[str, Any]:
         return await self._scheduler._call(pid, "snapshot")
+
+
+def _resources_text(wanted: Mapping[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(wanted.items())) or "nothing"
 
 
 def _trees(pids: set[int], parents: Mapping[int, int | None]) -> list[list[int]]:
