@@ -135,13 +135,30 @@ async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel
             return code
         console.print(f"serving: {len(ends.waiting)} process(es) wait; none is held in memory. Watching the store "
                       "for messages (ringzero send) ...")
+        paused = [pid for pid, why in ends.waiting.items() if why == "resume"]
         async with make() as watcher:
             seen = await _mail_marks(watcher.store)
             # Mail stored while the resume ran (after a process had read its mailbox) wakes them now.
             while not await _unread_mail(watcher.store, ends.waiting):
                 await asyncio.sleep(poll)  # another OS process writes the store: only a read tells
-                if await _mail_marks(watcher.store) != seen:
+                if await _mail_marks(watcher.store) != seen or await _resumed(watcher, paused):
                     break
+
+
+async def _resumed(kernel: Kernel, paused: Sequence[int]) -> bool:
+    """Carry out the resume commands (``ringzero top``'s ``r``) left for ``paused``, processes
+    that wait in the store: each is marked not paused there, for the next wake-up to run."""
+    from ringzero.core.monitor import take_stored_commands
+
+    if not paused or not kernel.checkpointer.capabilities.claims:
+        return False
+    taken = await take_stored_commands(kernel.checkpointer, paused, "resume", "ringzero serve")
+    for pid in taken:
+        record = await kernel.store.load_process(pid)
+        if record is not None and not record.status.terminal:
+            record.paused = False
+            await kernel.store.put_rows([kernel.store.status_row(record)])
+    return bool(taken)
 
 
 async def _unread_mail(store: KernelStore, waiting: Mapping[int, str]) -> bool:
@@ -231,8 +248,8 @@ def _report(console: Console, handles: Sequence[ProcessHandle], ends: Ends, done
             console.print(f"  pid {pid} waits for a message: ringzero send --db {db} {pid} '<JSON>', then ringzero "
                           f"resume --db {db}{kernel_flag} (or keep ringzero serve --db {db}{kernel_flag} running)")
         elif why == "resume":
-            console.print(f"  pid {pid} is paused: it stays so in the store; resume it from ringzero top --db {db} "
-                          f"while ringzero serve --db {db}{kernel_flag} hosts it")
+            console.print(f"  pid {pid} is paused: it stays so in the store; resume it with ringzero top --db {db} "
+                          f"(key r) while ringzero serve --db {db}{kernel_flag} runs")
     if ends.unfinished:
         hint = (" No --kernel was given: the default kernel has no LLM provider and no tools; pass --kernel "
                 "module:function returning your configured Kernel.") if kernel_spec is None else ""

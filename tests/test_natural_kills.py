@@ -195,7 +195,7 @@ def report(outcomes: dict[str, list[str]]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300 + 120 * SQLITE_TRIALS)
 async def test_natural_programs_survive_kills_on_sqlite(tmp_path: Path) -> None:
     outcomes = await trials(lambda trial: str(trial) + ".db", tmp_path, SQLITE_TRIALS)
     report(outcomes)
@@ -204,7 +204,7 @@ async def test_natural_programs_survive_kills_on_sqlite(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300 + 120 * PG_TRIALS)
 async def test_natural_programs_survive_kills_on_postgres(tmp_path: Path, postgres_dsn: str) -> None:
     outcomes = await trials(lambda trial: fresh_database(postgres_dsn), tmp_path, PG_TRIALS)
     report(outcomes)

@@ -189,3 +189,43 @@ def test_send_refuses_a_message_that_is_not_json(tmp_path: Path) -> None:
     (tmp_path / "state.db").touch()
     out = run("-m", "ringzero.cli", "send", "--db", "state.db", "1", "{approved}", cwd=tmp_path)
     assert out.returncode == 2 and "the message must be JSON" in " ".join(out.stdout.split()), out.stdout
+
+
+async def test_serve_resumes_a_paused_process_when_top_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ringzero.core.monitor import command_outcome, send_command
+    from tests import natural_programs
+
+    db, log = str(tmp_path / "state.db"), tmp_path / "calls.log"
+    log.touch()
+    monkeypatch.setenv("RINGZERO_TEST_LOG", str(log))
+    async with natural_programs.make_kernel(db) as kernel:  # the host: it pauses the agent, then dies
+        handle = await kernel.spawn(natural_programs.notes_loop)
+        await handle.pause()
+        while handle.status.value != "paused":
+            await asyncio.sleep(0.01)
+    server = await asyncio.to_thread(start_server, db, log)
+    try:
+        assert server.stdout is not None
+        seen: list[str] = []
+        while not any("Watching the store" in line for line in seen) and server.poll() is None:
+            seen.append(await asyncio.to_thread(server.stdout.readline))
+        text = " ".join(" ".join(seen).split())
+        assert "1 paused" in text and "pid 1 is paused: it stays so in the store; resume it with ringzero top" in text
+        store = SqliteCheckpointer(db)
+        try:
+            command = await send_command(store, 1, "resume")  # what top's `r` leaves
+            assert await asyncio.to_thread(server.wait, 60) == 0
+            outcome = await command_outcome(store, command)
+        finally:
+            await store.aclose()
+        rest = server.stdout.read()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(30)
+        if server.stdout is not None:
+            server.stdout.close()
+    assert outcome is not None and outcome["state"] == "done", outcome
+    assert "1 finished" in " ".join(rest.split()), rest
+    record, _ = await read_process(db)
+    assert record.status.value == "exited" and len(record.result) == 6

@@ -32,7 +32,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTIONS", "KernelActivity", "Monitor", "command_outcome", "deliver_elsewhere", "read_activity", "send_command",
+    "take_stored_commands",
 ]
 
 ACTIVITY = "ringzero/activity"
@@ -175,6 +176,24 @@ async def _carried_out(checkpointer: Checkpointer, command_id: str, until: float
         if until is not None and time.monotonic() >= until:
             return None
         await asyncio.sleep(0.05)
+
+
+async def take_stored_commands(checkpointer: Checkpointer, pids: Collection[int], action: str,
+                               taker: str) -> list[int]:
+    """Claim the recent ``action`` commands for ``pids``, processes that no kernel hosts (they
+    wait in the store: ``ringzero serve`` between wake-ups): the pids whose command ``taker``
+    took, to carry out itself."""
+    taken: list[int] = []
+    async for cp in checkpointer.list(COMMANDS, "", limit=_RECENT_COMMANDS):
+        body = loads(cp.payload, f"command {cp.id}")
+        pid = int(body.get("pid", -1))
+        if body.get("action") != action or pid not in pids or time.time() - float(body.get("at", 0)) > COMMAND_WINDOW:
+            continue
+        done = {"kernel": taker, "state": "done", "message": f"{action} pid {pid}: done in the store"}
+        row = Checkpoint(thread_id=COMMANDS, namespace="done", id=cp.id, payload=dumps(done), metadata=NO_METADATA)
+        if await checkpointer.claim(row):
+            taken.append(pid)
+    return taken
 
 
 async def command_outcome(checkpointer: Checkpointer, command_id: str) -> dict[str, Any] | None:
