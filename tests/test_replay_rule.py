@@ -27,6 +27,7 @@ from ringzero import Context, Kernel, NonDeterminismError, ProcessFailed, ToolIn
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
+from tests.executors import full_cpython_only
 
 CALLS: Counter[str] = Counter()
 """Every call that reached a provider or a tool, as ``llm <prompt>`` or ``<tool> <args>``."""
@@ -329,3 +330,45 @@ async def test_a_resume_replays_only_the_current_run_and_receives_no_mail_twice(
         assert handle.replayed_syscalls == 4  # the second run's: recv m3, its llm and checkpoint, recv m4
     assert got == {"seen": [f"answer to handle m{i}" for i in range(6)], "runs": 2}
     assert [CALLS[f"llm handle m{i}"] for i in range(6)] == [1, 1, 1, 1, 2, 1]  # only the call in flight again
+
+
+async def test_every_sandbox_serves_recorded_tool_calls_and_repeats_only_the_keyed_one_in_flight(
+        tmp_path: Path, sandbox: Any) -> None:
+    db = tmp_path / "state.db"
+    HANG_AT.add("charge 2")
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(answer), executor=sandbox) as kernel:
+        await kernel.spawn(charges_from_code)
+        while not CALLS["charge 2"]:
+            await asyncio.sleep(0.01)
+    HANG_AT.clear()
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(answer), executor=sandbox) as kernel:
+        [handle] = await kernel.recover()
+        assert await handle.wait(timeout=60) == sum(i + 100 + i for i in range(5))
+    assert [CALLS[f"charge {i}"] for i in range(5)] == [1, 1, 2, 1, 1]
+    assert [CALLS[f"read_balance {i}"] for i in range(5)] == [1, 1, 1, 1, 1]
+    assert KEYS[2] == KEYS[3]
+
+
+async def code_with_chance(ctx: Context) -> Any:
+    code = "import random\npay(random.randrange(10**9))\npay(2)\n'paid'"
+    return (await ctx.exec(code, tools={"pay": pay})).value
+
+
+@full_cpython_only
+async def test_code_whose_tool_calls_differ_when_run_again_fails_with_both_calls_shown(
+        tmp_path: Path, sandbox: Any) -> None:
+    db = tmp_path / "state.db"
+    HANG_AT.add("pay 2")
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(answer), executor=sandbox) as kernel:
+        await kernel.spawn(code_with_chance)
+        while not CALLS["pay 2"]:
+            await asyncio.sleep(0.01)
+    HANG_AT.clear()
+    with pytest.raises(ProcessFailed) as failed:
+        async with Kernel(checkpointer=SqliteCheckpointer(db), executor=sandbox) as kernel:
+            [handle] = await kernel.recover()
+            await handle.wait(timeout=60)
+    assert failed.value.error is not None and failed.value.error["type"] == "NonDeterminismError"
+    message = failed.value.error["message"]
+    assert "syscall #1.1 was recorded as tool(pay(" in message and "now asks for tool(pay(" in message, message
+    assert CALLS["pay 2"] == 1, "the run stopped at the divergence: no tool after it ran"
