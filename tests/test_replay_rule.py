@@ -145,14 +145,14 @@ async def prompt_from_wall_clock(ctx: Context) -> Any:
 
 
 # ------------------------------------------------------------------- helpers
-def kernel_on(db: Path) -> Kernel:
-    return Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(answer), tools=TOOLS)
+def kernel_on(db: Path, executor: Any = None) -> Kernel:
+    return Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(answer), tools=TOOLS, executor=executor)
 
 
-async def crash_in(db: Path, hang_at: str, program: Any, *args: Any) -> int:
+async def crash_in(db: Path, hang_at: str, program: Any, *args: Any, executor: Any = None) -> int:
     """Run ``program`` until it hangs in ``hang_at``, then shut its kernel down as a crash would."""
     HANG_AT.add(hang_at)
-    async with kernel_on(db) as kernel:
+    async with kernel_on(db, executor) as kernel:
         handle = await kernel.spawn(program, *args)
         for _ in range(500):
             if CALLS[hang_at]:
@@ -164,8 +164,8 @@ async def crash_in(db: Path, hang_at: str, program: Any, *args: Any) -> int:
     return pid
 
 
-async def resume(db: Path) -> Any:
-    async with kernel_on(db) as kernel:
+async def resume(db: Path, executor: Any = None) -> Any:
+    async with kernel_on(db, executor) as kernel:
         [handle] = await kernel.recover()
         return await handle.wait(timeout=30)
 
@@ -334,16 +334,8 @@ async def test_a_resume_replays_only_the_current_run_and_receives_no_mail_twice(
 
 async def test_every_sandbox_serves_recorded_tool_calls_and_repeats_only_the_keyed_one_in_flight(
         tmp_path: Path, sandbox: Any) -> None:
-    db = tmp_path / "state.db"
-    HANG_AT.add("charge 2")
-    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(answer), executor=sandbox) as kernel:
-        await kernel.spawn(charges_from_code)
-        while not CALLS["charge 2"]:
-            await asyncio.sleep(0.01)
-    HANG_AT.clear()
-    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(answer), executor=sandbox) as kernel:
-        [handle] = await kernel.recover()
-        assert await handle.wait(timeout=60) == sum(i + 100 + i for i in range(5))
+    await crash_in(tmp_path / "state.db", "charge 2", charges_from_code, executor=sandbox)
+    assert await resume(tmp_path / "state.db", sandbox) == sum(i + 100 + i for i in range(5))
     assert [CALLS[f"charge {i}"] for i in range(5)] == [1, 1, 2, 1, 1]
     assert [CALLS[f"read_balance {i}"] for i in range(5)] == [1, 1, 1, 1, 1]
     assert KEYS[2] == KEYS[3]
@@ -357,17 +349,9 @@ async def code_with_chance(ctx: Context) -> Any:
 @full_cpython_only
 async def test_code_whose_tool_calls_differ_when_run_again_fails_with_both_calls_shown(
         tmp_path: Path, sandbox: Any) -> None:
-    db = tmp_path / "state.db"
-    HANG_AT.add("pay 2")
-    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(answer), executor=sandbox) as kernel:
-        await kernel.spawn(code_with_chance)
-        while not CALLS["pay 2"]:
-            await asyncio.sleep(0.01)
-    HANG_AT.clear()
+    await crash_in(tmp_path / "state.db", "pay 2", code_with_chance, executor=sandbox)
     with pytest.raises(ProcessFailed) as failed:
-        async with Kernel(checkpointer=SqliteCheckpointer(db), executor=sandbox) as kernel:
-            [handle] = await kernel.recover()
-            await handle.wait(timeout=60)
+        await resume(tmp_path / "state.db", sandbox)
     assert failed.value.error is not None and failed.value.error["type"] == "NonDeterminismError"
     message = failed.value.error["message"]
     assert "syscall #1.1 was recorded as tool(pay(" in message and "now asks for tool(pay(" in message, message

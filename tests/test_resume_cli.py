@@ -4,12 +4,14 @@ guard, a factory with the wrong signature, messages to a process in another host
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -157,32 +159,41 @@ async def test_serve_resumes_a_waiting_process_when_its_message_arrives(tmp_path
     host.kill()
     host.wait(30)
     host.stdout.close()
-    server = await asyncio.to_thread(start_server, db, log)
-    try:
-        assert server.stdout is not None
-        started = time.monotonic()
-        seen = []
-        while not any("Watching the store" in line for line in seen) and time.monotonic() - started < 60:
-            seen.append(await asyncio.to_thread(server.stdout.readline))
-        assert any("serving: 1 process(es) wait; none is held in memory" in line for line in seen), seen
+    async with serving(db, log) as (server, said):
+        assert "serving: 1 process(es) wait; none is held in memory" in said, said
         sent = await asyncio.to_thread(cli, "send", "--db", db, "1", json.dumps({"approved": True}), log=log)
         assert sent.returncode == 0, sent.stdout + sent.stderr
         assert await asyncio.to_thread(server.wait, 60) == 0
-        rest = server.stdout.read()
+        rest = server.stdout.read()  # type: ignore[union-attr]
+    assert "1 finished" in " ".join(rest.split()), rest
+
+
+def start_server(db: str, log: Path) -> tuple[subprocess.Popen[str], str]:
+    """``ringzero serve`` on ``db``, and what it said until it began to watch the store."""
+    server = subprocess.Popen([sys.executable, "-m", "ringzero.cli", "serve", "--db", db, "--kernel",
+                               "tests.natural_programs:make_kernel"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "RINGZERO_TEST_LOG": str(log)})
+    assert server.stdout is not None
+    said: list[str] = []
+    give_up = time.monotonic() + 60
+    while not any("Watching the store" in line for line in said) and server.poll() is None \
+            and time.monotonic() < give_up:
+        said.append(server.stdout.readline())
+    return server, " ".join(" ".join(said).split())
+
+
+@contextlib.asynccontextmanager
+async def serving(db: str, log: Path) -> AsyncIterator[tuple[subprocess.Popen[str], str]]:
+    server, said = await asyncio.to_thread(start_server, db, log)
+    try:
+        yield server, said
     finally:
         if server.poll() is None:
             server.kill()
             server.wait(30)
         if server.stdout is not None:
             server.stdout.close()
-    assert "1 finished" in " ".join(rest.split()), rest
-
-
-def start_server(db: str, log: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "ringzero.cli", "serve", "--db", db, "--kernel",
-                             "tests.natural_programs:make_kernel"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), "RINGZERO_TEST_LOG": str(log)})
 
 
 def test_send_refuses_a_message_that_is_not_json(tmp_path: Path) -> None:
@@ -203,14 +214,8 @@ async def test_serve_resumes_a_paused_process_when_top_asks(tmp_path: Path, monk
         await handle.pause()
         while handle.status.value != "paused":
             await asyncio.sleep(0.01)
-    server = await asyncio.to_thread(start_server, db, log)
-    try:
-        assert server.stdout is not None
-        seen: list[str] = []
-        while not any("Watching the store" in line for line in seen) and server.poll() is None:
-            seen.append(await asyncio.to_thread(server.stdout.readline))
-        text = " ".join(" ".join(seen).split())
-        assert "1 paused" in text and "pid 1 is paused: it stays so in the store; resume it with ringzero top" in text
+    async with serving(db, log) as (server, said):
+        assert "1 paused" in said and "pid 1 is paused: it stays so in the store; resume it with ringzero top" in said
         store = SqliteCheckpointer(db)
         try:
             command = await send_command(store, 1, "resume")  # what top's `r` leaves
@@ -218,13 +223,7 @@ async def test_serve_resumes_a_paused_process_when_top_asks(tmp_path: Path, monk
             outcome = await command_outcome(store, command)
         finally:
             await store.aclose()
-        rest = server.stdout.read()
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(30)
-        if server.stdout is not None:
-            server.stdout.close()
+        rest = server.stdout.read()  # type: ignore[union-attr]
     assert outcome is not None and outcome["state"] == "done", outcome
     assert "1 finished" in " ".join(rest.split()), rest
     record, _ = await read_process(db)
