@@ -379,3 +379,17 @@ async def test_a_429_its_retry_and_time_in_line_at_the_gate_are_events_on_the_ch
     assert "ringzero.gate.wait" in events[first.pid] + events[second.pid], "one of them waited for the other's slot"
     [wait] = [p for p in otel.metrics()["ringzero.gate.wait"]]
     assert wait.count >= 1 and wait.sum > 0
+
+
+async def test_a_tool_span_is_named_by_the_tool_and_no_span_quotes_a_call_unless_asked(otel: Telemetry) -> None:
+    async def one_call_each(ctx: Context) -> None:
+        await ctx.llm("the secret plan")
+        await ctx.tool(double, 21)
+
+    async with otel.kernel(llm=ScriptedProvider(answer), checkpointer=MemoryCheckpointer()) as kernel:
+        await (await kernel.spawn(one_call_each)).wait()
+    [tool] = otel.named("execute_tool")
+    assert tool.name == "execute_tool double" and (tool.attributes or {})["gen_ai.tool.name"] == "double"
+    spans = otel.named("")
+    assert spans and not any("secret" in str(span.attributes) or "21" in str(dict(span.attributes or {}).get(
+        "ringzero.syscall.summary", "")) for span in spans), "the prompt and the arguments stay out of the spans"

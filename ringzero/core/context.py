@@ -356,7 +356,8 @@ class Context:
             return {"value": ensure_json(value, f"the result of tool {name!r}")}
 
         outcome = await process.syscall("tool", {"name": name, "args": list(args), "kwargs": kwargs},
-                                        tool_summary(name, args, kwargs), live, effect=lambda: retry_safe(target()))
+                                        tool_summary(name, args, kwargs), live, effect=lambda: retry_safe(target()),
+                                        about=lambda: {"gen_ai.tool.name": name})
         if "in_doubt" in outcome:
             raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
         if "error" in outcome:
@@ -380,7 +381,7 @@ class Context:
         """
         process = self._process
         outcome = await process.syscall("tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
-                                        live, effect=lambda: retry_safe)
+                                        live, effect=lambda: retry_safe, about=lambda: {"gen_ai.tool.name": name})
         if "in_doubt" in outcome:
             raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
         return outcome

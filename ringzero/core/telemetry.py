@@ -188,7 +188,7 @@ class Telemetry:
             parent = trace.set_span_in_context(process.span)
         attributes: dict[str, Any] = {"ringzero.syscall.kind": kind, "ringzero.syscall.seq": seq,
                                       "ringzero.process.pid": process.pid}
-        if summary:
+        if summary and self.capture_content:  # a summary quotes the prompt, the code or the arguments
             attributes["ringzero.syscall.summary"] = summary
         if about:
             attributes.update(about)
@@ -196,9 +196,9 @@ class Telemetry:
         if kind == "llm":
             name, span_kind = f"chat {attributes.get('gen_ai.request.model') or ''}".rstrip(), trace.SpanKind.CLIENT
         elif kind == "tool":
-            name = f"execute_tool {summary}"
+            tool = str(attributes.setdefault("gen_ai.tool.name", summary))
+            name = f"execute_tool {tool}"
             attributes["gen_ai.operation.name"] = "execute_tool"
-            attributes["gen_ai.tool.name"] = summary
         elif kind == "exec":
             name = f"exec {attributes.get('ringzero.executor', '')}".rstrip()
         else:
