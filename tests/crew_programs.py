@@ -6,6 +6,7 @@ import asyncio
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,7 +19,7 @@ from crewai.flow.persistence import persist
 from crewai.tools import tool as crewai_tool
 from pydantic import BaseModel
 
-from ringzero import Context
+from ringzero import Context, ToolInDoubt
 from ringzero.adapters.crewai import KernelFlowPersistence, KernelLLM, kickoff, sandboxed
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.types import LLMRequest
@@ -59,12 +60,17 @@ async def crew_program(ctx: Context, text: str, secret: str) -> list[str]:
 
 PUBLISHED: list[str] = []
 """Every real run of the plain ``publish`` tool, in this Python process."""
+HOLD: set[str] = set()
+"""Texts whose publishing hangs after it is done (until ``RELEASE``): the host dies there."""
+RELEASE = threading.Event()
 
 
 @crewai_tool("publish")
 def publish(text: str) -> str:
     """Publish the text."""
     PUBLISHED.append(text)
+    if text in HOLD:
+        RELEASE.wait(30)
     return f"published: {text}"
 
 
@@ -79,6 +85,14 @@ def publishing_crew(llm: KernelLLM) -> Crew:
 async def publishing_program(ctx: Context) -> str:
     result = await kickoff(publishing_crew(KernelLLM()))
     return str(result.raw)
+
+
+async def careful_publishing_program(ctx: Context) -> str:
+    """The crew, with the program deciding about a publish that was in flight at a crash."""
+    try:
+        return await publishing_program(ctx)
+    except ToolInDoubt as exc:
+        return f"in doubt: {exc.tool}"
 
 
 class Counter(BaseModel):

@@ -302,3 +302,30 @@ async def test_a_plain_crewai_tool_in_a_kernel_process_is_journaled_and_not_run_
         assert await handle.wait(timeout=60) == "published: hello world"
         assert handle.replayed_syscalls == 2
     assert crew_programs.PUBLISHED == ["hello world"], "the resumed crew got publish's result from the journal"
+
+
+async def test_a_crewai_tool_in_flight_at_a_crash_is_in_doubt_for_the_program_and_never_run_twice(
+        tmp_path: Path) -> None:
+    import asyncio
+    import threading
+
+    from tests import crew_programs
+
+    crew_programs.PUBLISHED.clear()
+    crew_programs.HOLD.clear()
+    crew_programs.HOLD.add("hello world")
+    released = threading.Event()
+    crew_programs.RELEASE = released
+    db = tmp_path / "k.db"
+    try:
+        async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(react_script)) as kernel:
+            await kernel.spawn(crew_programs.careful_publishing_program, name="writer")
+            while not crew_programs.PUBLISHED:  # publish has run and hangs before returning: the host dies
+                await asyncio.sleep(0.01)
+    finally:
+        released.set()
+    crew_programs.HOLD.clear()
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(react_script)) as kernel:
+        [handle] = await kernel.recover()
+        assert await handle.wait(timeout=60) == "in doubt: crewai:publish"
+    assert crew_programs.PUBLISHED == ["hello world"], "the crew's agent did not get to publish again"
