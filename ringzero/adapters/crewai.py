@@ -478,7 +478,8 @@ def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any
 
         try:
             outcome = ctx.call_from_thread(ctx.journaled_tool(f"crewai:{name}", request, live,
-                                                              retry_safe=retry_safe(tool)), f"the CrewAI tool {name!r}")
+                                                              retry_safe=lambda: retry_safe(tool)),
+                                           f"the CrewAI tool {name!r}")
         except ToolInDoubt as exc:  # the program decides, not the agent
             raise _CrewStopped(exc) from None
         return served(outcome)

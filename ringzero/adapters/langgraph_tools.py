@@ -152,7 +152,7 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], C
         return {"value": {"kind": kind, "data": base64.b64encode(data).decode("ascii")}}
 
     outcome = await ctx.journaled_tool(call["name"], {"id": call.get("id"), "args": call["args"]}, live,
-                                       retry_safe=retry_safe(getattr(request, "tool", None)))
+                                       retry_safe=lambda: retry_safe(getattr(request, "tool", None)))
     if "error" in outcome:
         if raised:
             raise raised[0]

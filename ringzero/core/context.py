@@ -367,7 +367,7 @@ class Context:
 
     async def journaled_tool(
         self, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]], *,
-        retry_safe: bool = False,
+        retry_safe: bool | Callable[[], bool] = False,
     ) -> dict[str, JSON]:
         """One tool call as a journaled, budgeted syscall whose result the caller encodes.
 
@@ -377,11 +377,13 @@ class Context:
         must ask for the same one). A recorded outcome is returned without calling ``live``. An
         exception from ``live`` is not recorded. Its intent is: a call in flight at a crash is
         in doubt on resume and raises ``ToolInDoubt`` there, unless ``retry_safe`` (the tool is
-        idempotent), when it runs again. ``live`` may read its key with ``ctx.idempotency_key()``.
+        idempotent; or a function that says so, asked only then), when it runs again. ``live``
+        may read its key with ``ctx.idempotency_key()``.
         """
         process = self._process
+        safe = retry_safe if callable(retry_safe) else lambda: retry_safe
         outcome = await process.syscall("tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
-                                        live, effect=lambda: retry_safe, about=lambda: {"gen_ai.tool.name": name})
+                                        live, effect=safe, about=lambda: {"gen_ai.tool.name": name})
         if "in_doubt" in outcome:
             raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
         return outcome

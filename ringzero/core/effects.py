@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ringzero.core.errors import CheckpointerError, RingzeroError, ToolInDoubt
-from ringzero.core.journal import diverged, fingerprint, trimmed
+from ringzero.core.journal import canonical_json, diverged, fingerprint
 from ringzero.core.types import JSON, strict_json
 
 if TYPE_CHECKING:
@@ -73,9 +73,13 @@ def retry_safe(tool: Any) -> bool:
 
 
 def tool_summary(name: str, args: Any, kwargs: Any) -> str:
-    """A tool call as its journal record and its errors show it: ``name(arguments…)``."""
-    shown = [trimmed(a, 30) for a in args] + [f"{k}={trimmed(v, 30)}" for k, v in kwargs.items()]
-    return f"{name}({trimmed(', '.join(shown), 80)[1:-1] if shown else ''})"
+    """A tool call as its journal record and its errors show it: ``name(arguments…)``, the
+    arguments as compact JSON (one encoding each: it runs at every tool call)."""
+    shown = canonical_json(list(args))[1:-1]
+    if kwargs:
+        shown = f"{shown},{canonical_json(kwargs)[1:-1]}" if shown else canonical_json(kwargs)[1:-1]
+    shown = " ".join(shown[:160].split())
+    return f"{name}({shown if len(shown) <= 80 else shown[:79] + '…'})"
 
 
 NESTED_CALLS: contextvars.ContextVar[NestedCalls | None] = contextvars.ContextVar("ringzero_nested_calls",

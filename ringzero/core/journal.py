@@ -18,13 +18,14 @@ from ringzero.core.errors import Fenced, NonDeterminismError
 from ringzero.core.store import Effects, JournalEntry, KernelStore
 from ringzero.core.types import JSON, LLMRequest, Message, json_encoder
 
-__all__ = ["OWNER_RECHECK", "Journal", "diverged", "fingerprint", "llm_fingerprint", "spend_in_journal", "trimmed"]
+__all__ = ["OWNER_RECHECK", "Journal", "canonical_json", "diverged", "fingerprint", "llm_fingerprint",
+           "spend_in_journal", "trimmed"]
 
 OWNER_RECHECK = 1.0
 """Seconds a cluster kernel trusts that it still owns a process before it reads the store again."""
 
 
-_canonical = json_encoder(sort_keys=True, default=repr)
+_canonical = canonical_json = json_encoder(sort_keys=True, default=repr)
 """Built once (``json.dumps`` with options builds an encoder at every call, and it runs at every
 syscall): canonical JSON, keys sorted, ``repr`` for what JSON cannot hold."""
 
@@ -52,7 +53,8 @@ def spend_in_journal(entries: list[JournalEntry]) -> dict[str, float]:
 def trimmed(value: Any, width: int = 60) -> str:
     """``value`` as a short one-line text for a syscall's summary: a string's repr, anything
     else's canonical JSON, cut to ``width`` characters with an ellipsis."""
-    text = repr(value) if isinstance(value, str) else _canonical(value)
+    # Cut before quoting: a prompt may be megabytes, and this runs at every call.
+    text = repr(value[: width + 1]) if isinstance(value, str) else _canonical(value)[: 4 * width]
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
