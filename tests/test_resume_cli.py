@@ -228,3 +228,26 @@ async def test_serve_resumes_a_paused_process_when_top_asks(tmp_path: Path, monk
     assert "1 finished" in " ".join(rest.split()), rest
     record, _ = await read_process(db)
     assert record.status.value == "exited" and len(record.result) == 6
+
+
+async def test_a_handle_reaches_a_process_that_waits_in_the_store_and_waits_for_its_end(tmp_path: Path) -> None:
+    db, log = str(tmp_path / "state.db"), tmp_path / "calls.log"
+    log.touch()
+    host = await asyncio.to_thread(start_host, db, "approval", log)
+    assert host.stdout is not None and await asyncio.to_thread(host.stdout.readline) == "done\n"
+    await asyncio.sleep(0.3)  # its way to waiting is written a loop turn after it happens
+    host.kill()
+    host.wait(30)
+    host.stdout.close()
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+        handle = await kernel.handle(1)  # what `ringzero ps` lists as waiting
+        assert handle.elsewhere and handle.status.value == "waiting" and handle.name == "approval"
+        assert handle.state == {"draft": "answer to draft the announcement"}
+        with pytest.raises(ProcessStateError, match="cannot kill pid 1 from here: no kernel of this OS process"):
+            await handle.kill()
+        await handle.send({"approved": True})
+        resumed = asyncio.ensure_future(asyncio.to_thread(
+            cli, "resume", "--db", db, "--kernel", "tests.natural_programs:make_kernel", log=log))
+        assert await handle.wait(timeout=60) == {"draft": "answer to draft the announcement",
+                                                 "published": "published 32 chars"}
+        assert (await resumed).returncode == 0

@@ -184,12 +184,22 @@ class ProcessHandle:
         self._process.snapshot()
         return ProcessInfo.of(self._process.record)
 
+    @property
+    def elsewhere(self) -> bool:
+        """Whether the process is unfinished and runs in no kernel of this OS process (another
+        host runs it, or it waits in the store for a resume): a handle from ``Kernel.handle``."""
+        return not self._process.over and self._process.task is None and self.pid not in self._kernel._procs
+
     async def wait(self, timeout: float | None = None) -> Any:
         """The program's return value. Raises ProcessFailed (BudgetExceeded for a budget stop)
-        when it raised or was killed."""
+        when it raised or was killed. For a process that runs elsewhere, its end is read from the
+        store (every ``STORE_POLL`` seconds)."""
         process = self._process
         async with fail_after(timeout):
-            await shielded(process.finished)
+            if self.elsewhere:
+                await self._kernel._ended_in_store(process)
+            else:
+                await shielded(process.finished)
         record = process.record
         if record.status is ProcessStatus.EXITED:
             return process.value if process.ran_here else record.result
@@ -198,19 +208,32 @@ class ProcessHandle:
 
     async def pause(self) -> None:
         """Ask the process to pause; it does so at its next syscall boundary."""
+        self._here("pause")
         await self._process.pause()
 
     async def resume(self) -> None:
+        self._here("resume")
         await self._process.resume()
 
     async def kill(self) -> None:
         """Stop the process (and its live children) now, even mid-syscall; waits until recorded."""
+        self._here("kill")
         await self._kernel._kill(self._process)
 
     async def send(self, message: JSON, *, priority: int = DEFAULT_PRIORITY) -> None:
-        """Put a message in the process's mailbox (lower priority numbers are received first)."""
+        """Put a message in the process's mailbox (lower priority numbers are received first),
+        wherever it runs (``Kernel.send``)."""
+        if self.elsewhere:
+            await self._kernel.send(self.pid, message, priority=priority)
+            return
         self._kernel._check_message(self.pid, message, priority)
         await self._kernel._deliver(self.pid, message, priority, sender=None)
+
+    def _here(self, what: str) -> None:
+        if self.elsewhere:
+            raise ProcessStateError(f"cannot {what} pid {self.pid} from here: no kernel of this OS process runs it "
+                                    f"(ringzero top --db ... does it in whichever kernel does; ringzero resume or "
+                                    f"serve runs it if none does)")
 
 
 class Kernel:
@@ -736,14 +759,29 @@ class Kernel:
         return ProcessHandle(self, self._process(pid))
 
     async def handle(self, pid: int) -> ProcessHandle:
-        """Like ``get``, but a process that ended and is held by nothing is read from the store."""
+        """Like ``get``, but a process this kernel does not hold is read from the store: one that
+        ended, or one that runs elsewhere or waits there for a resume (its handle reads its
+        state from the store, sends through ``send`` and waits for its end in the store)."""
         try:
             return self.get(pid)
         except ProcessNotFound:
             record = await self.store.load_process(pid)
-            if record is None or not record.status.terminal:
+            if record is None:
                 raise
+            if not record.status.terminal:
+                return ProcessHandle(self, Process(self, record, _missing_program, Journal(self.store, pid)))
             return ProcessHandle(self, self._ended_process(record))
+
+    async def _ended_in_store(self, process: Process) -> None:
+        """Wait until the store records the end of ``process``, which runs elsewhere; its record
+        is then the stored one."""
+        while True:
+            record = await self.store.load_process(process.pid)
+            if record is not None:
+                process.record = record
+                if record.status.terminal:
+                    return
+            await asyncio.sleep(STORE_POLL)
 
     async def remote(self, pid: int) -> RemoteProcessHandle:
         """The handle of a process the distributed scheduler placed on another machine."""
@@ -1018,6 +1056,9 @@ def _require(value: Any, protocol: type, what: str, example: str) -> None:
         raise InvalidArgument(f"{what} must be a ringzero {protocol.__name__} ({example}), not "
                               f"{type(value).__name__} {value!r:.60}")
 
+
+STORE_POLL = 0.25
+"""Seconds between reads of the store while a handle waits for a process that runs elsewhere."""
 
 _WARNED: set[str] = set()
 
