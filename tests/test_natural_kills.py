@@ -110,10 +110,18 @@ def done_before(view: dict[str, Any]) -> tuple[set[str], set[str]]:
 
 def printed_counts(out: str) -> dict[str, int]:
     text = " ".join(out.split())
-    found = re.search(r"(\d+) recorded syscall\(s\) replayed from the journal .*?, (\d+) made live, (\d+) tool call",
-                      text)
+    found = re.search(r"(\d+) recorded syscall\(s\) replayed from the journal .*?, (\d+) made live, (\d+) tool call"
+                      r".*? (\d+) call\(s\) in doubt: (\d+) run again .*?, (\d+) raised as ToolInDoubt", text)
     assert found, text
-    return {"replayed": int(found[1]), "live": int(found[2]), "code_calls": int(found[3])}
+    return {"replayed": int(found[1]), "live": int(found[2]), "code_calls": int(found[3]), "in_doubt": int(found[4]),
+            "rerun": int(found[5]), "raised": int(found[6])}
+
+
+def doubts(view: dict[str, Any], pids: list[int]) -> tuple[int, int]:
+    """In-doubt calls the store holds as run again and as raised to the program, for ``pids``."""
+    outcomes = [e.outcome for pid in pids for e in view["journals"][pid]]
+    outcomes += [c.outcome for pid in pids for c in view["calls"][pid].values()]
+    return sum("rerun" in o for o in outcomes), sum("in_doubt" in o for o in outcomes)
 
 
 async def one_trial(store: str, program: str, folder: Path, seed: int, window: float, expected: Any) -> str:
@@ -135,6 +143,9 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
     assert counts["replayed"] == sum(journal_sizes[pid] for pid in unfinished), out.stdout
     assert counts["live"] == sum(len(middle["journals"][pid]) - journal_sizes[pid] for pid in unfinished), out.stdout
     assert counts["code_calls"] == sum(len(middle["calls"][p]) - len(before["calls"][p]) for p in unfinished)
+    (rerun_before, raised_before), (rerun, raised) = doubts(before, unfinished), doubts(middle, unfinished)
+    assert (counts["rerun"], counts["raised"]) == (rerun - rerun_before, raised - raised_before), out.stdout
+    assert counts["in_doubt"] == counts["rerun"] + counts["raised"]
     if program in natural_programs.WAITS_FOR_APPROVAL:
         assert "waits for a message: ringzero send" in out.stdout, out.stdout
         approval = json.dumps(natural_programs.WAITS_FOR_APPROVAL[program])
