@@ -26,8 +26,9 @@ class UnjournaledCallWarning(RuntimeWarning):
 class _Warner(BaseCallbackHandler):
     run_inline = True
     raise_error = False
-    # Only model and tool starts matter: the rest is not dispatched to it at all.
-    ignore_chain = ignore_agent = ignore_retriever = ignore_retry = ignore_custom_event = True
+    # Only model and tool starts matter: the rest is not dispatched to it at all. (LangChain sends
+    # a tool's events unless ``ignore_agent``: that one stays False.)
+    ignore_chain = ignore_retriever = ignore_retry = ignore_custom_event = True
 
     def __init__(self) -> None:
         self.warned: set[str] = set()
