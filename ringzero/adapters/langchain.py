@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from ringzero.adapters import _unseen  # noqa: F401 - the warning for models and tools the kernel cannot see
 from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
@@ -76,6 +76,7 @@ class KernelChatModel(Closing, BaseChatModel):
     """A LangChain chat model whose calls pass a ringzero LLM gate."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
+    _ringzero_journaled: ClassVar[bool] = True  # inside a process its calls are ctx.llm syscalls (see _unseen)
 
     gate: LLMGate | None = Field(default=None, description="the gate calls pass outside a kernel process")
     kernel_provider: str = "default"
