@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from ringzero.core.kernel import Kernel, ProcessHandle
     from ringzero.core.store import KernelStore
 
-__all__ = ["FACTORY_SIGNATURE", "KernelFactory", "StoreCounts", "check_factory", "resume", "serve"]
+__all__ = ["FACTORY_SIGNATURE", "KernelFactory", "StoreCounts", "build_kernel", "check_factory", "parse_message",
+           "resume", "send", "serve"]
 
 KernelFactory = Callable[[Any], "Kernel"]
 

@@ -26,6 +26,9 @@ MODULES = [
     "ringzero.providers.llm",
     "ringzero.agents",
     "ringzero.adapters.crewai",
+    "ringzero.core.effects",
+    "ringzero.core.new_run",
+    "ringzero.resuming",
 ]
 
 
