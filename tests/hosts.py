@@ -20,9 +20,14 @@ def kill_host_when(host: subprocess.Popen[str] | subprocess.Popen[bytes], ready:
         os.kill(host.pid, signal.SIGKILL)
         host.wait(30)
     finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait(30)
-        if host.stdout is not None:
-            host.stdout.close()
+        stop_host(host)
     return host.returncode
+
+
+def stop_host(host: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    """Kill ``host`` if it still runs, wait for it and close its stdout."""
+    if host.poll() is None:
+        host.kill()
+        host.wait(30)
+    if host.stdout is not None:
+        host.stdout.close()

@@ -20,6 +20,7 @@ import pytest
 from ringzero import Kernel, ProcessNotFound, ProcessStateError
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.store import KernelStore
+from tests.hosts import stop_host
 from tests.test_natural_kills import cli, start_host
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,10 +117,7 @@ async def test_send_reaches_a_process_that_another_os_process_hosts(tmp_path: Pa
                 break
             await asyncio.sleep(0.05)
     finally:
-        host.kill()
-        host.wait(30)
-        assert host.stdout is not None
-        host.stdout.close()
+        stop_host(host)
     assert record.status.value == "exited", record
     assert record.result == {"draft": "answer to draft the announcement", "published": "published 32 chars"}
     assert len(mail) == 1, "delivered once, by the host, not also stored by the sender"
@@ -130,9 +128,7 @@ async def test_send_to_a_process_in_no_host_is_kept_for_its_resume(tmp_path: Pat
     log.touch()
     host = await asyncio.to_thread(start_host, db, "approval", log)
     assert host.stdout is not None and await asyncio.to_thread(host.stdout.readline) == "done\n"
-    host.kill()  # the host dies while its process waits for a person
-    host.wait(30)
-    host.stdout.close()
+    stop_host(host)  # the host dies while its process waits for a person
     waiting = await asyncio.to_thread(cli, "resume", "--db", db, "--kernel", "tests.natural_programs:make_kernel",
                                       log=log)
     assert waiting.returncode == 0, waiting.stdout + waiting.stderr
@@ -156,9 +152,7 @@ async def test_serve_resumes_a_waiting_process_when_its_message_arrives(tmp_path
     log.touch()
     host = await asyncio.to_thread(start_host, db, "approval", log)
     assert host.stdout is not None and await asyncio.to_thread(host.stdout.readline) == "done\n"
-    host.kill()
-    host.wait(30)
-    host.stdout.close()
+    stop_host(host)
     async with serving(db, log) as (server, said):
         assert "serving: 1 process(es) wait; none is held in memory" in said, said
         sent = await asyncio.to_thread(cli, "send", "--db", db, "1", json.dumps({"approved": True}), log=log)
@@ -189,11 +183,7 @@ async def serving(db: str, log: Path) -> AsyncIterator[tuple[subprocess.Popen[st
     try:
         yield server, said
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(30)
-        if server.stdout is not None:
-            server.stdout.close()
+        stop_host(server)
 
 
 def test_send_refuses_a_message_that_is_not_json(tmp_path: Path) -> None:
@@ -236,9 +226,7 @@ async def test_a_handle_reaches_a_process_that_waits_in_the_store_and_waits_for_
     host = await asyncio.to_thread(start_host, db, "approval", log)
     assert host.stdout is not None and await asyncio.to_thread(host.stdout.readline) == "done\n"
     await asyncio.sleep(0.3)  # its way to waiting is written a loop turn after it happens
-    host.kill()
-    host.wait(30)
-    host.stdout.close()
+    stop_host(host)
     async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
         handle = await kernel.handle(1)  # what `ringzero ps` lists as waiting
         assert handle.elsewhere and handle.status.value == "waiting" and handle.name == "approval"
