@@ -453,3 +453,40 @@ async def test_the_process_sandbox_environment_is_the_documented_one_plus_env(
     assert isinstance(seen, dict) and set(seen) == expected, seen
     assert seen["REPORT_STYLE"] == "short" and seen["HOME"] == "/tmp"
     assert "OPENAI_API_KEY" in os.environ and "sk-host-secret" not in raw, "the secret is in the sandbox's memory"
+
+
+def exits_like_argparse(flag: str) -> None:
+    raise SystemExit(2)  # what argparse does when the code passes it a flag it does not know
+
+
+def interrupted(flag: str) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("tool", [exits_like_argparse, interrupted], ids=["SystemExit", "KeyboardInterrupt"])
+async def test_a_host_tool_that_exits_fails_only_its_own_call(sandbox: Executor, tool: Callable[[str], None]) -> None:
+    """Issue 44, row 1: a tool's SystemExit or KeyboardInterrupt used to end the whole host."""
+    result = await sandbox.run("cli('--nope')", tools={"cli": tool}, limits=LIMITS)
+    expected = "SystemExit" if tool is exits_like_argparse else "KeyboardInterrupt"
+    # The code sees the tool's error (Monty shows an exception class it does not know as its base,
+    # Exception); the run's record of the call names it.
+    shown = "Exception" if kind(sandbox) == "interpreter" else expected
+    assert result.error is not None and result.error.type == shown, result
+    assert [call.error.split(":")[0] for call in result.tool_calls if call.error] == [expected]
+    after = await sandbox.run("1 + 1", limits=LIMITS)
+    assert after.value == 2, "the host and its executor go on"
+
+
+async def test_a_tool_that_exits_is_a_tool_failure_of_ctx_tool(tmp_path: Path) -> None:
+    from ringzero import Kernel, ToolFailed
+    from ringzero.checkpointers import MemoryCheckpointer
+
+    async def program(ctx: object) -> str:
+        try:
+            await ctx.tool(exits_like_argparse, "--nope")  # type: ignore[attr-defined]
+        except ToolFailed as exc:
+            return exc.error_type
+        return "returned"
+
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        assert await (await kernel.spawn(program)).wait() == "SystemExit"

@@ -2,7 +2,8 @@
 
 A coroutine function is awaited; a plain function runs in a worker thread (its context is the
 caller's, so a kernel process's ``ctx`` is seen there), so a slow tool stalls only its caller,
-never the event loop. Used by ``ctx.tool`` and by every executor's tool calls; inside a kernel
+never the event loop. A tool that exits (``SystemExit``, ``KeyboardInterrupt``) fails that call
+only. Used by ``ctx.tool`` and by every executor's tool calls; inside a kernel
 process's ``ctx.exec`` each call is journaled on its own (``ringzero.core.effects``).
 """
 
@@ -50,9 +51,26 @@ async def _live(tool: Tool, args: list[Any], kwargs: dict[str, Any]) -> Any:
 
 
 async def _call(tool: Tool, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
-        return await tool(*args, **kwargs)
-    result = await asyncio.to_thread(tool, *args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+    try:
+        if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
+            return await tool(*args, **kwargs)
+        result = await asyncio.to_thread(tool, *args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+        # A tool's own exit (argparse given a bad flag by the code exits 2) is that call's error,
+        # never the host's: it goes on as an Exception of the same name and arguments.
+        raise _as_exception(exc) from None
+
+
+@functools.cache
+def _exception_named(name: str) -> type[Exception]:
+    return type(name, (Exception,), {"__module__": "ringzero.core.host_tools"})
+
+
+def _as_exception(exc: BaseException) -> Exception:
+    """An Exception of ``exc``'s name and arguments: what a tool's SystemExit, KeyboardInterrupt
+    or GeneratorExit becomes, so that every handler of a tool's failure sees it, and it never
+    reaches the event loop (which stops on either of the first two)."""
+    return _exception_named(type(exc).__name__)(*exc.args)
