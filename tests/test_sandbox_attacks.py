@@ -490,3 +490,50 @@ async def test_a_tool_that_exits_is_a_tool_failure_of_ctx_tool(tmp_path: Path) -
 
     async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
         assert await (await kernel.spawn(program)).wait() == "SystemExit"
+
+
+def takes_a_number(x: float) -> float:
+    return x
+
+
+def returns_infinity() -> float:
+    return float("inf")
+
+
+@pytest.mark.parametrize("code", ["takes_a_number(float('nan'))", "returns_infinity()", "float('inf')",
+                                  "[1.0, float('-inf')]"])
+async def test_nan_and_infinity_never_reach_the_journal(sandbox: Executor, code: str) -> None:
+    """Issue 44, row 3: NaN and the infinities crossed the boundary, and the journal then refused
+    the run's record, failing the process. A tool never gets them, the code gets a ValueError
+    for a tool's, and a final value is refused (or, in Monty, comes back as its text)."""
+    from ringzero.core.types import strict_json
+
+    calls: list[float] = []
+
+    def recording(x: float) -> float:
+        calls.append(x)
+        return x
+
+    result = await sandbox.run(code, tools={"takes_a_number": recording, "returns_infinity": returns_infinity},
+                               limits=LIMITS)
+    strict_json(result.to_dict())  # what the journal writes: no NaN, no infinity anywhere in it
+    assert calls == [], "the tool never got the NaN"
+    if code.startswith(("takes", "returns")):
+        assert result.error is not None and result.error.type == "ValueError", result
+        assert "is not JSON-compatible" in result.error.message
+    elif kind(sandbox) == "interpreter":
+        assert result.error is None and isinstance(result.value, str), result  # Monty: its repr
+    else:
+        assert result.error is not None and result.error.type == "ValueError" and result.error.origin == "code"
+
+
+async def test_code_with_nan_leaves_a_kernel_process_running(tmp_path: Path) -> None:
+    from ringzero import Kernel
+    from ringzero.checkpointers import SqliteCheckpointer
+
+    async def program(ctx: object) -> object:
+        out = await ctx.exec("takes_a_number(float('nan'))", tools={"takes_a_number": takes_a_number})  # type: ignore[attr-defined]
+        return out.error.type if out.error is not None else out.value
+
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db")) as kernel:
+        assert await (await kernel.spawn(program)).wait() == "ValueError"

@@ -47,14 +47,18 @@ def message_limit(limits: ExecLimits) -> int:
     return 2 * (limits.output_bytes or 0) + (limits.tool_bytes or 0) + 64 * 1024
 
 
+NOT_JSON = "is not JSON-compatible"
+"""What ``check_value`` says of a value that JSON cannot hold (a set, NaN, an infinity)."""
+
+
 def check_value(value: Any, what: str, max_bytes: int | None) -> str | None:
     """Why ``value`` may not cross the boundary (too deep, too large, not JSON), or None."""
     if deeper_than(value):
         return f"{what} nests lists or dicts more than {MAX_DEPTH} levels deep"
-    try:
-        size = len(json.dumps(value, ensure_ascii=False).encode())
+    try:  # strict: NaN and the infinities are not JSON, and the journal refuses them
+        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
     except (TypeError, ValueError, RecursionError) as exc:
-        return f"{what} is not JSON-compatible: {exc}"
+        return f"{what} {NOT_JSON}: {exc}"
     if max_bytes is not None and size > max_bytes:
         return f"{what} is {size} bytes of JSON, over the limit of {max_bytes}"
     return None
@@ -72,6 +76,8 @@ def finished(message: dict[str, Any], limits: ExecLimits) -> tuple[JSON, str, Ex
         stdout = stdout[:limits.output_bytes] + "\n[output truncated]"
     value = message.get("value")
     refused = check_value(value, "the code's final value", limits.output_bytes)
+    if refused is not None and NOT_JSON in refused:  # NaN or an infinity: the code's own value, not a limit
+        return None, stdout, ExecError("ValueError", refused)
     if refused is not None:
         return None, stdout, executor_error("OutputLimitExceeded", refused)
     exec_error = None if error is None else ExecError(
