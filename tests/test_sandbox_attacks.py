@@ -537,3 +537,15 @@ async def test_code_with_nan_leaves_a_kernel_process_running(tmp_path: Path) -> 
 
     async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db")) as kernel:
         assert await (await kernel.spawn(program)).wait() == "ValueError"
+
+
+@pytest.mark.parametrize("code", ["# await\n" + "-" * 3000 + "1", "# await\nx = " + "+".join(["1"] * 100_000)],
+                         ids=["3 KB of unary minus", "100,000 terms"])
+async def test_code_too_deep_for_the_host_s_parser_is_the_code_s_error(sandbox: Executor, code: str) -> None:
+    """Issue 44, row 4: Monty's host-side probe for `await` parsed the code with CPython's
+    parser outside any guard, and its RecursionError came out of run()."""
+    result = await sandbox.run(code, limits=LIMITS)  # returns: run() raises only for the executor's faults
+    expected = "SyntaxError" if kind(sandbox) == "interpreter" else "RecursionError"  # Monty's parser, CPython's
+    assert result.error is not None and (result.error.type, result.error.origin) == (expected, "code"), result
+    after = await sandbox.run("1 + 1", limits=LIMITS)
+    assert after.value == 2

@@ -342,8 +342,10 @@ def _awaits(code: str) -> bool:
         return False
     try:
         return any(isinstance(node, ast.Await) for node in ast.walk(ast.parse(code)))
-    except SyntaxError:
-        return False  # Monty reports the syntax error itself
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        # Code too deep or too large for CPython's own parser (3 KB of `-` does it): Monty parses
+        # it for itself and reports what it finds; the host's probe must not raise out of run().
+        return False
 
 
 def _exec_error(exc: pm.MontyError) -> ExecError:
