@@ -549,3 +549,21 @@ async def test_code_too_deep_for_the_host_s_parser_is_the_code_s_error(sandbox: 
     assert result.error is not None and (result.error.type, result.error.origin) == (expected, "code"), result
     after = await sandbox.run("1 + 1", limits=LIMITS)
     assert after.value == 2
+
+
+SHOWS_BADLY = "class Shy:\n    def __repr__(self):\n        raise RuntimeError('no')\n    def __str__(self):\n" \
+              "        raise RuntimeError('no')\n"
+
+
+@full_cpython_only
+@pytest.mark.parametrize(("code", "check"), [
+    ("10 ** 5000", lambda r: r.error is None and r.value == "<a int that cannot be shown: ValueError>"),
+    (SHOWS_BADLY + "Shy()", lambda r: r.error is None and r.value == "<a Shy that cannot be shown: RuntimeError>"),
+    (SHOWS_BADLY + "class Odd(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise Odd()",
+     lambda r: r.error is not None and (r.error.type, r.error.message) == ("Odd", "<a message that cannot be shown>")),
+], ids=["an int past 4,300 digits", "a raising __repr__", "an exception whose __str__ raises"])
+async def test_a_final_value_or_error_that_cannot_be_shown_is_still_the_code_s_outcome(
+        sandbox: Executor, code: str, check: Callable[[ExecResult], bool]) -> None:
+    """Issue 44, row 2: these escaped run() as ExecutorError('the sandbox could not be set up')."""
+    result = await sandbox.run(code, limits=LIMITS)
+    assert check(result), result

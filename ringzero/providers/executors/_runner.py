@@ -105,6 +105,31 @@ def _clip(text: str, limit: int = 8192) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)``, or what stands for it where the code made that fail (a raising
+    ``__repr__``, ``10 ** 5000``, a value nested too deeply): the code's choice stays its own."""
+    try:
+        return str(repr(value))
+    except RecursionError:
+        return "<a value nested too deeply to show>"
+    except BaseException as exc:  # whatever the code's __repr__ raises
+        return f"<a {type(value).__name__} that cannot be shown: {type(exc).__name__}>"
+
+
+def _error_of(exc: BaseException) -> dict[str, str]:
+    """The code's exception as data; where its text or traceback cannot be made (a raising
+    ``__str__``, no memory left to format it), what can be said of it."""
+    try:
+        message = _clip(str(exc))
+    except BaseException:  # the code's own __str__
+        message = "<a message that cannot be shown>"
+    try:
+        trace = _clip("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    except BaseException:  # MemoryError, or the code's __str__ again
+        trace = ""
+    return {"type": type(exc).__name__, "message": message, "traceback": trace}
+
+
 def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Callable[[], Any],
              output_limit: int) -> dict[str, Any]:
     """Execute ``request["code"]``; the value of a final expression is the result. The value's
@@ -124,8 +149,7 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
         if last is not None:
             value = eval(compile(ast.Expression(last.value), "<sandbox>", "eval"), namespace)
     except BaseException as exc:  # the user's error, SystemExit and MemoryError included, is data
-        error = {"type": type(exc).__name__, "message": _clip(str(exc)),
-                 "traceback": _clip("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))}
+        error = _error_of(exc)
     try:
         if deeper_than(value):
             raise RecursionError
@@ -134,11 +158,8 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
         value, encoded = None, 4
         error = error or {"type": "OutputLimitExceeded", "traceback": "",
                           "message": "the final value nests too deeply to leave the sandbox"}
-    except (TypeError, ValueError):
-        try:
-            value = repr(value)
-        except RecursionError:
-            value = "<a value nested too deeply to show>"
+    except (TypeError, ValueError):  # not JSON (an object; an int past Python's 4,300 digits): its repr
+        value = _shown(value)
         encoded = len(frame(value)) - HEADER.size
     if encoded > output_limit:
         message = f"the final value is {encoded} bytes of JSON, over the limit of {output_limit}"
