@@ -193,8 +193,15 @@ async def test_each_run_is_one_fork_of_the_fork_server_born_as_the_init_of_its_o
 
     await until(lambda: len(children()) >= 2)  # its warm=2 inits, ready for the next runs
     own = os.readlink(f"/proc/{server_pid}/ns/pid")
+
+    def children_born_at_home() -> bool:
+        try:
+            return os.readlink(f"/proc/{server_pid}/ns/pid_for_children") == own
+        except FileNotFoundError:  # unshared, its child not forked yet: the link names no namespace
+            return False
+
     # Between its unshare and its setns (a spawn under way) it is the new one; never for longer.
-    await until(lambda: os.readlink(f"/proc/{server_pid}/ns/pid_for_children") == own)
+    await until(children_born_at_home)
     inits = children()
     for pid, status in inits.items():
         assert status["NSpid"].split() == [pid, "1"], status["NSpid"]
