@@ -34,6 +34,7 @@ from ringzero.core.errors import (
     ProviderUnavailable,
     RateLimited,
     RingzeroError,
+    ToolError,
     ToolFailed,
     ToolInDoubt,
     ToolNotFound,
@@ -41,6 +42,7 @@ from ringzero.core.errors import (
 )
 from ringzero.core.gate import LLMGate, Pricing, RateLimit, RetryPolicy
 from ringzero.core.kernel import Event, Kernel, ProcessHandle, ProcessInfo
+from ringzero.core.tool_pool import cpu_bound
 from ringzero.core.types import (
     ExecLimits,
     ExecResult,
@@ -96,10 +98,12 @@ __all__ = [
     "RetryPolicy",
     "RingzeroError",
     "StopReason",
+    "ToolError",
     "ToolFailed",
     "ToolInDoubt",
     "ToolNotFound",
     "WrongEventLoop",
     "__version__",
+    "cpu_bound",
     "idempotent",
 ]

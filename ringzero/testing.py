@@ -28,11 +28,10 @@ from ringzero.core.types import (
     LLMRequest,
     LLMResponse,
     Message,
-    ToolCallRecord,
     Usage,
     ensure_json,
 )
-from ringzero.providers.executors._host import run_host_tool
+from ringzero.providers.executors._host import HostTools
 
 __all__ = ["InProcessExecutor", "ManualClock", "MemoryCheckpointer", "ScriptedProvider", "count_tokens"]
 
@@ -141,11 +140,12 @@ class InProcessExecutor:
         limits = limits or self.default_limits
         wall = self.default_limits.wall_seconds if limits.wall_seconds is None else limits.wall_seconds
         stdout = io.StringIO()
-        calls: list[ToolCallRecord] = []
+        host = HostTools(tools or {}, limits, show_errors=True)  # no isolation: the code is the host's own
+        calls = host.calls
         namespace: dict[str, Any] = {"__name__": "__ringzero__", **dict(inputs or {})}
         namespace["print"] = lambda *a, sep=" ", end="\n", **_: stdout.write(sep.join(map(str, a)) + end)
-        for name, fn in (tools or {}).items():
-            namespace[name] = _bridge(name, fn, loop, calls)
+        for name in host.tools:
+            namespace[name] = _bridge(name, host, loop)
         started = time.perf_counter()
         try:
             async with fail_after(wall):
@@ -180,14 +180,14 @@ def _execute(code: str, namespace: dict[str, Any]) -> Any:
     return eval(compile(ast.Expression(last.value), "<ringzero>", "eval"), namespace)
 
 
-def _bridge(name: str, fn: Tool, loop: asyncio.AbstractEventLoop, calls: list[ToolCallRecord]) -> Callable[..., Any]:
+def _bridge(name: str, host: HostTools, loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
     """The tool as a plain function for code running in a worker thread: the call crosses back
-    to the loop and runs as every executor runs a host tool (``run_host_tool``)."""
+    to the loop and runs as every executor runs a host tool (``HostTools.call``); the code gets
+    the tool's own exception."""
     def call(*args: Any, **kwargs: Any) -> Any:
-        ok, outcome = asyncio.run_coroutine_threadsafe(
-            run_host_tool(name, fn, list(args), dict(kwargs), calls, None), loop).result()
+        ok, outcome = asyncio.run_coroutine_threadsafe(host.call(name, list(args), dict(kwargs)), loop).result()
         if not ok:
-            raise outcome
+            raise outcome.original
         return outcome
 
     call.__name__ = name

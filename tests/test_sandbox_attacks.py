@@ -394,7 +394,12 @@ async def test_12_an_async_tool_call_cannot_finish_after_the_run_returned(sandbo
     result = await sandbox.run(code, tools={"later": later}, limits=LIMITS)
     assert result.value == 5, result
     await asyncio.sleep(0.6)
-    assert finished == [] and result.tool_calls == ()
+    assert finished == []
+    if kind(sandbox) == "interpreter":  # the call was made, and cut short: the record says so
+        assert [(c.name, c.error) for c in result.tool_calls] == [
+            ("later", "Cancelled: the run ended before the tool returned")], result.tool_calls
+    else:
+        assert result.tool_calls == ()
 
 
 async def test_12_a_keyword_the_host_bound_cannot_be_overridden_by_the_code(sandbox: Executor) -> None:

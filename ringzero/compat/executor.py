@@ -87,10 +87,23 @@ class ExecutorConformance:
             raise KeyError(key)
 
         code = ("try:\n    lookup('missing')\n    out = 'no error'\n"
-                "except KeyError as e:\n    out = 'caught ' + str(e)\nout")
+                "except KeyError as e:\n    out = 'caught'\nout")
         result = await executor.run(code, tools={"lookup": lookup})
-        assert result.value == "caught 'missing'"
-        assert result.tool_calls[0].error == "KeyError: 'missing'"
+        assert result.value == "caught"
+        assert result.tool_calls[0].error == "KeyError: 'missing'"  # the host's record has the whole error
+
+    async def test_a_tool_error_s_message_reaches_the_code(self, executor: Executor) -> None:
+        """A ``ToolError`` is how a tool tells the code why it failed; other exceptions' texts may
+        stay with the host (the built-in executors show their type only)."""
+        from ringzero.core.errors import ToolError
+
+        needs_tools(executor)
+        def lookup(key: str) -> str:
+            raise ToolError(f"no city named {key}")
+
+        code = "try:\n    lookup('Atlantis')\n    out = 'no error'\nexcept Exception as e:\n    out = str(e)\nout"
+        result = await executor.run(code, tools={"lookup": lookup})
+        assert isinstance(result.value, str) and "no city named Atlantis" in result.value, result
 
     async def test_the_host_sees_every_tool_call(self, executor: Executor) -> None:
         needs_tools(executor)

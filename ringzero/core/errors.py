@@ -68,6 +68,7 @@ __all__ = [
     "ProviderUnavailable",
     "RateLimited",
     "RingzeroError",
+    "ToolError",
     "ToolFailed",
     "ToolInDoubt",
     "ToolNotFound",
@@ -205,6 +206,13 @@ class ToolFailed(RingzeroError):
         self.tool = tool
         self.error_type = error_type
         self.error_message = message
+
+
+class ToolError(Exception):
+    """What a host tool raises on purpose to tell sandboxed code why it failed: its message is
+    shown to the code (and so to the model). Any other exception a tool raises reaches the code
+    as its type name alone, since its text may carry what the host keeps (a URL with a token, a
+    request's headers), unless the executor was built with ``show_tool_errors=True``."""
 
 
 class ToolInDoubt(RingzeroError):

@@ -323,6 +323,10 @@ class ExecLimits:
     tool_bytes: int | None = None
     """Caps the JSON of each host tool call's arguments and of its result: past it, the code
     gets a ValueError instead, and the host keeps nothing of the oversized value."""
+    run_tool_bytes: int | None = None
+    """Caps the JSON of every host tool call's arguments and results of one run, together
+    (what the host keeps, returns and journals for it): a call past it is not made, and the
+    code gets a ValueError."""
 
     def __post_init__(self) -> None:
         _check_non_negative(self, "ExecLimits")

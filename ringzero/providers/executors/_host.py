@@ -2,24 +2,33 @@
 
 Everything a sandbox sends is untrusted: frames are size-capped before they are parsed,
 values nested deeper than ``MAX_DEPTH`` are refused before any recursive code sees them, and
-tool arguments and results are size-capped before the host keeps them. Host tools run off
-the event loop: a coroutine function is awaited, a plain function runs in a worker thread,
-so a slow tool stalls only its own run (whose wall limit still holds), never the host.
+tool arguments and results are size-capped before the host keeps them, one call and the whole
+run (``HostTools``). Host tools run off the event loop: a coroutine function is awaited, a
+plain function runs in the executor's bounded tool pool, so a slow tool stalls only its own
+run (whose wall limit still holds), never the host.
 """
 
 from __future__ import annotations
 
+import asyncio
+import builtins
+import contextlib
 import dataclasses
+import inspect
 import json
+import re
+from collections.abc import Mapping
 from typing import Any
 
+from ringzero.core.errors import ToolError
 from ringzero.core.host_tools import call_tool
 from ringzero.core.protocols import Tool
+from ringzero.core.tool_pool import ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ToolCallRecord
 from ringzero.providers.executors._runner import HEADER, MAX_DEPTH, deeper_than
 
-__all__ = ["MAX_DEPTH", "FrameBuffer", "ProtocolViolation", "answer_tool_call", "check_value", "deeper_than",
-           "executor_error", "finished", "merge_limits", "message_limit", "run_host_tool"]
+__all__ = ["MAX_DEPTH", "FrameBuffer", "HostTools", "ProtocolViolation", "ShownError", "check_value", "clip",
+           "deeper_than", "executor_error", "finished", "measure", "merge_limits", "message_limit"]
 
 
 
@@ -53,15 +62,25 @@ NOT_JSON = "is not JSON-compatible"
 
 def check_value(value: Any, what: str, max_bytes: int | None) -> str | None:
     """Why ``value`` may not cross the boundary (too deep, too large, not JSON), or None."""
+    return measure(value, what, max_bytes)[1]
+
+
+def measure(value: Any, what: str, max_bytes: int | None) -> tuple[int, str | None]:
+    """The size of ``value``'s JSON in bytes, and why it may not cross the boundary (too deep,
+    too large, not JSON) or None."""
+    if max_bytes is not None and json_floor(value, max_bytes) > max_bytes:
+        # said before the JSON is made: a million-key dict is refused in milliseconds, and the
+        # encoder (which holds the GIL throughout) never sees it
+        return max_bytes + 1, f"{what} is more than {max_bytes} bytes of JSON, the limit"
     if deeper_than(value):
-        return f"{what} nests lists or dicts more than {MAX_DEPTH} levels deep"
+        return 0, f"{what} nests lists or dicts more than {MAX_DEPTH} levels deep"
     try:  # strict: NaN and the infinities are not JSON, and the journal refuses them
         size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
     except (TypeError, ValueError, RecursionError) as exc:
-        return f"{what} {NOT_JSON}: {exc}"
+        return 0, f"{what} {NOT_JSON}: {clip(str(exc), 200)}"
     if max_bytes is not None and size > max_bytes:
-        return f"{what} is {size} bytes of JSON, over the limit of {max_bytes}"
-    return None
+        return size, f"{what} is {size} bytes of JSON, over the limit of {max_bytes}"
+    return size, None
 
 
 def finished(message: dict[str, Any], limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:
@@ -83,6 +102,26 @@ def finished(message: dict[str, Any], limits: ExecLimits) -> tuple[JSON, str, Ex
     exec_error = None if error is None else ExecError(
         str(error.get("type", "Exception")), str(error.get("message", "")), str(error.get("traceback", "")))
     return value, stdout, exec_error
+
+
+def json_floor(value: Any, stop_at: int) -> int:
+    """A lower bound on the bytes of ``value``'s JSON, counted without recursion and without
+    making it; the count stops once past ``stop_at``."""
+    total, stack = 0, [value]
+    while stack and total <= stop_at:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item) + 2
+        elif isinstance(item, dict):
+            total += 1 + 2 * len(item)  # braces, colons and commas
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            total += 1 + len(item)  # brackets and commas
+            stack.extend(item)
+        else:
+            total += 1
+    return total
 
 
 class FrameBuffer:
@@ -118,42 +157,148 @@ class FrameBuffer:
         return messages
 
 
-async def answer_tool_call(message: dict[str, Any], tools: dict[str, Tool], calls: list[ToolCallRecord],
-                           tool_bytes: int | None) -> dict[str, Any]:
-    """Run the host tool a ``call`` message names; the reply carries its result or its error.
-
-    What the code sees of a failing tool is the exception's type name and its ``args``, as the
-    tool raised them: a tool's error text is shown to the code (and so to the model)."""
-    name, args, kwargs = message.get("name"), message.get("args"), message.get("kwargs")
-    if message.get("op") != "call" or not isinstance(name, str) or not isinstance(args, list) \
-            or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise ProtocolViolation("a malformed tool call")
-    if name not in tools:
-        return {"op": "error", "type": "NameError", "args": [f"no host tool named {name!r}"]}
-    refused = check_value([args, kwargs], f"the arguments to {name}()", tool_bytes)
-    if refused is not None:
-        calls.append(ToolCallRecord(name, [], {}, None, f"ValueError: {refused}"))
-        return {"op": "error", "type": "ValueError", "args": [refused]}
-    ok, outcome = await run_host_tool(name, tools[name], args, kwargs, calls, tool_bytes)
-    if ok:
-        return {"op": "result", "value": outcome}
-    exc_args = [a if isinstance(a, (str, int, float, bool)) or a is None else str(a) for a in outcome.args]
-    return {"op": "error", "type": type(outcome).__name__, "args": exc_args}
+ERROR_CHARS = 2000
+"""The most of a tool's error text the host keeps in a run's record or shows the code."""
+_HOST_OWNED = re.compile(r"(^|_)(url|uri|endpoint|host|key|token|secret|password|credentials?)$", re.IGNORECASE)
+"""A defaulted parameter so named keeps the host's default: the code cannot point a tool at
+its own server or swap the host's credential."""
 
 
-async def run_host_tool(name: str, tool: Tool, args: list[Any], kwargs: dict[str, Any], calls: list[ToolCallRecord],
-                        tool_bytes: int | None) -> tuple[bool, Any]:
-    """Call a host tool for code in a sandbox and record the call: ``(True, result)``, or
-    ``(False, exception)`` for a tool that raised or a result that may not cross the boundary.
-    Every executor's tool calls go through here."""
+def clip(text: str, limit: int = ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShownError:
+    """A failed tool call as the code sees it: a type name and, where it may be shown, a
+    message (``original`` stays on the host)."""
+
+    type: str
+    message: str | None
+    original: BaseException
+
+    def reply(self) -> dict[str, Any]:
+        """The ``error`` frame a sandbox's tool proxy raises from."""
+        return {"op": "error", "type": self.type, "args": [] if self.message is None else [self.message]}
+
+    def as_exception(self) -> Exception:
+        """An exception to raise in the code: the built-in of that name, else ``Exception``
+        (whose message names the type)."""
+        cls = getattr(builtins, self.type, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            with contextlib.suppress(Exception):
+                return cls() if self.message is None else cls(self.message)
+        return Exception(self.type if self.message is None else f"{self.type}: {self.message}")
+
+
+class HostTools:
+    """One run's host tools as its code reaches them: the one boundary every executor's tool
+    calls cross, in both directions.
+
+    - A call is refused before the tool runs (the code gets a ValueError or TypeError) where
+      its arguments are not JSON, nest too deeply or exceed ``tool_bytes``; where they would take
+      the run past ``run_tool_bytes`` (arguments and results of all its calls together); or where
+      it passes a keyword the host fixed (``functools.partial``) or a defaulted parameter named
+      like an endpoint or a credential (``base_url``, ``api_key``, ``token``).
+    - A tool runs off the event loop (``call_tool``: sync tools in ``pool``); whatever it raises,
+      ``SystemExit`` included, is that call's error. The code sees the type name, and the message
+      only for a :class:`~ringzero.core.errors.ToolError` (or with ``show_errors``), clipped.
+    - A result is checked the same way as arguments before the host keeps or returns it.
+    - Every call is in ``calls``, a call cut short by the run's end too."""
+
+    def __init__(self, tools: Mapping[str, Tool], limits: ExecLimits, pool: ToolPool | None = None, *,
+                 show_errors: bool = False) -> None:
+        self.tools = dict(tools)
+        self.tool_bytes = limits.tool_bytes
+        self.budget = limits.run_tool_bytes
+        self.spent = 0
+        self.pool = pool
+        self.show_errors = show_errors
+        self.calls: list[ToolCallRecord] = []
+
+    def _refuse(self, name: str, exc: Exception) -> tuple[bool, ShownError]:
+        self.calls.append(ToolCallRecord(name, [], {}, None, clip(f"{type(exc).__name__}: {exc}")))
+        return False, ShownError(type(exc).__name__, clip(str(exc)), exc)
+
+    def _over_budget(self, size: int, what: str) -> str | None:
+        if self.budget is None or self.spent + size <= self.budget:
+            self.spent += size
+            return None
+        return (f"{what} would take this run's tool calls to {self.spent + size} bytes of JSON, over the "
+                f"limit of {self.budget} for the whole run")
+
+    async def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """``(True, result)``, or ``(False, ShownError)`` for a call refused, a tool that raised
+        or a result that may not cross the boundary."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return self._refuse(name, NameError(f"no host tool named {name!r}"))
+        size, refused = measure([args, kwargs], f"the arguments to {name}()", self.tool_bytes)
+        refused = refused or self._over_budget(size, f"the arguments to {name}()")
+        if refused is not None:
+            return self._refuse(name, ValueError(refused))
+        owned = [k for k in kwargs if _HOST_OWNED.search(k) and _has_default(tool, k)]
+        if owned:
+            return self._refuse(name, TypeError(
+                f"argument {owned[0]!r} keeps the host's default (its name says it is an endpoint or a credential)"))
+        try:
+            result = await call_tool(tool, args, kwargs, name=name, pool=self.pool)
+        except asyncio.CancelledError:
+            self.calls.append(ToolCallRecord(name, args, kwargs, None,
+                                             "Cancelled: the run ended before the tool returned"))
+            raise
+        except Exception as exc:
+            text = clip(f"{type(exc).__name__}: {_text(exc)}")
+            self.calls.append(ToolCallRecord(name, args, kwargs, None, text))
+            shown = isinstance(exc, ToolError) or self.show_errors or (isinstance(exc, TypeError) and _binds_not(
+                tool, args, kwargs))
+            return False, ShownError(type(exc).__name__, clip(_text(exc)) if shown else None, exc)
+        size, refused = measure(result, f"the result of {name}()", self.tool_bytes)
+        refused = refused or self._over_budget(size, f"the result of {name}()")
+        if refused is not None:
+            self.calls.append(ToolCallRecord(name, args, kwargs, None, f"ValueError: {refused}"))
+            return False, ShownError("ValueError", refused, ValueError(refused))
+        self.calls.append(ToolCallRecord(name, args, kwargs, result))
+        return True, result
+
+    async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The reply to a sandbox's ``call`` frame: the tool's result or its error."""
+        name, args, kwargs = message.get("name"), message.get("args"), message.get("kwargs")
+        if message.get("op") != "call" or not isinstance(name, str) or not isinstance(args, list) \
+                or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+            raise ProtocolViolation("a malformed tool call")
+        ok, outcome = await self.call(name, args, kwargs)
+        return {"op": "result", "value": outcome} if ok else outcome.reply()
+
+
+def _text(exc: BaseException) -> str:
     try:
-        result = await call_tool(tool, args, kwargs, name=name)
-    except Exception as exc:
-        calls.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
-        return False, exc
-    refused = check_value(result, f"the result of {name}()", tool_bytes)
-    if refused is not None:
-        calls.append(ToolCallRecord(name, args, kwargs, None, f"ValueError: {refused}"))
-        return False, ValueError(refused)
-    calls.append(ToolCallRecord(name, args, kwargs, result))
-    return True, result
+        return str(exc)
+    except Exception:
+        return "<a message that cannot be shown>"
+
+
+def _signature(tool: Tool) -> inspect.Signature | None:
+    try:
+        return inspect.signature(tool)
+    except (TypeError, ValueError):
+        return None
+
+
+def _has_default(tool: Tool, name: str) -> bool:
+    signature = _signature(tool)
+    parameter = None if signature is None else signature.parameters.get(name)
+    return parameter is not None and parameter.default is not inspect.Parameter.empty
+
+
+def _binds_not(tool: Tool, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """True where the call itself does not fit the tool's parameters: that TypeError is about
+    the code's call, not the tool's inside, and is shown."""
+    signature = _signature(tool)
+    if signature is None:
+        return False
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        return True
+    return False

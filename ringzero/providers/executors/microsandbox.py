@@ -32,12 +32,13 @@ from typing import Any, Generic, TypeVar
 
 from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
 from ringzero.core.protocols import ExecutorCapabilities, Tool
-from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
+from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
+from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors import _runner
 from ringzero.providers.executors._host import (
     FrameBuffer,
+    HostTools,
     ProtocolViolation,
-    answer_tool_call,
     check_value,
     executor_error,
     finished,
@@ -53,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = ["MicrosandboxExecutor", "SandboxPool", "microvm_unavailable_reason"]
 
 DEFAULT_LIMITS = ExecLimits(wall_seconds=60.0, memory_bytes=512 * 1024 * 1024, output_bytes=1024 * 1024,
-                            tool_bytes=1024 * 1024)
+                            tool_bytes=1024 * 1024, run_tool_bytes=32 * 1024 * 1024)
 RUNNER_SOURCE = Path(_runner.__file__).read_text()
 T = TypeVar("T")
 
@@ -179,6 +180,8 @@ class MicrosandboxExecutor:
         network: Any = None,
         python: str = "python3",
         name_prefix: str = "ringzero",
+        tool_threads: int = DEFAULT_TOOL_THREADS,
+        show_tool_errors: bool = False,
     ) -> None:
         rootfs = Path(image)
         if not rootfs.is_dir():
@@ -192,6 +195,10 @@ class MicrosandboxExecutor:
         self.limits = merge_limits(limits, DEFAULT_LIMITS)
         self.network = network if network is not None else ms.Network.none()
         self.python = python
+        self.tool_pool = ToolPool(tool_threads)
+        """Where the runs' sync host tools run: at most ``tool_threads`` at once."""
+        self.show_tool_errors = show_tool_errors
+        """Show the code every tool error's message, not only a ``ToolError``'s."""
         self._names = (f"{name_prefix}-{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
         self._pool: SandboxPool[Any] = SandboxPool(self._create_sandbox, self._destroy_sandbox, pool_size)
         self._started = False
@@ -236,14 +243,14 @@ class MicrosandboxExecutor:
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        tools = dict(tools or {})
-        calls: list[ToolCallRecord] = []
+        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors)
+        calls = host.calls
         started = time.perf_counter()
         sandbox = await self._pool.acquire()
-        request = {"op": "run", "code": code, "inputs": dict(inputs or {}), "tools": sorted(tools),
+        request = {"op": "run", "code": code, "inputs": dict(inputs or {}), "tools": sorted(host.tools),
                    "output_bytes": limits.output_bytes, "message_bytes": message_limit(limits)}
         try:
-            value, stdout, error = await self._converse(sandbox, request, tools, calls, limits)
+            value, stdout, error = await self._converse(sandbox, request, host, limits)
         except ms.MicrosandboxError as exc:
             await self._pool.discard(sandbox)
             mapped = map_failure(exc)
@@ -259,8 +266,8 @@ class MicrosandboxExecutor:
             await self._pool.release(sandbox)
         return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(calls))
 
-    async def _converse(self, sandbox: Any, request: dict[str, Any], tools: dict[str, Tool],
-                        calls: list[ToolCallRecord], limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:
+    async def _converse(self, sandbox: Any, request: dict[str, Any], host: HostTools,
+                        limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:
         handle = await sandbox.exec_stream(self.python, ["-c", RUNNER_SOURCE], stdin=ms.Stdin.pipe(),
                                            timeout=limits.wall_seconds)
         stdin = handle.take_stdin()
@@ -275,7 +282,7 @@ class MicrosandboxExecutor:
                     for message in frames.feed(event.data):
                         if message.get("op") == "done":
                             return finished(message, limits)
-                        reply = await answer_tool_call(message, tools, calls, limits.tool_bytes)
+                        reply = await host.answer(message)
                         await stdin.write(_runner.frame(reply))
                 elif kind in ("exited", "failed"):
                     break
@@ -284,4 +291,5 @@ class MicrosandboxExecutor:
         return None, "", executor_error("SandboxKilled", "the guest's python exited before it answered")
 
     async def aclose(self) -> None:
+        self.tool_pool.close()
         await self._pool.close()

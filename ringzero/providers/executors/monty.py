@@ -28,14 +28,18 @@ from typing import Any
 from ringzero.core.errors import Closed, ExecutorError, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.timeouts import cancel_and_wait, fail_after
-from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord, ensure_json
+from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
+from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors._host import (
     MAX_DEPTH,
+    NOT_JSON,
+    HostTools,
     check_value,
+    clip,
     deeper_than,
     executor_error,
+    json_floor,
     merge_limits,
-    run_host_tool,
 )
 from ringzero.providers.executors._runner import CappedOutput
 
@@ -47,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - a core dependency; only a broke
 __all__ = ["MontyExecutor", "MontySession"]
 
 DEFAULT_LIMITS = ExecLimits(wall_seconds=10.0, memory_bytes=256 * 1024 * 1024, output_bytes=1024 * 1024,
-                            tool_bytes=1024 * 1024)
+                            tool_bytes=1024 * 1024, run_tool_bytes=32 * 1024 * 1024)
 _UNSUPPORTED_HINT = (
     " (Monty runs a subset of Python; for this, use ringzero.providers.executors.ProcessExecutor, "
     "which runs full CPython with any installed package)"
@@ -67,10 +71,19 @@ class MontyExecutor:
         limits: ExecLimits | None = None,
         park_after: float = 0.05,
         request_grace: float = 5.0,
+        tool_threads: int = DEFAULT_TOOL_THREADS,
+        show_tool_errors: bool = False,
     ) -> None:
         if not isinstance(max_workers, int) or max_workers < 1:
             raise InvalidArgument(f"max_workers must be a positive integer, got {max_workers!r}")
+        if not isinstance(tool_threads, int) or isinstance(tool_threads, bool) or tool_threads < 1:
+            raise InvalidArgument(f"tool_threads must be a positive integer, got {tool_threads!r}")
         self.limits = merge_limits(limits, DEFAULT_LIMITS)
+        self.tool_pool = ToolPool(tool_threads)
+        """Where the runs' sync host tools run: at most ``tool_threads`` at once."""
+        self.show_tool_errors = show_tool_errors
+        """Show the code every tool error's message, not only a ``ToolError``'s."""
+        self._converting = ToolPool(2)  # final values and errors are made JSON here, off the event loop
         self.park_after = park_after
         self._max_workers = max_workers
         self._grace = request_grace
@@ -117,6 +130,8 @@ class MontyExecutor:
         return MontySession(self)
 
     async def aclose(self) -> None:
+        self.tool_pool.close()
+        self._converting.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.__aexit__(None, None, None)
@@ -174,11 +189,12 @@ class _Run:
         self.pool = pool
         self.limits = limits
         self.tools = tools
-        self.calls: list[ToolCallRecord] = []
+        self.host = HostTools(tools, limits, executor.tool_pool, show_errors=executor.show_tool_errors)
         self.output = CappedOutput(limits.output_bytes if limits.output_bytes is not None else 1 << 62)
         self.session_broken = False
         self.async_style = False
-        self.pending: dict[int, asyncio.Task[Any]] = {}
+        self.pending: dict[int, asyncio.Task[Any]] = {}  # async-style calls, by Monty's call id
+        self.in_flight: set[asyncio.Task[Any]] = set()  # every tool call not yet settled
 
     def _print(self, stream: str, text: str) -> None:
         self.output.write(text)
@@ -191,15 +207,22 @@ class _Run:
         # Monty's feed limit stops the code itself (its clock skips time spent in host tools);
         # this host-side deadline, a little later, bounds the whole run, tool calls included.
         backstop = None if self.limits.wall_seconds is None else self.limits.wall_seconds + 1.0
+        convert = self.executor._converting
         try:
+            # The value or error becomes JSON off the event loop and inside the wall limit: a
+            # million-key dict takes seconds to check, a 100 MB message to copy.
             async with fail_after(backstop):
-                value = await self._drive(code, inputs, session)
-            value = self._final(value)
+                try:
+                    value = await self._drive(code, inputs, session)
+                except pm.MontyCrashedError:
+                    raise
+                except pm.MontyError as exc:
+                    error = await convert.run(_exec_error, [exc], {})
+                    self.session_broken = error.type in ("TimeoutError", "MemoryError")
+                else:
+                    value = await convert.run(self._final, [value], {})
         except pm.MontyCrashedError as exc:
             error = executor_error("SandboxCrashed", f"the Monty worker died and was replaced: {exc}")
-        except pm.MontyError as exc:
-            error = _exec_error(exc)
-            self.session_broken = error.type in ("TimeoutError", "MemoryError")
         except TimeoutError:
             error = executor_error("TimeoutError", f"the run took longer than {self.limits.wall_seconds} s")
             self.session_broken = True
@@ -215,17 +238,21 @@ class _Run:
             self.session_broken = True
         if error is not None:
             value = None
-        return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.calls))
+        return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.host.calls))
 
     def _final(self, value: Any) -> JSON:
-        """The code's final value as JSON (a sandbox object becomes its repr), within ``output_bytes``."""
+        """The code's final value as JSON (a value JSON cannot hold becomes its repr), within
+        ``output_bytes``. Runs off the event loop: its cost grows with the value."""
+        limit = self.limits.output_bytes
+        if limit is not None and json_floor(value, limit) > limit:
+            raise _ValueRefused(f"the code's final value is more than {limit} bytes of JSON, the limit")
         if deeper_than(value):
             raise _ValueRefused(f"the code's final value nests lists or dicts more than {MAX_DEPTH} levels deep")
-        try:
-            value = ensure_json(_plain(value), "the code's final value")
-        except InvalidArgument:
+        value = _plain(value)
+        refused = check_value(value, "the code's final value", limit)
+        if refused is not None and NOT_JSON in refused:  # NaN or an infinity: its text, as for an object
             value = repr(value)
-        refused = check_value(value, "the code's final value", self.limits.output_bytes)
+            refused = check_value(value, "the code's final value", limit)
         if refused is not None:
             raise _ValueRefused(refused)
         return value  # type: ignore[no-any-return]
@@ -256,8 +283,8 @@ class _Run:
 
     async def _settle_pending(self) -> None:
         """Cancel the tool calls still in flight and wait until they are over: no call may
-        finish after ``run()`` returned."""
-        pending, self.pending = list(self.pending.values()), {}
+        finish after ``run()`` returned, and each is in the run's record of calls."""
+        pending, self.in_flight, self.pending = list(self.in_flight), set(), {}
         await cancel_and_wait(pending)
 
     async def _answer(self, snap: Any, session: pm.AsyncMontySession,
@@ -282,13 +309,11 @@ class _Run:
         try:
             args, kwargs = list(snap.args), dict(snap.kwargs)
         except RecursionError:
-            refused: str | None = f"the arguments to {name}() nest too deeply to leave the sandbox"
-        else:
-            refused = check_value([args, kwargs], f"the arguments to {name}()", self.limits.tool_bytes)
-        if refused is not None:
-            self.calls.append(ToolCallRecord(name, [], {}, None, f"ValueError: {refused}"))
-            return await snap.resume({"exception": ValueError(refused)}), None
+            refused = ValueError(f"the arguments to {name}() nest too deeply to leave the sandbox")
+            return await snap.resume({"exception": refused}), None
         task = asyncio.ensure_future(self._call(name, args, kwargs))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
         if self.async_style and inspect.iscoroutinefunction(self.tools[name]):
             # As in Python: calling an async function gives an awaitable; the tool runs on
             # the host meanwhile, so gathered calls overlap.
@@ -310,8 +335,8 @@ class _Run:
     async def _call(
         self, name: str, args: list[Any], kwargs: dict[str, Any]
     ) -> pm.ExternalReturnValue | pm.ExternalException:
-        ok, outcome = await run_host_tool(name, self.tools[name], args, kwargs, self.calls, self.limits.tool_bytes)
-        return {"return_value": outcome} if ok else {"exception": outcome}
+        ok, outcome = await self.host.call(name, args, kwargs)
+        return {"return_value": outcome} if ok else {"exception": outcome.as_exception()}
 
 
 @functools.cache
@@ -350,15 +375,29 @@ def _awaits(code: str) -> bool:
 
 def _exec_error(exc: pm.MontyError) -> ExecError:
     inner = exc.exception()
-    kind, message = type(inner).__name__, str(inner)
+    kind = type(inner).__name__
+    first = inner.args[0] if len(inner.args) == 1 else None
+    # the code's text: the host keeps 8 KB of it (a str's slice copies no more than that)
+    message = clip(first, 8192) if isinstance(first, str) else clip(str(inner), 8192)
     if kind == "NotImplementedError" or kind == "ModuleNotFoundError":
         message += _UNSUPPORTED_HINT
-    display = getattr(exc, "display", None)
-    traceback = display("traceback") if callable(display) else ""
+    frames = exc.traceback() if isinstance(exc, pm.MontyRuntimeError) else []
     # Monty's feed time limit stops the code outside any of its frames; whatever the code
     # raises itself carries at least one frame, so it can never look like this.
-    stopped = kind == "TimeoutError" and not traceback.startswith("Traceback")
-    return ExecError(kind, message, traceback, origin="executor" if stopped else "code")
+    stopped = kind == "TimeoutError" and not frames
+    return ExecError(kind, message, _traceback(frames, kind, message), origin="executor" if stopped else "code")
+
+
+def _traceback(frames: list[Any], kind: str, message: str) -> str:
+    """The traceback as Python prints it, made from Monty's frames and the clipped message
+    (Monty's own rendering would copy the whole message again)."""
+    lines = ["Traceback (most recent call last):"] if frames else []
+    for frame in frames:
+        lines.append(f'  File "{frame.filename}", line {frame.line}, in {frame.function_name}')
+        if frame.source_line:
+            lines.append(f"    {clip(frame.source_line.strip(), 200)}")
+    lines.append(f"{kind}: {message}" if message else kind)
+    return "\n".join(lines)
 
 
 def _plain(value: Any) -> Any:

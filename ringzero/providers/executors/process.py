@@ -47,12 +47,13 @@ from typing import Any
 from ringzero.core.errors import ExecutorError, InvalidArgument
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.timeouts import fail_after
-from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult, ToolCallRecord
+from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
+from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors._confine import CONTROLS, NOBODY
 from ringzero.providers.executors._host import (
     FrameBuffer,
+    HostTools,
     ProtocolViolation,
-    answer_tool_call,
     check_value,
     executor_error,
     finished,
@@ -64,7 +65,7 @@ from ringzero.providers.executors._runner import frame
 __all__ = ["SANDBOX_ENVIRONMENT", "ProcessExecutor", "remove_tree"]
 
 DEFAULT_LIMITS = ExecLimits(wall_seconds=30.0, memory_bytes=1024 * 1024 * 1024, output_bytes=1024 * 1024,
-                            tool_bytes=1024 * 1024)
+                            tool_bytes=1024 * 1024, run_tool_bytes=32 * 1024 * 1024)
 SANDBOX_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
                        "OMP_NUM_THREADS": "1"}
 """The environment every run starts from; ``HOME`` and ``TMPDIR`` are its scratch, and
@@ -120,6 +121,8 @@ class ProcessExecutor:
         workspace: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         fork_servers: int | None = None,
+        tool_threads: int = DEFAULT_TOOL_THREADS,
+        show_tool_errors: bool = False,
     ) -> None:
         if not sys.platform.startswith("linux"):
             raise ExecutorError("ProcessExecutor confines code with Linux namespaces and Landlock; this is not Linux")
@@ -146,6 +149,10 @@ class ProcessExecutor:
         agent's workspace. Everything else outside the run's scratch directory is read-only."""
         self.fork_servers = fork_servers if fork_servers is not None else len(os.sched_getaffinity(0))
         """At most this many fork servers: started one at a time, as concurrent runs need them."""
+        self.tool_pool = ToolPool(tool_threads)
+        """Where the runs' sync host tools run: at most ``tool_threads`` at once."""
+        self.show_tool_errors = show_tool_errors
+        """Show the code every tool error's message, not only a ``ToolError``'s."""
         self.missing_controls: dict[str, str] = {}
         self._controls: list[str] = []
         self._servers: list[_ForkServer] = []
@@ -258,13 +265,12 @@ class ProcessExecutor:
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        tools = dict(tools or {})
+        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors)
         started = time.perf_counter()
         server, channel = await self._open_run(limits)
-        calls: list[ToolCallRecord] = []
         greeting: dict[str, Any] = {}
         try:
-            outcome = await self._converse(channel, code, dict(inputs or {}), tools, limits, calls, greeting)
+            outcome = await self._converse(channel, code, dict(inputs or {}), host, limits, greeting)
         finally:
             server.runs -= 1
             if isinstance(greeting.get("pid"), int):  # the namespace's init: killing it ends every process
@@ -275,7 +281,7 @@ class ProcessExecutor:
             if scratch.startswith(server.root + os.sep):
                 await asyncio.to_thread(remove_tree, scratch)
         value, stdout, error = outcome
-        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(calls))
+        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls))
 
     async def _open_run(self, limits: ExecLimits) -> tuple[_ForkServer, _Channel]:
         """Ask the least busy fork server for a sandbox; where that one has died, it leaves the
@@ -302,9 +308,8 @@ class ProcessExecutor:
             return server, channel
         raise AssertionError("unreachable")
 
-    async def _converse(self, channel: _Channel, code: str, inputs: dict[str, JSON], tools: dict[str, Tool],
-                        limits: ExecLimits, calls: list[ToolCallRecord],
-                        greeting: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
+    async def _converse(self, channel: _Channel, code: str, inputs: dict[str, JSON], host: HostTools,
+                        limits: ExecLimits, greeting: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
         wall = limits.wall_seconds
         try:
             async with fail_after(wall):
@@ -314,12 +319,12 @@ class ProcessExecutor:
                 if not isinstance(greeting.get("pid"), int):
                     raise ProtocolViolation("no pid in the greeting")
                 channel.sender = greeting["pid"]  # from now on, only the run's own process may speak
-                await channel.write({"op": "run", "code": code, "inputs": inputs, "tools": sorted(tools),
+                await channel.write({"op": "run", "code": code, "inputs": inputs, "tools": sorted(host.tools),
                                      "message_bytes": message_limit(limits)})
                 while True:
                     message = await channel.read()
                     if message["op"] == "call":
-                        await channel.write(await answer_tool_call(message, tools, calls, limits.tool_bytes))
+                        await channel.write(await host.answer(message))
                     elif message["op"] == "done":
                         return finished(message, limits)
                     elif message["op"] == "failed":  # the child could not confine itself; nothing ran
@@ -342,6 +347,7 @@ class ProcessExecutor:
             growing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await growing
+        self.tool_pool.close()
         servers, self._servers = self._servers, []
         await asyncio.gather(*(server.stop() for server in servers))
 
