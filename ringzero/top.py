@@ -234,6 +234,10 @@ class TopView:
                            f"flight · {gate['calls_per_s']:.1f} calls/s · {gate['tokens_per_s']:.0f} tokens/s · "
                            f"{gate['calls']} calls, {gate['rate_limited']} rate-limited, {gate['retries']} "
                            f"retried{closed}")
+            tools = kernel.tools
+            if tools.get("overrunning"):  # a tool that ignored its run's wall limit still holds a thread
+                yield Text(f"host tools ({kernel.kernel}): {tools['running']} running in {tools['threads']} threads · "
+                           f"{tools['overrunning']} past their run's wall limit", style="bold yellow")
 
     def _table(self, rows: list[Row]) -> Table:
         table = Table(box=None, pad_edge=False, header_style="bold reverse", expand=False)
@@ -241,7 +245,8 @@ class TopView:
                                 ("PRI", "right"), ("PARENT", "right"), ("TOKENS", "right"), ("COST $", "right"),
                                 ("LLM", "right"), ("WALL s", "right"), ("SYSCALL NOW", "left")):
             table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        room = max(3, self.height - 9 - sum(len(k.gates) for k in self.snapshot.kernels))
+        room = max(3, self.height - 9 - sum(len(k.gates) + bool(k.tools.get("overrunning"))
+                                            for k in self.snapshot.kernels))
         start = 0
         if self.selected is not None:
             index = next(i for i, r in enumerate(rows) if r.pid == self.selected)
@@ -317,7 +322,8 @@ async def run_top(checkpointer: Checkpointer, where: str, console: Console, *, i
     view = TopView(where, sort=sort, filter=filter, height=console.height)
     view.snapshot = await read_snapshot(checkpointer)
     if once or not console.is_terminal or not sys.stdin.isatty():
-        view.height = 9 + len(view.snapshot.rows) + sum(len(k.gates) for k in view.snapshot.kernels)  # every row
+        view.height = 9 + len(view.snapshot.rows) + sum(len(k.gates) + bool(k.tools.get("overrunning"))
+                                                        for k in view.snapshot.kernels)  # every row
         console.print(view.render())
         return 0
     pressed: list[str] = []

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from ringzero.core.timeouts import fail_after
+
 
 class Beats:
     """How many times the heartbeat ran."""
@@ -30,3 +32,49 @@ async def heartbeat(interval: float) -> AsyncIterator[Beats]:
         yield beats
     finally:
         task.cancel()
+
+
+class Pace:
+    """What a bystander saw while something else ran on the same host."""
+
+    def __init__(self) -> None:
+        self.longest_stall = 0.0
+        """The longest the event loop was blocked, in seconds (how late a 5 ms sleep woke)."""
+        self.runs = 0
+        self.wrong: list[object] = []
+
+
+@asynccontextmanager
+async def bystander(executor: object, interval: float = 0.005) -> AsyncIterator[Pace]:
+    """Another agent on the same host while the block runs: it runs quick code on ``executor``
+    over and over, and a loop-lag probe measures the longest stall of the event loop. On exit
+    it waits (up to 10 s) for one more of its runs to complete, so that a run in the block that
+    ended quickly still shows the bystander's pace."""
+    pace = Pace()
+    loop = asyncio.get_running_loop()
+
+    async def probe() -> None:
+        while True:
+            before = loop.time()
+            await asyncio.sleep(interval)
+            pace.longest_stall = max(pace.longest_stall, loop.time() - before - interval)
+
+    async def agent() -> None:
+        while True:
+            result = await executor.run("sum(range(10))")  # type: ignore[attr-defined]
+            if result.value != 45:
+                pace.wrong.append(result)
+            pace.runs += 1
+
+    tasks = [asyncio.ensure_future(probe()), asyncio.ensure_future(agent())]
+    try:
+        yield pace
+        seen = pace.runs
+        async with fail_after(10):
+            while pace.runs <= seen:
+                await asyncio.sleep(0.01)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+

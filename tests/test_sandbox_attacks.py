@@ -19,10 +19,12 @@ from pathlib import Path
 
 import pytest
 
+import ringzero
 from ringzero.core.protocols import Executor
 from ringzero.core.types import ExecLimits, ExecResult
+from tests import cpu_tools
 from tests.executors import full_cpython_only
-from tests.heartbeat import heartbeat
+from tests.heartbeat import bystander, heartbeat
 
 LIMITS = ExecLimits(wall_seconds=5.0, memory_bytes=256 * 1024 * 1024, output_bytes=64 * 1024)
 LIBC = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
@@ -572,3 +574,243 @@ async def test_a_final_value_or_error_that_cannot_be_shown_is_still_the_code_s_o
     """Issue 44, row 2: these escaped run() as ExecutorError('the sandbox could not be set up')."""
     result = await sandbox.run(code, limits=LIMITS)
     assert check(result), result
+
+
+# ------------------------------------------------------------------ issue 44: the host side of the boundary
+# Each row is something code (or a tool it calls) did to the host before: now a typed outcome of
+# its own run, while a bystander on the same executor keeps its pace and the event loop never
+# stalls for more than 100 ms.
+MAX_STALL = 0.1
+FORGE_FAILED = (
+    "import os, stat, json, struct\n"
+    "body = json.dumps({'op': 'failed', 'message': 'forged by the code'}).encode()\n"
+    "for fd in range(3, 64):\n"
+    "    try:\n"
+    "        if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+    "            os.write(fd, struct.pack('!I', len(body)) + body)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "import time\ntime.sleep(3)\n")
+SECRET_TEXT = "Request(headers={'Authorization': 'Bearer sk-host-secret'})"
+
+
+def leaks_its_request(city: str) -> str:
+    raise ValueError(SECRET_TEXT)  # what an HTTP client's error often carries
+
+
+def no_such_city(city: str) -> str:
+    raise ringzero.ToolError(f"no city named {city}")
+
+
+def fetch(path: str, base_url: str = "https://api.example.com", api_key: str = "sk-host-secret") -> str:
+    return base_url + path
+
+
+def take(data: str) -> int:
+    return len(data)
+
+
+SHOWN = "try:\n    {call}\n    out = 'no error'\nexcept Exception as e:\n    out = [type(e).__name__, str(e)]\nout"
+
+
+@dataclass(frozen=True)
+class HostSideAttack:
+    row: str
+    code: str
+    contained: Callable[[ExecResult], bool]
+    tools: dict[str, Callable[..., object]]
+    limits: ExecLimits = LIMITS
+    executors: tuple[str, ...] = ("monty", "process", "microsandbox")
+
+    def __str__(self) -> str:
+        return self.row
+
+
+def _kept_bytes(result: ExecResult) -> int:
+    import json
+
+    return sum(len(json.dumps([c.args, c.kwargs, c.result])) for c in result.tool_calls)
+
+
+HOST_SIDE_ATTACKS = [
+    HostSideAttack("1 a tool's SystemExit is that call's error", "cli('--nope')",
+                   lambda r: r.error is not None and r.error.origin == "code"
+                   and [c.error.split(":")[0] for c in r.tool_calls if c.error] == ["SystemExit"],
+                   {"cli": exits_like_argparse}),
+    HostSideAttack("2 a failed frame the code forges is its own outcome", FORGE_FAILED,
+                   lambda r: r.error is not None and (r.error.type, r.error.origin) == ("SandboxFailed", "code"),
+                   {}, executors=("process",)),
+    HostSideAttack("3 NaN never reaches a tool", "takes_a_number(float('nan'))",
+                   lambda r: r.error is not None and r.error.type == "ValueError" and r.tool_calls[0].args == [],
+                   {"takes_a_number": takes_a_number}),
+    HostSideAttack("4 code too deep for the host's parser", "# await\n" + "-" * 3000 + "1",
+                   lambda r: r.error is not None and r.error.origin == "code", {}, executors=("monty",)),
+    HostSideAttack("5 tool calls have a byte budget for the whole run",
+                   "out = []\nfor _ in range(40):\n    try:\n        take('x' * 1_000_000)\n"
+                   "        out.append('kept')\n"
+                   "    except ValueError:\n        out.append('refused')\nout",
+                   lambda r: r.value == ["kept"] * 8 + ["refused"] * 32 and _kept_bytes(r) <= 8_100_000,
+                   {"take": take}, ExecLimits(wall_seconds=20, tool_bytes=2_000_000, run_tool_bytes=8_100_000)),
+    HostSideAttack("6 a million-key final value is refused", "{i: i for i in range(10**6)}",
+                   lambda r: r.error is not None and r.error.type == "OutputLimitExceeded", {},
+                   ExecLimits(wall_seconds=5)),
+    HostSideAttack("6 a 100 MB exception message is clipped to 8 KB", "raise ValueError('x' * 10**8)",
+                   lambda r: r.error is not None and r.error.type == "ValueError"
+                   and 8192 <= len(r.error.message) < 8300 and len(r.error.traceback) < 9000,
+                   {}, ExecLimits(wall_seconds=10)),
+    HostSideAttack("7 a GIL-holding tool declared cpu_bound runs in a process", "total(150_000_000)",
+                   lambda r: r.error is not None and (r.error.type, r.error.origin) == ("TimeoutError", "executor"),
+                   {"total": cpu_tools.total}, ExecLimits(wall_seconds=1)),
+    HostSideAttack("11 a tool's exception text stays with the host", SHOWN.format(call="lookup('Paris')"),
+                   lambda r: r.value[0] in ("ValueError", "Exception") and "sk-host" not in str(r.value)
+                   and "sk-host-secret" in (r.tool_calls[0].error or ""), {"lookup": leaks_its_request}),
+    HostSideAttack("11 a ToolError's message reaches the code", SHOWN.format(call="lookup('Atlantis')"),
+                   lambda r: "no city named Atlantis" in r.value[1], {"lookup": no_such_city}),
+    HostSideAttack("11 a default named like an endpoint or credential keeps the host's value",
+                   SHOWN.format(call="fetch('/x', base_url='http://127.0.0.1:9')") + "\n[out, fetch('/y')]",
+                   lambda r: r.value[0][0] == "TypeError" and r.value[1] == "https://api.example.com/y"
+                   and [c.error is None for c in r.tool_calls] == [False, True], {"fetch": fetch}),
+]
+KNOWN_STALLS = {
+    ("monty", "6 a million-key final value is refused"): "pydantic-monty builds the value's Python objects "
+    "holding the GIL (about 130 ms for a million keys)",
+    ("monty", "6 a 100 MB exception message is clipped to 8 KB"): "pydantic-monty copies the message into "
+    "Python holding the GIL (about 1.4 ms per MB)",
+}
+
+
+def _host_side_cases() -> list[object]:
+    return [pytest.param(name, attack, id=f"{name}: {attack.row}") for attack in HOST_SIDE_ATTACKS
+            for name in attack.executors]
+
+
+@pytest.mark.parametrize(("sandbox", "attack"), _host_side_cases(), indirect=["sandbox"])
+async def test_host_side_attack_is_the_run_s_own_outcome(sandbox: Executor, attack: HostSideAttack) -> None:
+    async with bystander(sandbox) as pace:
+        result = await sandbox.run(attack.code, tools=attack.tools, limits=attack.limits)  # run() returns
+    assert attack.contained(result), result
+    assert pace.runs > 0 and pace.wrong == [], "the bystander's runs did not complete"
+    assert (await sandbox.run("21 * 2")).value == 42, "the executor did not serve the next run"
+    known = KNOWN_STALLS.get((kind_name(sandbox), attack.row))
+    if known is not None and pace.longest_stall >= MAX_STALL:
+        pytest.xfail(f"the event loop stalled {pace.longest_stall * 1000:.0f} ms: {known}")
+    assert pace.longest_stall < MAX_STALL, f"the event loop stalled {pace.longest_stall * 1000:.0f} ms"
+
+
+def kind_name(sandbox: Executor) -> str:
+    return {"interpreter": "monty", "process": "process"}.get(kind(sandbox), "microsandbox")
+
+
+@pytest.mark.parametrize("sandbox", ["monty", "process"], indirect=True)
+async def test_7_tools_that_outlive_their_runs_leave_the_pool_to_the_next_run(sandbox: Executor) -> None:
+    """Row 7: eight timed-out runs of a slow sync tool filled the loop's shared default executor,
+    so an unrelated run's instant tool timed out and getaddrinfo stopped answering. Host tools
+    now run in the executor's own pool, and a tool past its run's wall limit is counted and its
+    thread replaced."""
+    release = threading.Event()
+
+    def stuck(x: int) -> int:
+        release.wait(30)
+        return x
+
+    pool = sandbox.tool_pool  # type: ignore[attr-defined]
+    try:
+        async with bystander(sandbox) as pace:
+            stalled = await asyncio.gather(*(sandbox.run("stuck(1)", tools={"stuck": stuck},
+                                                         limits=ExecLimits(wall_seconds=0.5)) for _ in range(8)))
+            assert [r.error.type for r in stalled if r.error] == ["TimeoutError"] * 8, stalled
+            assert pool.stats()["overrunning"] == 8
+            instant = await sandbox.run("double(21)", tools={"double": lambda x: 2 * x},
+                                        limits=ExecLimits(wall_seconds=2))
+            assert instant.value == 42, instant
+            loop = asyncio.get_running_loop()
+            assert await loop.getaddrinfo("127.0.0.1", 80), "the loop's own executor no longer answers"
+        assert pace.longest_stall < MAX_STALL and pace.wrong == []
+    finally:
+        release.set()
+    for _ in range(200):
+        if pool.stats()["overrunning"] == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert pool.stats() == {"threads": pool.threads, "running": 0, "overrunning": 0}
+
+
+async def test_7_a_cpu_bound_tool_runs_in_a_worker_process() -> None:
+    from ringzero.providers.executors import MontyExecutor
+
+    executor = MontyExecutor(max_workers=1)
+    try:
+        result = await executor.run("[total(1000), where_am_i()]",
+                                    tools={"total": cpu_tools.total, "where_am_i": cpu_tools.where_am_i},
+                                    limits=ExecLimits(wall_seconds=30))
+    finally:
+        await executor.aclose()
+    assert result.value is not None and result.value[0] == 499500, result
+    assert result.value[1] != os.getpid()
+
+
+@pytest.mark.parametrize("sandbox", ["monty"], indirect=True)
+async def test_8_a_tool_call_cut_short_by_the_wall_limit_is_settled_and_recorded(sandbox: Executor) -> None:
+    """Row 8: an async tool called by sync-style code, still running when the wall limit ended
+    the run, finished after run() returned and was missing from tool_calls."""
+    finished: list[int] = []
+
+    async def later(x: int) -> int:
+        await asyncio.sleep(1.5)
+        finished.append(x)
+        return x
+
+    result = await sandbox.run("later(1)", tools={"later": later}, limits=ExecLimits(wall_seconds=0.3))
+    assert result.error is not None and result.error.type == "TimeoutError", result
+    assert [(c.name, c.error) for c in result.tool_calls] == [
+        ("later", "Cancelled: the run ended before the tool returned")], result.tool_calls
+    await asyncio.sleep(1.8)
+    assert finished == [], "the tool call went on after run() returned"
+
+
+async def test_a_bystander_process_on_the_kernel_keeps_its_pace_while_an_agent_attacks(tmp_path: Path) -> None:
+    """The acceptance's bystander, as agents: one process's code floods the host with oversized
+    tool calls and a huge final value; another process's syscalls (its own code runs and a
+    journaled clock) go on, and the loop never stalls 100 ms."""
+    from ringzero import Kernel
+    from ringzero.checkpointers import SqliteCheckpointer
+    from ringzero.providers.executors import ProcessExecutor
+
+    async def attacker(ctx: object) -> list[str]:
+        outcomes = []
+        for code in ["out = []\nfor _ in range(40):\n    try:\n        take('x' * 1_000_000)\n"
+                     "    except ValueError:\n        out.append('refused')\nlen(out)",
+                     "{i: i for i in range(10**6)}", "cli('--nope')"]:
+            result = await ctx.exec(code, tools={"take": take, "cli": exits_like_argparse})  # type: ignore[attr-defined]
+            outcomes.append(result.error.type if result.error else result.value)
+        return outcomes
+
+    async def bystander_agent(ctx: object) -> int:
+        steps = 0
+        while steps < 30:
+            assert (await ctx.exec("sum(range(10))")).value == 45  # type: ignore[attr-defined]
+            await ctx.now()  # type: ignore[attr-defined]
+            steps += 1
+        return steps
+
+    stalls: list[float] = []
+
+    async def probe() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(0.005)
+            stalls.append(loop.time() - before - 0.005)
+
+    executor = ProcessExecutor(limits=ExecLimits(run_tool_bytes=8_000_000))
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db"), executor=executor) as kernel:
+        watching = asyncio.ensure_future(probe())
+        try:
+            attack = await kernel.spawn(attacker)
+            calm = await kernel.spawn(bystander_agent)
+            assert await calm.wait() == 30
+            outcomes = await attack.wait()
+        finally:
+            watching.cancel()
+    assert outcomes[0] == 33 and outcomes[1:] == ["OutputLimitExceeded", "SystemExit"], outcomes
+    assert max(stalls) < MAX_STALL, f"the event loop stalled {max(stalls) * 1000:.0f} ms"

@@ -40,6 +40,7 @@ from ringzero.core.errors import InvalidArgument, ProcessStateError, RingzeroErr
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.store import dumps, loads
 from ringzero.core.timeouts import cancel_and_wait
+from ringzero.core.tool_pool import pools_in_use
 from ringzero.core.types import JSON, NO_METADATA, Checkpoint
 
 if TYPE_CHECKING:
@@ -78,6 +79,9 @@ class KernelActivity:
     gates: dict[str, dict[str, Any]]
     """Per gate: ``waiting`` (calls in line), ``in_flight``, ``calls``, ``rate_limited``,
     ``retries``, ``failures``, ``tokens``, ``calls_per_s``, ``tokens_per_s``, ``closed_for_s``."""
+    tools: dict[str, int] = field(default_factory=dict)
+    """The kernel's host tool threads: ``threads``, ``running``, and ``overrunning`` (tools still
+    running after their run's wall limit ended the wait)."""
 
     def fresh(self, now: float | None = None) -> bool:
         """True while the kernel is alive as far as anyone can tell: not closed, and its last row
@@ -95,7 +99,7 @@ async def read_activity(checkpointer: Checkpointer) -> list[KernelActivity]:
             kernel=str(body.get("kernel", cp.id)), at=float(body.get("at", 0.0)),
             interval=float(body.get("interval", 1.0)), closed=bool(body.get("closed", False)),
             processes={int(p["pid"]): p for p in body.get("processes", [])}, more=int(body.get("more", 0)),
-            gates=dict(body.get("gates") or {}),
+            gates=dict(body.get("gates") or {}), tools=dict(body.get("tools") or {}),
         ))
     return out
 
@@ -290,7 +294,8 @@ class Monitor:
             self._gates_before[name] = {"calls": row["calls"], "tokens": row["tokens"]}  # type: ignore[dict-item]
             gates[name] = row
         return {"kernel": self.id, "node": self.kernel.node, "at": time.time(), "interval": self.interval,
-                "closed": False, "processes": processes, "more": max(0, len(live) - MAX_LISTED), "gates": gates}
+                "closed": False, "processes": processes, "more": max(0, len(live) - MAX_LISTED), "gates": gates,
+                "tools": pools_in_use(self.kernel.executor)}  # type: ignore[dict-item]
 
     async def _write(self, body: Mapping[str, JSON]) -> None:
         await self.kernel.checkpointer.put(Checkpoint(thread_id=ACTIVITY, namespace="", id=self.id,

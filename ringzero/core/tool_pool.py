@@ -6,8 +6,9 @@ its thread after its run's wall limit ended the wait; on the loop's default exec
 them starve everything else that uses it (``loop.getaddrinfo``, ``asyncio.to_thread``). Here
 they starve only this pool: at most ``threads`` tools run at once, a call beyond that waits in
 line (its run's wall limit still ends the wait), and a tool still running after its caller
-stopped waiting is counted in ``overrunning``, logged, and shown by ``ringzero top`` until it
-returns. Its thread is a daemon: a tool that never returns does not keep the host from exiting.
+stopped waiting is counted in ``overrunning``, logged, shown by ``ringzero top`` until it
+returns, and replaced by a fresh thread (up to ``overrun_limit`` such tools). Its thread is a
+daemon: a tool that never returns does not keep the host from exiting.
 
 A pure-Python tool that holds the GIL in one C call (``sum(range(10**9))``) stops every thread
 of the host, the event loop's included, whatever thread it runs in. Declare such a tool
@@ -30,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["DEFAULT_TOOL_THREADS", "ToolPool", "cpu_bound", "is_cpu_bound", "shared_pool"]
+__all__ = ["DEFAULT_TOOL_THREADS", "ToolPool", "cpu_bound", "is_cpu_bound", "pools_in_use", "shared_pool"]
 
 log = logging.getLogger("ringzero.tools")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,8 +82,11 @@ class ToolPool:
         """Tools running in this pool's threads now."""
         self.overrunning = 0
         """Of those, the ones whose caller stopped waiting (its run's wall limit ended): each
-        still holds a thread until it returns."""
+        still holds a thread until it returns, and the pool starts another in its place."""
+        self.overrun_limit = 4 * threads
+        """Past this many tools overrunning, no thread replaces one: calls wait in line."""
         self._process_pool: ProcessPoolExecutor | None = None
+        self._closed = False
 
     async def run(self, tool: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call ``tool(*args, **kwargs)`` here and wait for its result, in the caller's context
@@ -96,7 +100,8 @@ class ToolPool:
                    str(getattr(tool, "__name__", None) or type(tool).__name__), loop, loop.create_future())
         with self._lock:
             self._queued += 1
-            grow = self._queued > self._idle and self._workers < self.threads
+            grow = self._queued > self._idle and self._workers < self.threads \
+                and self.overrunning < self.overrun_limit
             if grow:
                 self._workers += 1
                 self._idle += 1
@@ -109,11 +114,13 @@ class ToolPool:
             with self._lock:
                 job.abandoned = True
                 overran = job.started and not job.finished
-                if overran:
+                if overran:  # its thread leaves the pool's count: the next call may start another
                     self.overrunning += 1
+                    self._workers -= 1
             if overran:
-                log.warning("host tool %s still runs after its caller stopped waiting (a run's wall limit): "
-                            "it holds one of %d tool threads until it returns", job.name, self.threads)
+                log.warning("host tool %s still runs after its caller stopped waiting (a run's wall limit); "
+                            "%d such tools hold a thread each (past %d, calls wait for a thread)", job.name,
+                            self.overrunning, self.overrun_limit)
             raise
 
     def _work(self) -> None:
@@ -132,13 +139,16 @@ class ToolPool:
                     job.outcome = (True, job.call())
                 except BaseException as exc:
                     job.outcome = (False, exc if isinstance(exc, Exception) else as_exception(exc))
-                with self._lock:
-                    job.finished = True
-                    self.running -= 1
-                    self.overrunning -= job.abandoned
                 with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
                     job.loop.call_soon_threadsafe(_settle, job)
             with self._lock:
+                job.finished = True
+                self.running -= not skip
+                if job.abandoned and not skip:  # it had left the count: back in, if there is room
+                    self.overrunning -= 1
+                    if self._workers >= self.threads or self._closed:
+                        return
+                    self._workers += 1
                 self._idle += 1
 
     async def _in_process(self, tool: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -160,7 +170,7 @@ class ToolPool:
         their own (their threads are daemons)."""
         with self._lock:
             workers = self._workers
-            self._workers = 0
+            self._workers, self._closed = 0, True
         for _ in range(workers):
             self._jobs.put(None)
         if self._process_pool is not None:
@@ -203,3 +213,10 @@ def shared_pool() -> ToolPool:
     if _shared is None:
         _shared = ToolPool()
     return _shared
+
+
+def pools_in_use(*owners: object) -> dict[str, int]:
+    """The tool pools of ``owners`` (an executor's ``tool_pool``) and the shared one, added up:
+    what ``ringzero top`` shows of a kernel's host tools."""
+    pools = [p for p in (*(getattr(o, "tool_pool", None) for o in owners), _shared) if isinstance(p, ToolPool)]
+    return {key: sum(p.stats()[key] for p in pools) for key in ("threads", "running", "overrunning")}

@@ -12,7 +12,8 @@ namespaces with a private root, confines itself with Landlock, seccomp and an un
 uid, and waits. A request from the host carries one end of a socket pair; the server greets
 the host on it (``pid``) and hands it to a ready init, which applies the run's rlimits and
 speaks a length-prefixed JSON protocol with the host: ``run`` (from the host),
-``call``/``result``/``error`` for host tools, and ``done`` (or ``failed``).
+``started`` once the run is confined (or ``failed``, if it could not be), ``call``/``result``/
+``error`` for host tools, and ``done``.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ class Server:
                 raise RuntimeError(failure)
             header = json.loads(data)
             self.limit(header["limits"])
+            send_msg(conn, {"op": "started"})  # confined: from here on, a "failed" may be the code's own
             request = recv_msg(conn)
             result = run_code(request, lambda m: send_msg(conn, m), lambda: recv_msg(conn),
                               int(header["limits"]["output_bytes"]))

@@ -55,6 +55,7 @@ from ringzero.providers.executors._host import (
     HostTools,
     ProtocolViolation,
     check_value,
+    clip,
     executor_error,
     finished,
     merge_limits,
@@ -321,14 +322,19 @@ class ProcessExecutor:
                 channel.sender = greeting["pid"]  # from now on, only the run's own process may speak
                 await channel.write({"op": "run", "code": code, "inputs": inputs, "tools": sorted(host.tools),
                                      "message_bytes": message_limit(limits)})
-                while True:
+                confined = await channel.read()
+                if confined["op"] == "failed":  # the child could not confine itself; nothing ran
+                    raise ExecutorError(f"the sandbox could not be set up: {confined.get('message')}")
+                if confined["op"] != "started":
+                    raise ProtocolViolation(f"{confined['op']!r} before the run started")
+                while True:  # from here on the run's code may write to this socket itself
                     message = await channel.read()
                     if message["op"] == "call":
                         await channel.write(await host.answer(message))
                     elif message["op"] == "done":
                         return finished(message, limits)
-                    elif message["op"] == "failed":  # the child could not confine itself; nothing ran
-                        raise ExecutorError(f"the sandbox could not be set up: {message.get('message')}")
+                    elif message["op"] == "failed":  # the runner's last word, or the code's: its outcome
+                        return None, "", ExecError("SandboxFailed", clip(str(message.get("message")), 2000))
                     else:
                         raise ProtocolViolation(f"unknown message {message.get('op')!r}")
         except ProtocolViolation as exc:
