@@ -23,10 +23,18 @@ async def _try_run(executor: object) -> str:
 
 async def _monty() -> tuple[str, str]:
     from ringzero.providers.executors import MontyExecutor
+    from ringzero.providers.executors._monty_wall import WALL_CONTROLS
 
     executor = MontyExecutor(max_workers=1)
     try:
-        return await _try_run(executor), "interpreter: no file system, network or subprocess; time/memory limits"
+        status = await _try_run(executor)
+        walls = [c for c in WALL_CONTROLS if c not in executor.missing_controls]
+        detail = ("interpreter: no file system, network or subprocess; time/memory limits\n"
+                  f"workers' second wall: {', '.join(walls) or 'none'}, empty environment")
+        if executor.missing_controls:
+            missing = "; ".join(f"{c} ({why})" for c, why in executor.missing_controls.items())
+            detail += f"\n[yellow]second wall missing: {missing}[/]"
+        return status, detail
     except RingzeroError as exc:
         return f"[red]does not work: {exc}[/]", ""
     finally:

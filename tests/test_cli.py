@@ -99,3 +99,4 @@ def test_doctor_reports_each_executor_as_probed(tmp_path: Path) -> None:
     assert "cannot boot microVMs here" in out.stdout or "host ready" in out.stdout
     monty_row = next(line for line in out.stdout.splitlines() if "MontyExecutor" in line)
     assert "works" in monty_row
+    assert "workers' second wall:" in out.stdout

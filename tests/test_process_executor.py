@@ -55,8 +55,14 @@ async def test_each_run_gets_its_own_private_writable_scratch(process: Executor)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the uid is only changed when the host runs as root")
-async def test_code_runs_as_nobody_when_the_host_is_root(process: Executor) -> None:
-    assert (await process.run("import os\n[os.getuid(), os.getgid()]")).value == [65534, 65534]
+async def test_each_run_has_a_uid_of_its_own_when_the_host_is_root(process: Executor) -> None:
+    from ringzero.providers.executors._confine import RUN_UIDS
+
+    code = "import os, time\ntime.sleep(0.3)\n[os.getuid(), os.getgid(), os.geteuid()]"
+    first, second = await asyncio.gather(process.run(code), process.run(code))
+    assert first.value is not None and second.value is not None, (first, second)
+    assert first.value[0] == first.value[1] == first.value[2] >= RUN_UIDS, first
+    assert second.value[0] >= RUN_UIDS and second.value[0] != first.value[0], "two runs shared a uid"
 
 
 async def test_no_network_interface_is_up_inside(process: Executor) -> None:

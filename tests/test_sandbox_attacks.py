@@ -12,6 +12,7 @@ import ctypes
 import functools
 import os
 import socket
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -814,3 +815,142 @@ async def test_a_bystander_process_on_the_kernel_keeps_its_pace_while_an_agent_a
             watching.cancel()
     assert outcomes[0] == 33 and outcomes[1:] == ["OutputLimitExceeded", "SystemExit"], outcomes
     assert max(stalls) < MAX_STALL, f"the event loop stalled {max(stalls) * 1000:.0f} ms"
+
+
+def _monty_workers_of(parent: int) -> list[int]:
+    """The ``monty subprocess`` workers this process started (the pool's children)."""
+    workers = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        ppid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+        if ppid == parent and command[1:2] == [b"subprocess"] and command[0].endswith(b"monty"):
+            workers.append(int(pid))
+    return workers
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    return dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+
+
+def _proc_bytes(path: str) -> bytes:
+    return Path(path).read_bytes()
+
+
+async def test_12_monty_workers_stand_behind_a_second_wall() -> None:
+    """Row 12: Monty's workers ran as the host's user (root here) with every capability, the
+    host's network and no seccomp: an escape from the interpreter had no second wall. What
+    each control does is the process sandbox's, tried there with real attacks; this checks that
+    every worker is under each one this host can apply."""
+    from ringzero.providers.executors import MontyExecutor
+
+    executor = MontyExecutor(max_workers=2)
+    try:
+        assert (await executor.run("21 * 2")).value == 42
+        workers = _monty_workers_of(os.getpid())
+        assert workers, "no Monty worker found"
+        for pid in workers:
+            status = _proc_status(pid)
+            assert _proc_bytes(f"/proc/{pid}/environ") == b"", "the worker has an environment"
+            if "namespaces" not in executor.missing_controls:
+                assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+            if "seccomp" not in executor.missing_controls:
+                assert status["Seccomp"].strip() == "2" and status["NoNewPrivs"].strip() == "1"
+            if os.geteuid() == 0 and "unprivileged" not in executor.missing_controls:
+                assert status["Uid"].split() == ["65534"] * 4
+                assert status["CapEff"].strip() == status["CapPrm"].strip() == "0000000000000000"
+        if os.geteuid() == 0:  # where every control can hold, each must
+            assert executor.missing_controls == {}, executor.missing_controls
+        after = await executor.run("x = [i * i for i in range(1000)]\nsum(x)")
+        assert after.value == 332833500, after
+    finally:
+        await executor.aclose()
+
+
+PLANT = (
+    "import os, shutil, socket, stat\n"
+    "ws = os.environ['RINGZERO_WORKSPACE']\n"
+    "out = {}\n"
+    "def attempt(name, action):\n"
+    "    try:\n"
+    "        action()\n"
+    "        out[name] = 'made'\n"
+    "    except OSError as e:\n"
+    "        out[name] = type(e).__name__\n"
+    "attempt('symlink', lambda: os.symlink(HOST_FILE, ws + '/link'))\n"
+    "attempt('fifo', lambda: os.mkfifo(ws + '/fifo'))\n"
+    "attempt('socket', lambda: socket.socket(socket.AF_UNIX).bind(ws + '/sock'))\n"
+    "shutil.copy('/usr/bin/tee', ws + '/tee')\n"
+    "attempt('setuid', lambda: os.chmod(ws + '/tee', 0o4755))\n"
+    "attempt('setuid at creation', lambda: os.close(os.open(ws + '/made', os.O_CREAT | os.O_WRONLY, 0o4755)))\n"
+    "open(ws + '/report.txt', 'w').write('a plain file is fine')\n"
+    "out['uid'] = os.getuid()\n"
+    "out")
+
+
+@full_cpython_only
+async def test_9_a_workspace_holds_only_files_and_folders_of_its_own_agent(sandbox: Executor, tmp_path: Path) -> None:
+    """Row 9: with a workspace, code planted a setuid copy of tee, a FIFO and a symlink to a host
+    file in the host's directory, and every workspace had the same owner (nobody)."""
+    from ringzero.providers.executors import ProcessExecutor
+    from ringzero.providers.executors._confine import workspace_uid
+
+    if not isinstance(sandbox, ProcessExecutor):
+        pytest.skip("a microVM's workspace is a virtiofs share: its rules are the guest kernel's")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    workspaces = [tmp_path / "agent-a", tmp_path / "agent-b"]
+    executors = [ProcessExecutor(workspace=w, warm=1) for w in workspaces]
+    try:
+        result = await executors[0].run(PLANT, inputs={"HOST_FILE": str(secret)}, limits=LIMITS)
+        other = await executors[1].run("import os\nos.getuid()", limits=LIMITS)
+    finally:
+        await asyncio.gather(*(e.aclose() for e in executors))
+    assert result.error is None, result
+    refused = {k: v for k, v in result.value.items() if k != "uid"}
+    assert refused == {"symlink": "PermissionError", "fifo": "PermissionError", "socket": "PermissionError",
+                       "setuid": "PermissionError", "setuid at creation": "PermissionError"}, refused
+    left = {p.name: p.lstat().st_mode for p in workspaces[0].iterdir()}
+    assert sorted(left) == ["report.txt", "tee"], left  # "made" was refused whole: nothing of it is left
+    assert all(stat.S_ISREG(mode) and not mode & 0o6000 for mode in left.values()), left
+    if os.geteuid() == 0:
+        owners = [result.value["uid"], other.value]
+        assert owners == [workspace_uid(str(w)) for w in workspaces] and owners[0] != owners[1], owners
+        assert [w.stat().st_uid for w in workspaces] == owners
+        assert [stat.S_IMODE(w.stat().st_mode) for w in workspaces] == [0o700, 0o700]
+
+
+HOLD_INOTIFY = (
+    "import ctypes, os, time\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "held = 0\n"
+    "for _ in range(4):\n"  # 64 open files a process: four processes hold the uid's whole allowance
+    "    if os.fork() == 0:\n"
+    "        while libc.inotify_init1(0) >= 0:\n"
+    "            pass\n"
+    "        time.sleep(3)\n"
+    "        os._exit(0)\n"
+    "while libc.inotify_init1(0) >= 0:\n"
+    "    held += 1\n"
+    "time.sleep(3)\n"
+    "held")
+
+
+@full_cpython_only
+async def test_10_one_run_holding_every_inotify_instance_leaves_other_runs_theirs(sandbox: Executor) -> None:
+    """Row 10: every run shared uid 65534, so one run took all of the uid's inotify instances
+    (``fs.inotify.max_user_instances``, 128 by default) and other runs got EMFILE."""
+    if os.geteuid() != 0:
+        pytest.skip("runs get uids of their own only where the host runs as root")
+    limit = int(_proc_bytes("/proc/sys/fs/inotify/max_user_instances"))
+    if limit > 250:
+        pytest.skip(f"this host allows {limit} inotify instances a uid: more than four processes of 64 files hold")
+    greedy = asyncio.ensure_future(sandbox.run(HOLD_INOTIFY, limits=LIMITS))
+    await asyncio.sleep(1.0)
+    other = await sandbox.run(LIBC + "[libc.inotify_init1(0) >= 0, ctypes.get_errno()]", limits=LIMITS)
+    held = await greedy
+    assert held.error is None and isinstance(held.value, int), held
+    assert other.value == [True, 0], other

@@ -13,7 +13,8 @@ executor can probe the host once and report (or refuse) exactly what it cannot e
   denied; signals and abstract unix sockets cannot reach processes outside the sandbox;
 - ``seccomp``: see ``_seccomp`` (architecture and x32 checks, a deny-list, no namespaces from
   clone, a short list of socket families);
-- ``unprivileged``: the code runs as ``nobody`` with no capability when the host is root;
+- ``unprivileged``: the code runs as a uid of its own (``RUN_UIDS``; its agent's, with a
+  workspace) with no capability when the host is root;
 - ``cgroups``: a cgroup per run caps memory and processes for the whole run (``_cgroups``).
 """
 
@@ -26,15 +27,33 @@ import os
 import resource
 import struct
 import sys
+import zlib
 from collections.abc import Iterable
 
 from ringzero.providers.executors import _seccomp
 
-__all__ = ["CONTROLS", "capabilities", "drop_privileges", "landlock", "limit_resources", "no_new_privs",
-           "readable_paths", "seccomp_deny"]
+__all__ = ["CONTROLS", "RUN_UIDS", "capabilities", "drop_privileges", "landlock", "limit_resources", "no_new_privs",
+           "readable_paths", "run_uid", "seccomp_deny", "workspace_uid"]
 
 CONTROLS = ("namespaces", "rlimits", "landlock", "seccomp", "unprivileged", "cgroups")
 NOBODY = 65534
+RUN_UIDS = 2_100_000_000
+"""Where the host is root, each run gets a uid of its own from here (the lower 2**23), or, with
+a workspace, its agent's uid (the upper 2**23, one per workspace path), so that per-uid kernel
+limits (inotify instances, RLIMIT_NPROC) and file ownership never cross agents. No account
+has these uids; the code sees itself as an unnamed user."""
+_UID_SPAN = 1 << 23
+
+
+def run_uid(serial: int, server: int) -> int:
+    """The uid of one run without a workspace: fork server ``server`` (its pid) hands out its
+    ``serial``-th; two servers' runs only meet after millions of runs."""
+    return RUN_UIDS + ((server << 12) + serial) % _UID_SPAN
+
+
+def workspace_uid(path: str) -> int:
+    """The uid of every run given the workspace at ``path``: its agent's own."""
+    return RUN_UIDS + _UID_SPAN + zlib.crc32(os.path.realpath(path).encode()) % _UID_SPAN
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -71,6 +90,7 @@ def no_new_privs() -> None:
 _FS_READ = (1 << 0) | (1 << 2) | (1 << 3)  # EXECUTE, READ_FILE, READ_DIR
 _FS_WRITE_V1 = (1 << 1) | sum(1 << b for b in range(4, 13))  # WRITE_FILE, REMOVE_*, MAKE_*
 _FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_FS_MAKE_SPECIAL = (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)  # MAKE_CHAR, SOCK, FIFO, BLOCK, SYM
 _NET_ALL = (1 << 0) | (1 << 1)  # BIND_TCP, CONNECT_TCP
 _SCOPE_ALL = (1 << 0) | (1 << 1)  # ABSTRACT_UNIX_SOCKET, SIGNAL
 
@@ -79,9 +99,11 @@ def _landlock_abi() -> int:
     return _check(_libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, 1), "landlock_create_ruleset(version)")
 
 
-def landlock(readable: Iterable[str], writable: Iterable[str]) -> None:
-    """Allow reading ``readable`` and everything in ``writable``; deny the rest of the file
-    system, TCP, and (ABI 6+) signals and abstract sockets reaching outside the sandbox."""
+def landlock(readable: Iterable[str], writable: Iterable[str], files_only: Iterable[str] = ()) -> None:
+    """Allow reading ``readable``, everything in ``writable``, and in ``files_only`` everything
+    but making a symlink, FIFO, socket or device node (what the host could be tricked by when it
+    reads the directory later); deny the rest of the file system, TCP, and (ABI 6+) signals and
+    abstract sockets reaching outside the sandbox."""
     abi = _landlock_abi()
     fs_all = _FS_READ | _FS_WRITE_V1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     fs_all |= _FS_IOCTL_DEV if abi >= 5 else 0
@@ -93,7 +115,7 @@ def landlock(readable: Iterable[str], writable: Iterable[str]) -> None:
     ruleset = _check(_libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(size), 0),
                      "landlock_create_ruleset")
     try:
-        for paths, access in ((readable, _FS_READ), (writable, fs_all)):
+        for paths, access in ((readable, _FS_READ), (writable, fs_all), (files_only, fs_all & ~_FS_MAKE_SPECIAL)):
             for path in paths:
                 _landlock_allow(ruleset, path, access)
         no_new_privs()
@@ -122,16 +144,16 @@ def seccomp_deny() -> None:
     _seccomp.install()
 
 
-def drop_privileges() -> None:
-    """Become ``nobody`` with no capability left, when running as root (a non-root host
-    already runs unprivileged). Raises OSError if any capability survives."""
+def drop_privileges(uid: int = NOBODY) -> None:
+    """Become ``uid`` (and its own group) with no capability left, when running as root (a
+    non-root host already runs unprivileged). Raises OSError if any capability survives."""
     if os.geteuid() != 0:
         return
     os.setgroups([])
-    os.setgid(NOBODY)
-    os.setuid(NOBODY)
+    os.setgid(uid)
+    os.setuid(uid)
     if capabilities() != 0:
-        raise OSError(errno.EPERM, f"capabilities survived the change to nobody: {capabilities():#x}")
+        raise OSError(errno.EPERM, f"capabilities survived the change to uid {uid}: {capabilities():#x}")
 
 
 _SYS_CAPGET = 125

@@ -77,24 +77,37 @@ class Server:
         self.controls: list[str] = []
         self.cgroups: RunCgroups | None = None
         self._leaves = (f"run-{n}" for n in itertools.count())
+        self._serials = itertools.count()
 
     @property
     def private_root(self) -> bool:
         return "namespaces" in self.controls
 
+    @property
+    def run_workspace(self) -> str:
+        """Where a run finds the workspace: ``/workspace`` in its private root, else its host path."""
+        return "" if not self.workspace else _mounts.WORKSPACE if self.private_root else self.workspace
+
     def unprivileged(self) -> bool:
         return os.geteuid() == 0 and "unprivileged" in self.controls
 
-    def confine(self, scratch: str) -> None:
+    def next_uid(self) -> int:
+        """The uid the next run gets: its own, or with a workspace its agent's."""
+        if self.workspace:
+            return _confine.workspace_uid(self.workspace)
+        return _confine.run_uid(next(self._serials), os.getpid())
+
+    def confine(self, scratch: str, uid: int) -> None:
         """The controls that do not depend on a run's limits, in the order that keeps each
-        possible. The run may write only in its scratch and, when one is given, the workspace."""
+        possible. The run may write only in its scratch and, when one is given, the workspace
+        (where it may make files and directories only: no symlink, FIFO, socket or device)."""
         if "landlock" in self.controls:  # /proc is the run's own PID namespace's, when it has a private root
             readable = [*_confine.readable_paths(), *(["/proc"] if self.private_root else [])]
-            _confine.landlock(readable, [scratch, *([self.workspace] if self.workspace else [])])
+            _confine.landlock(readable, [scratch], [self.run_workspace] if self.workspace else [])
         if "seccomp" in self.controls:
             _confine.seccomp_deny()
         if "unprivileged" in self.controls:
-            _confine.drop_privileges()
+            _confine.drop_privileges(uid)
 
     def limit(self, limits: dict[str, Any]) -> None:
         """The run's own limits: lowering rlimits needs no privilege, so they come last."""
@@ -104,11 +117,10 @@ class Server:
                 file_bytes=int(limits["file_bytes"]), open_files=64,
                 processes=None if self.cgroups is not None else int(limits["processes"]))
 
-    def build_root(self) -> None:
+    def build_root(self, uid: int = _confine.NOBODY) -> None:
         _mounts.enter_namespaces()
-        _mounts.build_root(self.root, _confine.readable_paths(), [self.workspace], scratch_bytes=self.file_bytes,
-                           scratch_inodes=self.scratch_inodes,
-                           owner=_confine.NOBODY if self.unprivileged() else None)
+        _mounts.build_root(self.root, _confine.readable_paths(), self.workspace, scratch_bytes=self.file_bytes,
+                           scratch_inodes=self.scratch_inodes, owner=uid if self.unprivileged() else None)
 
     def spawn_ready(self, control: socket.socket) -> _Ready:
         """Fork the init of a run: born in a new PID namespace and put in its cgroup leaf by
@@ -119,12 +131,13 @@ class Server:
         if self.cgroups is not None:
             leaf = next(self._leaves)
             self.cgroups.create(leaf, pids=self.max_processes + 1, memory_bytes=self.memory_bytes)
+        uid = self.next_uid()
         if self.private_root:
             scratch = _mounts.SCRATCH
         else:  # weaker isolation: a scratch directory on the host's disk
             scratch = tempfile.mkdtemp(prefix="run-", dir=self.root)
             if self.unprivileged():
-                os.chown(scratch, _confine.NOBODY, _confine.NOBODY)
+                os.chown(scratch, uid, uid)
         ours, theirs = socket.socketpair()
         try:
             pid = _mounts.fork_into_pid_namespace() if self.private_root else os.fork()
@@ -136,7 +149,7 @@ class Server:
             ours.close()
             control.close()
             try:
-                self._init(theirs, scratch)
+                self._init(theirs, scratch, uid)
             finally:
                 os._exit(0)  # the fork server went away mid-spawn: leave quietly
         theirs.close()
@@ -152,7 +165,7 @@ class Server:
                 raise
         return _Ready(ours, scratch, leaf, pid)
 
-    def _init(self, link: socket.socket, scratch: str) -> None:
+    def _init(self, link: socket.socket, scratch: str, uid: int) -> None:
         """In the forked init: namespaces and root, confinement, then the run."""
         # What we hold open besides stdio and our link (the links of inits forked before us,
         # among them) is no business of the run's code.
@@ -163,14 +176,14 @@ class Server:
         failure = None
         try:
             if self.private_root:
-                self.build_root()
+                self.build_root(uid)
                 _mounts.mount_proc()
             devnull = os.open("/dev/null", os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
-            os.environ.update(HOME=scratch, TMPDIR=scratch, **({"RINGZERO_WORKSPACE": self.workspace}
+            os.environ.update(HOME=scratch, TMPDIR=scratch, **({"RINGZERO_WORKSPACE": self.run_workspace}
                                                                if self.workspace else {}))
-            self.confine(scratch)
+            self.confine(scratch, uid)
             os.chdir(scratch)
         except BaseException as exc:
             failure = f"{type(exc).__name__}: {exc}"

@@ -11,7 +11,8 @@ root holding, at their host paths:
 - ``/dev/null``, ``/dev/zero``, ``/dev/urandom`` and ``/dev/random`` bound from the host;
 - ``/tmp``: the run's scratch, a tmpfs of its own with a size and an inode limit, owned by the
   sandbox uid; ``HOME`` and ``TMPDIR`` point there;
-- the agent's workspace, when one is given, bound read-write at its host path;
+- the agent's workspace, when one is given, bound read-write at ``/workspace`` (``WORKSPACE``:
+  never under the scratch, so Landlock can give it rules of its own), ``nosuid,nodev``;
 - ``/proc``, mounted by the namespace's init, so it shows the sandbox's processes only.
 
 Then ``pivot_root`` moves into it and the host's root is detached. Nothing else of the host
@@ -30,9 +31,11 @@ import os
 import signal
 from collections.abc import Iterable
 
-__all__ = ["DEVICES", "SCRATCH", "build_root", "enter_namespaces", "fork_into_pid_namespace", "mount_proc", "plan"]
+__all__ = ["DEVICES", "SCRATCH", "WORKSPACE", "build_root", "enter_namespaces", "fork_into_pid_namespace",
+           "mount_proc", "plan"]
 
 SCRATCH = "/tmp"
+WORKSPACE = "/workspace"
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
@@ -130,7 +133,7 @@ def _make_target(root: str, path: str, like: str) -> str:
     return target
 
 
-def build_root(root: str, readable: Iterable[str], writable: Iterable[str], *, scratch_bytes: int,
+def build_root(root: str, readable: Iterable[str], workspace: str, *, scratch_bytes: int,
                scratch_inodes: int, owner: int | None) -> None:
     """Build the private root on the (empty) directory ``root`` and pivot into it.
 
@@ -138,7 +141,6 @@ def build_root(root: str, readable: Iterable[str], writable: Iterable[str], *, s
     will own the scratch (None: the current user's)."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here propagates to the host
     binds, links = plan(tuple(readable))
-    writable = [os.path.realpath(w) for w in writable if w]
     _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
     # The scratch first: a path the host keeps under /tmp (a workspace, a virtualenv) is bound on
     # top of it afterwards, read-only unless it is a workspace.
@@ -155,8 +157,10 @@ def build_root(root: str, readable: Iterable[str], writable: Iterable[str], *, s
         if not _covered(path, binds) and not os.path.lexists(root + path):
             os.makedirs(os.path.dirname(root + path), mode=0o755, exist_ok=True)
             os.symlink(destination, root + path)
-    for path in writable:
-        _mount(path, _make_target(root, path, path), None, _MS_BIND | _MS_REC)
+    if workspace:  # setuid bits and device nodes in it mean nothing to a run
+        target = _make_target(root, WORKSPACE, "/")
+        _mount(os.path.realpath(workspace), target, None, _MS_BIND | _MS_REC)
+        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
     os.makedirs(root + "/proc", mode=0o555, exist_ok=True)
     os.chdir(root)
     _check(_libc.syscall(_SYS_PIVOT_ROOT, b".", b"."), "pivot_root")  # the old root now sits on top of "/"

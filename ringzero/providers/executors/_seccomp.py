@@ -17,6 +17,9 @@ Then, by number:
   code every capability inside it): EPERM; a plain fork or thread passes;
 - ``clone3``: ENOSYS, because its flags live in memory a filter cannot read; the C library
   falls back to ``clone``, which is checked;
+- a file mode with S_ISUID or S_ISGID (``chmod`` and its kin, ``open``/``creat``/``mknod``
+  creating a file): EPERM, so no run leaves a set-id file behind (``openat2``, whose mode a
+  filter cannot read: ENOSYS);
 - ``socket``: only AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK may be created (in the run's
   own, empty network namespace and private root); AF_VSOCK (which a network namespace does
   not isolate from a VM's host), AF_PACKET and the rest fail with EAFNOSUPPORT.
@@ -45,6 +48,11 @@ DENIED = {
     "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442, "quotactl_fd": 443,
 }
 CLONE, CLONE3, SOCKET = 56, 435, 41
+MODE_ARGUMENT = {"creat": (85, 1), "open": (2, 2), "openat": (257, 3), "chmod": (90, 1), "fchmod": (91, 1),
+                 "fchmodat": (268, 2), "fchmodat2": (452, 2), "mknod": (133, 1), "mknodat": (259, 2)}
+"""The calls that set a file's mode, and which argument holds it: none may set S_ISUID or S_ISGID."""
+SET_ID_BITS = 0o6000
+OPENAT2 = 437  # its mode lives in memory a filter cannot read: ENOSYS, and the C library uses openat
 X32_SYSCALL_BIT = 0x40000000
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (clone's low byte is the
 # exit signal, so CLONE_NEWTIME, which only clone3 and unshare take, is not among them).
@@ -56,6 +64,7 @@ _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (args[0]'s low half on little endian)
+_ARG_SIZE = 8
 
 
 class _Assembler:
@@ -102,8 +111,16 @@ def program() -> bytes:
         asm.jump(_JEQ_K, number, "eperm")
     asm.jump(_JEQ_K, CLONE, "clone")
     asm.jump(_JEQ_K, CLONE3, "enosys")
+    asm.jump(_JEQ_K, OPENAT2, "enosys")
     asm.jump(_JEQ_K, SOCKET, "socket")
+    for name, (number, _) in MODE_ARGUMENT.items():
+        asm.jump(_JEQ_K, number, f"mode {name}")
     asm.ret(_ALLOW)
+    for name, (_, argument) in MODE_ARGUMENT.items():
+        asm.label(f"mode {name}")
+        asm.load(_ARG0 + _ARG_SIZE * argument)
+        asm.jump(_JSET_K, SET_ID_BITS, "eperm")
+        asm.ret(_ALLOW)
     asm.label("clone")
     asm.load(_ARG0)
     asm.jump(_JSET_K, CLONE_NAMESPACE_FLAGS, "eperm")

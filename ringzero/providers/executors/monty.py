@@ -21,6 +21,9 @@ import asyncio
 import atexit
 import functools
 import inspect
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +33,7 @@ from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.timeouts import cancel_and_wait, fail_after
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
+from ringzero.providers.executors import _monty_wall
 from ringzero.providers.executors._host import (
     MAX_DEPTH,
     NOT_JSON,
@@ -73,6 +77,7 @@ class MontyExecutor:
         request_grace: float = 5.0,
         tool_threads: int = DEFAULT_TOOL_THREADS,
         show_tool_errors: bool = False,
+        confine_workers: bool = True,
     ) -> None:
         if not isinstance(max_workers, int) or max_workers < 1:
             raise InvalidArgument(f"max_workers must be a positive integer, got {max_workers!r}")
@@ -84,6 +89,13 @@ class MontyExecutor:
         self.show_tool_errors = show_tool_errors
         """Show the code every tool error's message, not only a ``ToolError``'s."""
         self._converting = ToolPool(2)  # final values and errors are made JSON here, off the event loop
+        self.confine_workers = confine_workers
+        """Start each worker behind a second wall (``_monty_wall``): its own network namespace,
+        nobody, Landlock, seccomp, an empty environment, where the host allows each."""
+        self.missing_controls: dict[str, str] = {}
+        """The second wall's controls this host could not apply to the workers, with why
+        (known once the workers started)."""
+        self._launcher_dir: str | None = None
         self.park_after = park_after
         self._max_workers = max_workers
         self._grace = request_grace
@@ -94,7 +106,8 @@ class MontyExecutor:
         async with self._opening:
             if self._pool is None:
                 wall = self.limits.wall_seconds or 0.0
-                pool = pm.AsyncMonty(min_processes=1, max_processes=self._max_workers,
+                binary = await self._worker_binary()
+                pool = pm.AsyncMonty(binary_path=binary, min_processes=1, max_processes=self._max_workers,
                                      request_timeout=wall + self._grace)
                 try:
                     await pool.__aenter__()
@@ -103,6 +116,22 @@ class MontyExecutor:
                 self._pool = pool
                 _hand_over_the_gil_at_exit()
         return self._pool
+
+    async def _worker_binary(self) -> str:
+        """What the pool starts as a worker: the ``monty`` binary, behind the second wall unless
+        ``confine_workers=False``."""
+        binary = _monty_binary()
+        if not self.confine_workers:
+            return binary
+        report = await asyncio.to_thread(_monty_wall.probe, binary)
+        self.missing_controls = {name: why for name, why in report.items() if why is not None}
+        if self._launcher_dir is None:
+            self._launcher_dir = tempfile.mkdtemp(prefix="ringzero-monty-")  # 0700, the host's own
+        launcher = os.path.join(self._launcher_dir, "monty-walled")
+        with open(launcher, "w") as script:  # noqa: ASYNC230 - a few hundred bytes, once per pool
+            script.write(_monty_wall.launcher_script(binary))
+        os.chmod(launcher, 0o700)
+        return launcher
 
     def _resource_limits(self, limits: ExecLimits) -> dict[str, Any]:
         return {"max_feed_duration_secs": limits.wall_seconds, "max_total_sleep_secs": limits.wall_seconds,
@@ -136,6 +165,9 @@ class MontyExecutor:
             pool, self._pool = self._pool, None
             await pool.__aexit__(None, None, None)
             await _let_monty_threads_finish()
+        if self._launcher_dir is not None:
+            launcher_dir, self._launcher_dir = self._launcher_dir, None
+            shutil.rmtree(launcher_dir, ignore_errors=True)
 
 
 class MontySession:
@@ -337,6 +369,16 @@ class _Run:
     ) -> pm.ExternalReturnValue | pm.ExternalException:
         ok, outcome = await self.host.call(name, args, kwargs)
         return {"return_value": outcome} if ok else {"exception": outcome.as_exception()}
+
+
+def _monty_binary() -> str:
+    """Where pydantic-monty finds its worker binary (``MONTY_BIN``, the environment's scripts,
+    ``PATH``), by its own rules."""
+    try:
+        from pydantic_monty._binary import find_monty_binary
+    except ImportError:  # a pydantic-monty that moved it: the same first rules
+        return os.environ.get("MONTY_BIN") or shutil.which("monty") or "monty"
+    return find_monty_binary()
 
 
 @functools.cache

@@ -49,7 +49,7 @@ from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.timeouts import fail_after
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
-from ringzero.providers.executors._confine import CONTROLS, NOBODY
+from ringzero.providers.executors._confine import CONTROLS, workspace_uid
 from ringzero.providers.executors._host import (
     FrameBuffer,
     HostTools,
@@ -74,10 +74,15 @@ SANDBOX_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"
 
 
 def _prepare_workspace(path: str) -> None:
-    """Create the workspace; as root, hand it to the uid runs use (they run as nobody)."""
+    """Create the workspace; as root, hand it to its agent's uid (every run given this workspace
+    runs as it, and no other run does), readable by that uid alone. Not following a symlink: a
+    workspace path is the host's, never the code's to redirect."""
     os.makedirs(path, exist_ok=True)
     if os.geteuid() == 0:
-        os.chown(path, NOBODY, NOBODY)
+        uid = workspace_uid(path)
+        os.chown(path, uid, uid, follow_symlinks=False)
+        if not os.path.islink(path):
+            os.chmod(path, 0o700)
 
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -146,8 +151,11 @@ class ProcessExecutor:
         """Variables added to ``SANDBOX_ENVIRONMENT`` for every run: the only way a host value
         enters the sandbox's environment."""
         self.workspace = os.path.abspath(workspace) if workspace is not None else ""
-        """A directory every run may write (``$RINGZERO_WORKSPACE``), kept between runs: an
-        agent's workspace. Everything else outside the run's scratch directory is read-only."""
+        """A directory every run may write (at ``/workspace``, ``$RINGZERO_WORKSPACE``), kept
+        between runs: an agent's workspace, owned by the agent's own uid, where runs make files
+        and folders only (no symlink, FIFO, socket, device or set-id file, so nothing in it can
+        trick the host that reads it later). Everything else outside the run's scratch
+        directory is read-only."""
         self.fork_servers = fork_servers if fork_servers is not None else len(os.sched_getaffinity(0))
         """At most this many fork servers: started one at a time, as concurrent runs need them."""
         self.tool_pool = ToolPool(tool_threads)
