@@ -19,12 +19,16 @@ from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
 from ringzero.core.context import Context
 from ringzero.core.errors import Closed, WrongEventLoop
 from ringzero.core.loops import LoopHome
+from ringzero.core.tool_pool import TOOL_THREAD_NAME
 from ringzero.testing import ScriptedProvider
 from tests.tool_bodies import word_stats
 
 
 def _ringzero_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("ringzero"))
+    """The loop threads of ringzero's objects (not the threads of a tool pool, which run host
+    tools and leave on their own once their executor is closed)."""
+    return sorted(t.name for t in threading.enumerate()
+                  if t.name.startswith("ringzero") and t.name != TOOL_THREAD_NAME)
 
 
 class Count(TypedDict):

@@ -216,7 +216,7 @@ class CodeAgent(Closing):
 
             self.workspace = Path(state_dir).absolute() / "workspaces" / name
             executor = ProcessExecutor(workspace=self.workspace)
-            inputs["workspace"] = str(self.workspace)
+            inputs["workspace"] = ProcessExecutor.WORKSPACE  # where runs find it in their private root
         elif executor == "monty":
             from ringzero.providers.executors.monty import MontyExecutor
 

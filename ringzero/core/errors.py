@@ -19,6 +19,7 @@ The tree::
     ├── ToolNotFound                 ctx.tool() named a tool the kernel does not have
     ├── ToolFailed                   a host tool called through ctx.tool() raised
     ├── ToolInDoubt                  a tool call was in flight when its host died: it may have run
+    ├── ToolError                    raised by a host tool on purpose: its message reaches sandboxed code
     ├── ProviderError                an LLM provider failed; what the gate retries or raises
     │   ├── RateLimited              429 / quota; carries retry_after in seconds, when known
     │   ├── ProviderUnavailable      5xx, connection failure or timeout: worth retrying
@@ -208,7 +209,7 @@ class ToolFailed(RingzeroError):
         self.error_message = message
 
 
-class ToolError(Exception):
+class ToolError(RingzeroError):
     """What a host tool raises on purpose to tell sandboxed code why it failed: its message is
     shown to the code (and so to the model). Any other exception a tool raises reaches the code
     as its type name alone, since its text may carry what the host keeps (a URL with a token, a

@@ -31,11 +31,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-__all__ = ["DEFAULT_TOOL_THREADS", "ToolPool", "cpu_bound", "is_cpu_bound", "pools_in_use", "shared_pool"]
+__all__ = ["DEFAULT_TOOL_THREADS", "TOOL_THREAD_NAME", "ToolPool", "cpu_bound", "is_cpu_bound", "pools_in_use",
+           "shared_pool"]
 
 log = logging.getLogger("ringzero.tools")
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_TOOL_THREADS = 8
+TOOL_THREAD_NAME = "ringzero-tool"
+"""The name of every thread of a tool pool."""
 """Sync host tools one pool runs at once unless its owner says otherwise."""
 
 
@@ -60,6 +63,7 @@ class _Job:
     started: bool = False
     finished: bool = False
     abandoned: bool = False  # its caller stopped waiting
+    jobs: queue.SimpleQueue[_Job | None] | None = None  # the queue it was put on
     outcome: tuple[bool, Any] = field(default=(False, None))
 
 
@@ -86,7 +90,6 @@ class ToolPool:
         self.overrun_limit = 4 * threads
         """Past this many tools overrunning, no thread replaces one: calls wait in line."""
         self._process_pool: ProcessPoolExecutor | None = None
-        self._closed = False
 
     async def run(self, tool: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Call ``tool(*args, **kwargs)`` here and wait for its result, in the caller's context
@@ -99,6 +102,7 @@ class ToolPool:
         job = _Job(functools.partial(context.run, tool, *args, **kwargs),
                    str(getattr(tool, "__name__", None) or type(tool).__name__), loop, loop.create_future())
         with self._lock:
+            jobs = job.jobs = self._jobs
             self._queued += 1
             grow = self._queued > self._idle and self._workers < self.threads \
                 and self.overrunning < self.overrun_limit
@@ -106,8 +110,8 @@ class ToolPool:
                 self._workers += 1
                 self._idle += 1
         if grow:
-            threading.Thread(target=self._work, name="ringzero-tool", daemon=True).start()
-        self._jobs.put(job)
+            threading.Thread(target=self._work, args=(jobs,), name=TOOL_THREAD_NAME, daemon=True).start()
+        jobs.put(job)
         try:
             return await job.future
         except asyncio.CancelledError:
@@ -116,21 +120,24 @@ class ToolPool:
                 overran = job.started and not job.finished
                 if overran:  # its thread leaves the pool's count: the next call may start another
                     self.overrunning += 1
-                    self._workers -= 1
+                    self._workers -= job.jobs is self._jobs
             if overran:
                 log.warning("host tool %s still runs after its caller stopped waiting (a run's wall limit); "
                             "%d such tools hold a thread each (past %d, calls wait for a thread)", job.name,
                             self.overrunning, self.overrun_limit)
             raise
 
-    def _work(self) -> None:
+    def _work(self, jobs: queue.SimpleQueue[_Job | None]) -> None:
+        """One thread of the pool, serving ``jobs`` (the queue of the pool as it was when the
+        thread started: once the pool is closed, its threads finish what they hold and leave)."""
         while True:
-            job = self._jobs.get()
+            job = jobs.get()
             if job is None:
                 return
             with self._lock:
-                self._queued -= 1
-                self._idle -= 1
+                current = jobs is self._jobs
+                self._queued -= current
+                self._idle -= current
                 skip = job.abandoned
                 job.started = not skip
                 self.running += not skip
@@ -146,9 +153,11 @@ class ToolPool:
                 self.running -= not skip
                 if job.abandoned and not skip:  # it had left the count: back in, if there is room
                     self.overrunning -= 1
-                    if self._workers >= self.threads or self._closed:
+                    if self._workers >= self.threads or jobs is not self._jobs:
                         return
                     self._workers += 1
+                elif jobs is not self._jobs:  # the pool was closed meanwhile
+                    return
                 self._idle += 1
 
     async def _in_process(self, tool: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -167,12 +176,13 @@ class ToolPool:
 
     def close(self) -> None:
         """Let idle threads end and stop the worker processes; tools still running finish on
-        their own (their threads are daemons)."""
+        their own (their threads are daemons). The pool may be used again: it starts afresh."""
         with self._lock:
-            workers = self._workers
-            self._workers, self._closed = 0, True
+            jobs, workers = self._jobs, self._workers
+            self._jobs = queue.SimpleQueue()
+            self._workers = self._idle = self._queued = 0
         for _ in range(workers):
-            self._jobs.put(None)
+            jobs.put(None)
         if self._process_pool is not None:
             pool, self._process_pool = self._process_pool, None
             pool.shutdown(wait=False, cancel_futures=True)

@@ -35,7 +35,7 @@ __all__ = ["DEVICES", "SCRATCH", "WORKSPACE", "build_root", "enter_namespaces", 
            "mount_proc", "plan"]
 
 SCRATCH = "/tmp"
-WORKSPACE = "/workspace"
+WORKSPACE = "/workspace"  # ProcessExecutor.WORKSPACE
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000

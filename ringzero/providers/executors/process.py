@@ -114,6 +114,11 @@ def _server_environment(extra: Mapping[str, str]) -> dict[str, str]:
 class ProcessExecutor:
     """Runs agent code as full CPython, one confined fork per run."""
 
+    WORKSPACE = "/workspace"
+    """Where a run finds the workspace (also ``$RINGZERO_WORKSPACE``), with a private root: that
+    is, unless ``allow_weaker_isolation=True`` let it start without namespaces, when it is the
+    workspace's host path."""
+
     def __init__(
         self,
         *,
