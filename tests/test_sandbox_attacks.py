@@ -653,9 +653,16 @@ HOST_SIDE_ATTACKS = [
                    lambda r: r.value == ["kept"] * 8 + ["refused"] * 32 and _kept_bytes(r) <= 8_100_000,
                    {"take": take}, ExecLimits(wall_seconds=20, tool_bytes=2_000_000, run_tool_bytes=8_100_000)),
     HostSideAttack("6 a million-key final value is refused", "{i: i for i in range(10**6)}",
-                   lambda r: r.error is not None and r.error.type == "OutputLimitExceeded", {},
+                   lambda r: r.error is not None and r.error.type in ("OutputLimitExceeded", "MemoryError"), {},
                    ExecLimits(wall_seconds=5)),
+    HostSideAttack("6 the largest dict Monty's default heap holds is refused", "{i: i for i in range(250_000)}",
+                   lambda r: r.error is not None and r.error.type == "OutputLimitExceeded", {},
+                   ExecLimits(wall_seconds=5), executors=("monty",)),
     HostSideAttack("6 a 100 MB exception message is clipped to 8 KB", "raise ValueError('x' * 10**8)",
+                   lambda r: r.error is not None and r.error.type in ("ValueError", "MemoryError")
+                   and len(r.error.message) < 8300 and len(r.error.traceback) < 9000,
+                   {}, ExecLimits(wall_seconds=10)),
+    HostSideAttack("6 a 40 MB exception message is clipped to 8 KB", "raise ValueError('x' * 40_000_000)",
                    lambda r: r.error is not None and r.error.type == "ValueError"
                    and 8192 <= len(r.error.message) < 8300 and len(r.error.traceback) < 9000,
                    {}, ExecLimits(wall_seconds=10)),
@@ -672,14 +679,6 @@ HOST_SIDE_ATTACKS = [
                    lambda r: r.value[0][0] == "TypeError" and r.value[1] == "https://api.example.com/y"
                    and [c.error is None for c in r.tool_calls] == [False, True], {"fetch": fetch}),
 ]
-KNOWN_STALLS = {
-    ("monty", "6 a million-key final value is refused"): "pydantic-monty builds the value's Python objects "
-    "holding the GIL (about 130 ms for a million keys)",
-    ("monty", "6 a 100 MB exception message is clipped to 8 KB"): "pydantic-monty copies the message into "
-    "Python holding the GIL (about 1.4 ms per MB)",
-}
-
-
 def _host_side_cases() -> list[object]:
     return [pytest.param(name, attack, id=f"{name}: {attack.row}") for attack in HOST_SIDE_ATTACKS
             for name in attack.executors]
@@ -692,14 +691,8 @@ async def test_host_side_attack_is_the_run_s_own_outcome(sandbox: Executor, atta
     assert attack.contained(result), result
     assert pace.runs > 0 and pace.wrong == [], "the bystander's runs did not complete"
     assert (await sandbox.run("21 * 2")).value == 42, "the executor did not serve the next run"
-    known = KNOWN_STALLS.get((kind_name(sandbox), attack.row))
-    if known is not None and pace.longest_stall >= MAX_STALL:
-        pytest.xfail(f"the event loop stalled {pace.longest_stall * 1000:.0f} ms: {known}")
     assert pace.longest_stall < MAX_STALL, f"the event loop stalled {pace.longest_stall * 1000:.0f} ms"
 
-
-def kind_name(sandbox: Executor) -> str:
-    return {"interpreter": "monty", "process": "process"}.get(kind(sandbox), "microsandbox")
 
 
 @pytest.mark.parametrize("sandbox", ["monty", "process"], indirect=True)
