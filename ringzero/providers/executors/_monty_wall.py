@@ -25,6 +25,7 @@ which failed, as JSON.
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import resource
@@ -113,8 +114,10 @@ def launcher_script(binary: str) -> str:
     return f"#!/bin/sh\nexec {command} \"$@\"\n"
 
 
+@functools.lru_cache(maxsize=4)
 def probe(binary: str) -> dict[str, str | None]:
-    """Which controls hold on this host, tried in a throwaway process: None for each that does."""
+    """Which controls hold on this host, tried in a throwaway process: None for each that does
+    (once per binary and host process: the answer is the host's)."""
     out = subprocess.run([*_launcher(), "--probe", binary], capture_output=True, text=True, env={}, timeout=30,
                          check=False)
     try:
