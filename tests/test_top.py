@@ -338,3 +338,36 @@ async def test_top_once_prints_every_process_whatever_the_pipe_height(tmp_path: 
     names = re.findall(r"quick-\d\d", out.stdout)
     assert names == [f"quick-{n:02d}" for n in range(40)] and "more" not in out.stdout
     assert "40 processes (40 exited) · 0 live kernel(s)" in " ".join(out.stdout.split())
+
+
+async def test_top_shows_host_tools_still_running_past_their_run_s_wall_limit(tmp_path: Path) -> None:
+    """Issue 44: a sync host tool that ignores its run's wall limit keeps a thread of the tool
+    pool; top says so, per kernel, until it returns."""
+    import threading
+
+    from ringzero import ExecLimits
+    from ringzero.providers.executors import MontyExecutor
+
+    release = threading.Event()
+
+    def hangs(x: int) -> int:
+        release.wait(30)
+        return x
+
+    async def agent(ctx: Context) -> str:
+        result = await ctx.exec("hangs(1)", tools={"hangs": hangs}, limits=ExecLimits(wall_seconds=0.3))
+        await ctx.sleep(30)
+        return result.error.type if result.error else "returned"
+
+    db = tmp_path / "state.db"
+    try:
+        async with Kernel(checkpointer=db, executor=MontyExecutor(max_workers=1), monitor_interval=0.2) as kernel:
+            handle = await kernel.spawn(agent, name="agent")
+            await asyncio.sleep(2.0)
+            out = await asyncio.to_thread(ringzero_cli, "top", "--db", str(db), "--once", cwd=tmp_path)
+            await handle.kill()
+    finally:
+        release.set()
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert re.search(r"host tools \(.+\): 1 running in \d+ threads · 1 past their run's wall limit", text), text
