@@ -754,7 +754,9 @@ async def test_8_a_tool_call_cut_short_by_the_wall_limit_is_settled_and_recorded
         finished.append(x)
         return x
 
-    result = await sandbox.run("later(1)", tools={"later": later}, limits=ExecLimits(wall_seconds=0.3))
+    async with bystander(sandbox) as pace:
+        result = await sandbox.run("later(1)", tools={"later": later}, limits=ExecLimits(wall_seconds=0.3))
+    assert pace.longest_stall < MAX_STALL and pace.runs > 0 and pace.wrong == []
     assert result.error is not None and result.error.type == "TimeoutError", result
     assert [(c.name, c.error) for c in result.tool_calls] == [
         ("later", "Cancelled: the run ended before the tool returned")], result.tool_calls
@@ -898,11 +900,13 @@ async def test_9_a_workspace_holds_only_files_and_folders_of_its_own_agent(sandb
     workspaces = [tmp_path / "agent-a", tmp_path / "agent-b"]
     executors = [ProcessExecutor(workspace=w, warm=1) for w in workspaces]
     try:
-        result = await executors[0].run(PLANT, inputs={"HOST_FILE": str(secret)}, limits=LIMITS)
+        async with bystander(executors[1]) as pace:
+            result = await executors[0].run(PLANT, inputs={"HOST_FILE": str(secret)}, limits=LIMITS)
         other = await executors[1].run("import os\nos.getuid()", limits=LIMITS)
     finally:
         await asyncio.gather(*(e.aclose() for e in executors))
     assert result.error is None, result
+    assert pace.longest_stall < MAX_STALL and pace.runs > 0 and pace.wrong == []
     refused = {k: v for k, v in result.value.items() if k != "uid"}
     assert refused == {"symlink": "PermissionError", "fifo": "PermissionError", "socket": "PermissionError",
                        "setuid": "PermissionError", "setuid at creation": "PermissionError"}, refused
@@ -941,9 +945,11 @@ async def test_10_one_run_holding_every_inotify_instance_leaves_other_runs_their
     limit = int(_proc_bytes("/proc/sys/fs/inotify/max_user_instances"))
     if limit > 250:
         pytest.skip(f"this host allows {limit} inotify instances a uid: more than four processes of 64 files hold")
-    greedy = asyncio.ensure_future(sandbox.run(HOLD_INOTIFY, limits=LIMITS))
-    await asyncio.sleep(1.0)
-    other = await sandbox.run(LIBC + "[libc.inotify_init1(0) >= 0, ctypes.get_errno()]", limits=LIMITS)
-    held = await greedy
+    async with bystander(sandbox) as pace:
+        greedy = asyncio.ensure_future(sandbox.run(HOLD_INOTIFY, limits=LIMITS))
+        await asyncio.sleep(1.0)
+        other = await sandbox.run(LIBC + "[libc.inotify_init1(0) >= 0, ctypes.get_errno()]", limits=LIMITS)
+        held = await greedy
+    assert pace.longest_stall < MAX_STALL and pace.runs > 0 and pace.wrong == []
     assert held.error is None and isinstance(held.value, int), held
     assert other.value == [True, 0], other

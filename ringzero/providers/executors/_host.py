@@ -233,14 +233,14 @@ class HostTools:
         tool = self.tools.get(name)
         if tool is None:
             return self._refuse(name, NameError(f"no host tool named {name!r}"))
-        size, refused = measure([args, kwargs], f"the arguments to {name}()", self.tool_bytes)
-        refused = refused or self._over_budget(size, f"the arguments to {name}()")
-        if refused is not None:
-            return self._refuse(name, ValueError(refused))
         owned = [k for k in kwargs if _HOST_OWNED.search(k) and _has_default(tool, k)]
         if owned:
             return self._refuse(name, TypeError(
                 f"argument {owned[0]!r} keeps the host's default (its name says it is an endpoint or a credential)"))
+        size, refused = measure([args, kwargs], f"the arguments to {name}()", self.tool_bytes)
+        refused = refused or self._over_budget(size, f"the arguments to {name}()")
+        if refused is not None:
+            return self._refuse(name, ValueError(refused))
         try:
             result = await call_tool(tool, args, kwargs, name=name, pool=self.pool)
         except asyncio.CancelledError:
