@@ -10,8 +10,9 @@ SECURITY.md). The code sees only the interpreter, system libraries, its own tmpf
 as plain functions whose calls cross back over the run's socket, so secrets stay with the
 host. Linux only.
 
-One fork server prepares about 300 sandboxes a second (BENCHMARKS.md), so the executor keeps
-a pool of them, at most ``fork_servers`` (one per CPU this process may use, by default). It
+One fork server prepares about 230 sandboxes a second on a 2-core machine (BENCHMARKS.md), so
+the executor keeps a pool of them, at most ``fork_servers`` (one per CPU this process may use,
+by default). It
 starts with one and starts another, in the background, only when a run is asked for while
 every server has a run in flight: code run one at a time costs one server. A run goes to the
 server with the fewest runs in flight.
