@@ -7,6 +7,7 @@ so a crashed host resumes every process without repeating a recorded call.
 
 from __future__ import annotations
 
+from ringzero.core.backends import install as _install_backends
 from ringzero.core.context import Context
 from ringzero.core.effects import idempotent
 from ringzero.core.errors import (
@@ -53,6 +54,9 @@ from ringzero.core.types import (
     ProcessStatus,
     StopReason,
 )
+from ringzero.defaults import BuiltInBackends as _BuiltInBackends
+
+_install_backends(_BuiltInBackends())  # before any Kernel: core itself imports no backend
 
 __version__ = "0.1.0"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,9 @@ MODULES = [
     "ringzero.core.effects",
     "ringzero.core.new_run",
     "ringzero.resuming",
+    "ringzero.defaults",
+    "ringzero.core.backends",
+    "ringzero.core.tool_pool",
 ]
 
 
@@ -71,3 +75,40 @@ def test_importing_ringzero_pulls_in_no_framework() -> None:
     code = f"import sys, ringzero; print(sorted(m for m in {frameworks} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_core_imports_no_backend() -> None:
+    """Core names protocols only: ``ringzero.defaults``, installed by the package, says which
+    backend stands behind each. Read from the source, function-level imports included."""
+    import ast
+    from pathlib import Path
+
+    core = Path(ringzero.__file__).parent / "core"
+    reached = {}
+    for module in sorted(core.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                if name.startswith(("ringzero.checkpointers", "ringzero.providers", "ringzero.adapters",
+                                    "ringzero.agents", "ringzero.defaults", "ringzero.testing")):
+                    reached[f"{module.name}:{node.lineno}"] = name
+    assert reached == {}, reached
+
+
+async def test_a_program_may_install_its_own_default_backends(tmp_path: Path) -> None:
+    from ringzero.checkpointers import MemoryCheckpointer
+    from ringzero.core import backends
+    from ringzero.defaults import BuiltInBackends
+
+    class InMemory(BuiltInBackends):
+        def checkpointer(self, spec: object, state_dir: Path) -> MemoryCheckpointer:
+            return MemoryCheckpointer()
+
+    backends.install(InMemory())
+    try:
+        async with ringzero.Kernel(state_dir=tmp_path) as kernel:
+            assert isinstance(kernel.checkpointer, MemoryCheckpointer)
+    finally:
+        backends.install(BuiltInBackends())
+    assert not (tmp_path / "state.db").exists()

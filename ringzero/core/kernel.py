@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ringzero.core.backends import defaults
 from ringzero.core.errors import (
     BudgetExceeded,
     InvalidArgument,
@@ -262,22 +263,11 @@ class Kernel:
         capture_content: bool | None = None,
         monitor_interval: float | None = 1.0,
     ) -> None:
-        if checkpointer is None:
-            from ringzero.checkpointers.sqlite import SqliteCheckpointer
-
-            checkpointer = SqliteCheckpointer(Path(state_dir) / "state.db", create_folder=True)
-        elif isinstance(checkpointer, (str, Path)):  # as LangGraph's from_conn_string: a path or a DSN
-            from ringzero.checkpointers import open_checkpointer
-
-            checkpointer = open_checkpointer(checkpointer)
-        if executor is None:
-            from ringzero.providers.executors.monty import MontyExecutor
-
-            executor = MontyExecutor()
-        elif isinstance(executor, str):
-            from ringzero.providers.executors import executor_named
-
-            executor = executor_named(executor)
+        backends = defaults()  # what stands behind a protocol the caller left out or named
+        if checkpointer is None or isinstance(checkpointer, (str, Path)):
+            checkpointer = backends.checkpointer(checkpointer, Path(state_dir))
+        if executor is None or isinstance(executor, str):
+            executor = backends.executor(executor)
         _require(checkpointer, Checkpointer, "checkpointer", "e.g. SqliteCheckpointer('state.db'), or a path")
         _require(executor, Executor, "executor", "e.g. MontyExecutor() or ProcessExecutor(), or 'monty'/'process'")
         if scheduler is not None:
@@ -293,13 +283,11 @@ class Kernel:
                                         or max_running < 1):
             raise InvalidArgument(f"max_running is a whole number of processes, at least 1, not {max_running!r}")
         if scheduler is None:
-            from ringzero.providers.schedulers.local import LocalScheduler
-
-            scheduler = LocalScheduler(max_running=max_running)
+            scheduler = backends.scheduler(max_running)
         elif max_running is not None:
             raise InvalidArgument("pass max_running to your scheduler, not to Kernel, when you give one")
         self.checkpointer: Checkpointer = checkpointer
-        self.executor: Executor = executor  # type: ignore[assignment]  # a name was resolved above
+        self.executor: Executor = executor
         self.scheduler = scheduler
         self.store = KernelStore(checkpointer)
         self.memory = MemoryStore(checkpointer)

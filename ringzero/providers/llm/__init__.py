@@ -1,4 +1,5 @@
-"""LLM providers: OpenAI-compatible servers, Anthropic, and the scripted provider for offline runs.
+"""LLM providers: OpenAI-compatible servers and Anthropic. (The scripted test double, for
+offline runs and tests, is ``ringzero.testing.ScriptedProvider``.)
 
 Each speaks its vendor's wire format over httpx (a core dependency: no SDK to install) and
 maps the vendor's failures onto the kernel's typed errors.
@@ -7,6 +8,5 @@ maps the vendor's failures onto the kernel's typed errors.
 from ringzero.providers.llm.anthropic import AnthropicProvider
 from ringzero.providers.llm.environment import provider_from_environment
 from ringzero.providers.llm.openai import OpenAIProvider
-from ringzero.testing import ScriptedProvider
 
-__all__ = ["AnthropicProvider", "OpenAIProvider", "ScriptedProvider", "provider_from_environment"]
+__all__ = ["AnthropicProvider", "OpenAIProvider", "provider_from_environment"]
