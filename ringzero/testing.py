@@ -31,7 +31,7 @@ from ringzero.core.types import (
     Usage,
     ensure_json,
 )
-from ringzero.providers.executors._host import HostTools
+from ringzero.providers.executors.boundary import HostTools
 
 __all__ = ["InProcessExecutor", "ManualClock", "MemoryCheckpointer", "ScriptedProvider", "count_tokens"]
 

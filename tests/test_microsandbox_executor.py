@@ -13,8 +13,8 @@ import microsandbox as ms
 import pytest
 
 from ringzero.core.errors import ExecutorError, InvalidArgument
-from ringzero.providers.executors._host import FrameBuffer, ProtocolViolation
 from ringzero.providers.executors._runner import frame, read_frame
+from ringzero.providers.executors.boundary import FrameBuffer, ProtocolViolation
 from ringzero.providers.executors.microsandbox import (
     RUNNER_SOURCE,
     MicrosandboxExecutor,

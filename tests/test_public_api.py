@@ -33,6 +33,7 @@ MODULES = [
     "ringzero.defaults",
     "ringzero.core.backends",
     "ringzero.core.tool_pool",
+    "ringzero.providers.executors.boundary",
 ]
 
 

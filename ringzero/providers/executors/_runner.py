@@ -23,13 +23,13 @@ __all__ = ["HEADER", "MAX_DEPTH", "CappedOutput", "deeper_than", "frame", "read_
 
 HEADER = struct.Struct("!I")
 """A frame's header: the body's length, 4 bytes, network order. The one framing codec: this
-file writes and reads frames in the sandbox; the host reads them with ``_host.FrameBuffer``."""
+file writes and reads frames in the sandbox; the host reads them with ``boundary.FrameBuffer``."""
 
 MAX_DEPTH = 100
 """How deeply lists and dicts may nest in anything that crosses the sandbox boundary. The
 sandbox refuses a deeper value itself (a ``ValueError`` the code can catch, or an
 ``OutputLimitExceeded`` final value), so that only a sandbox that breaks the protocol sends one;
-the host refuses it again (``_host``). ``json`` alone does not stop one: its recursion limit
+the host refuses it again (``boundary``). ``json`` alone does not stop one: its recursion limit
 refused 5,000 levels up to Python 3.12, and 3.13 encodes them."""
 
 

@@ -35,7 +35,7 @@ from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors import _runner
-from ringzero.providers.executors._host import (
+from ringzero.providers.executors.boundary import (
     FrameBuffer,
     HostTools,
     ProtocolViolation,

@@ -34,7 +34,8 @@ from ringzero.core.timeouts import cancel_and_wait, fail_after
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors import _monty_wall
-from ringzero.providers.executors._host import (
+from ringzero.providers.executors._runner import CappedOutput
+from ringzero.providers.executors.boundary import (
     MAX_DEPTH,
     NOT_JSON,
     HostTools,
@@ -45,7 +46,6 @@ from ringzero.providers.executors._host import (
     json_floor,
     merge_limits,
 )
-from ringzero.providers.executors._runner import CappedOutput
 
 try:
     import pydantic_monty as pm

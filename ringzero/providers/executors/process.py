@@ -51,7 +51,8 @@ from ringzero.core.timeouts import fail_after
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors._confine import CONTROLS, workspace_uid
-from ringzero.providers.executors._host import (
+from ringzero.providers.executors._runner import frame
+from ringzero.providers.executors.boundary import (
     FrameBuffer,
     HostTools,
     ProtocolViolation,
@@ -62,7 +63,6 @@ from ringzero.providers.executors._host import (
     merge_limits,
     message_limit,
 )
-from ringzero.providers.executors._runner import frame
 
 __all__ = ["SANDBOX_ENVIRONMENT", "ProcessExecutor", "remove_tree"]
 

@@ -1,4 +1,5 @@
-"""Host-side pieces shared by the executors that run code in another process or VM.
+"""The host side of the sandbox boundary, shared by every executor (and open to executors
+outside ringzero: ``HostTools`` is what a third-party executor calls for its tool calls).
 
 Everything a sandbox sends is untrusted: frames are size-capped before they are parsed,
 values nested deeper than ``MAX_DEPTH`` are refused before any recursive code sees them, and
