@@ -953,3 +953,16 @@ async def test_10_one_run_holding_every_inotify_instance_leaves_other_runs_their
     assert pace.longest_stall < MAX_STALL and pace.runs > 0 and pace.wrong == []
     assert held.error is None and isinstance(held.value, int), held
     assert other.value == [True, 0], other
+
+
+def listing(table: str, sort_key: str = "name", key: str = "id", limit: int = 10) -> list[object]:
+    return [table, sort_key, key, limit]
+
+
+@pytest.mark.parametrize("sandbox", ["monty", "process"], indirect=True)
+async def test_11_defaults_not_named_like_credentials_stay_the_code_s(sandbox: Executor) -> None:
+    """Row 11's host-owned defaults are endpoints and credentials only: ``key``, ``sort_key``
+    and ``limit`` are the code's to pass."""
+    result = await sandbox.run("listing('items', sort_key='price', key='sku', limit=3)", tools={"listing": listing},
+                               limits=LIMITS)
+    assert result.value == ["items", "price", "sku", 3], result

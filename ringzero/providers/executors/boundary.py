@@ -160,7 +160,9 @@ class FrameBuffer:
 
 ERROR_CHARS = 2000
 """The most of a tool's error text the host keeps in a run's record or shows the code."""
-_HOST_OWNED = re.compile(r"(^|_)(url|uri|endpoint|host|key|token|secret|password|credentials?)$", re.IGNORECASE)
+_HOST_OWNED = re.compile(r"^(url|uri|endpoint|host|api_base|apikey|token|secret|password|passwd|credentials?"
+                         r"|authorization)$|(^|_)(api|access|secret|private|auth)_key$"
+                         r"|_(url|uri|endpoint|host|token|secret|password)$", re.IGNORECASE)
 """A defaulted parameter so named keeps the host's default: the code cannot point a tool at
 its own server or swap the host's credential."""
 
