@@ -80,7 +80,7 @@ async def main(count: int, calls: int) -> None:
             elapsed = time.perf_counter() - started
             gc.collect()
             after = rss_bytes()
-            live = len(kernel._procs)
+            live = len(kernel.runtime.procs)
         on_disk = sum(entry.stat().st_size for entry in os.scandir(tmp))
 
     table = Table(title=f"{count:,} processes x {calls} LLM calls x {REPLY_BYTES // 1000} KB replies, then exit")

@@ -194,7 +194,7 @@ def _resumer(db: Path | str, factory: Callable[[Path | str], Kernel], spec: str 
         if isinstance(db, str) and kernel.node is None:
             # A shared store may have cluster nodes on it: take each process as a node does (an
             # ownership claim), so that a node still running one is fenced, never doubled.
-            kernel.node = f"resume@{socket.gethostname()}:{os.getpid()}"
+            kernel.join_cluster(f"resume@{socket.gethostname()}:{os.getpid()}")
         return kernel
 
     return make

@@ -211,9 +211,9 @@ async def test_spawn_with_parent_gives_the_child_a_slice_of_that_parents_budget(
     async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
         parent = await kernel.spawn(idle, limits=Limits(tokens=1000))
         child = await kernel.spawn(idle, parent=parent.pid, limits=Limits(tokens=300))
-        assert kernel._process(parent.pid).meter.remaining("tokens") == 700
+        assert kernel.runtime.process(parent.pid).meter.remaining("tokens") == 700
         await child.kill()
-        assert kernel._process(parent.pid).meter.remaining("tokens") == 1000
+        assert kernel.runtime.process(parent.pid).meter.remaining("tokens") == 1000
         await parent.kill()
 
 

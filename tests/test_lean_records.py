@@ -80,7 +80,7 @@ async def test_finished_processes_leave_their_llm_replies_in_the_store_not_in_me
         del handles, handle
         await asyncio.sleep(0)  # the loop lets go of the last callback it ran
         gc.collect()
-        assert kernel._procs == {} and len(kernel._ended) == 0
+        assert kernel.runtime.procs == {} and len(kernel.runtime.ended) == 0
         grown = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()
         in_store = 50 * 20 * 10_000  # what the store itself holds (it is in memory here)
@@ -96,7 +96,7 @@ async def test_a_finished_process_leaves_the_kernels_table_unless_something_hold
         await kept.wait()
         await asyncio.sleep(0)
         gc.collect()
-        assert kernel._procs == {}  # nothing live
+        assert kernel.runtime.procs == {}  # nothing live
         assert [row.pid for row in await kernel.ps()] == [kept.pid]  # held by its handle
         assert kernel.get(kept.pid).result == 1
         assert len(await kernel.ps(all=True)) == 6  # every record is still in the store
@@ -116,7 +116,7 @@ async def test_a_finished_process_a_handle_holds_lets_its_task_go() -> None:
     program's own value (a tuple here, a list in the store)."""
     async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
         handle = await kernel.spawn(returns_a_tuple)
-        process = kernel._process(handle.pid)
+        process = kernel.runtime.process(handle.pid)
         assert process.task is not None
         task = weakref.ref(process.task)
         assert await handle.wait() == (1, 2)
@@ -140,7 +140,7 @@ async def test_recover_loads_only_unfinished_processes(tmp_path: Path) -> None:
     async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
         resumed = await kernel.recover()
         assert [h.name for h in resumed] == ["sleeps_long"]
-        assert list(kernel._procs) == [resumed[0].pid]
+        assert list(kernel.runtime.procs) == [resumed[0].pid]
         await resumed[0].kill()
 
 
@@ -289,7 +289,7 @@ async def objects_per_idle_process(tmp_path: Path) -> float:
 async def kernel_idle(kernel: Kernel) -> None:
     """Until every process of ``kernel`` waits in ``recv``, with its way there in the store."""
     async with fail_after(30):
-        while any(p.status is not ProcessStatus.WAITING for p in kernel._procs.values()):
+        while any(p.status is not ProcessStatus.WAITING for p in kernel.runtime.procs.values()):
             await asyncio.sleep(0.01)
     await kernel.flush()
 
@@ -303,7 +303,7 @@ async def test_a_mailbox_emptied_by_recv_lets_its_line_go() -> None:
     counter): three objects fewer for the garbage collector, as for one that never got mail."""
     async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
         handle = await kernel.spawn(receives_twice)
-        process = kernel._process(handle.pid)
+        process = kernel.runtime.process(handle.pid)
         await handle.send("first")
         await kernel_idle(kernel)
         assert process.status is ProcessStatus.WAITING and process.mailbox._line is None

@@ -292,9 +292,9 @@ async def test_a_process_whose_end_is_recorded_wakes_its_waiters_even_if_the_boo
         def breaks(child: object) -> None:
             raise RuntimeError("bookkeeping broke")
 
-        kernel._child_finished = breaks  # type: ignore[method-assign]
+        kernel.runtime.child_finished = breaks  # type: ignore[method-assign]
         handle = await kernel.spawn(returns_value, 4)
-        process = kernel._process(handle.pid)
+        process = kernel.runtime.process(handle.pid)
         async with fail_after(10):
             assert await handle.wait() == 8
         assert process.task is not None

@@ -22,7 +22,7 @@ from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.checkpointers.sqlite_log import FOLD_AFTER, FOLD_EVERY, RESTART_AFTER, AppendLog, encode
 from ringzero.core.errors import CheckpointerError
-from ringzero.core.kernel import PID_BLOCK
+from ringzero.core.pids import PID_BLOCK
 from ringzero.core.types import Checkpoint, PendingWrite
 from ringzero.testing import ScriptedProvider
 from tests.programs import receiver
@@ -477,7 +477,7 @@ async def test_spawns_at_once_past_pid_blocks_get_dense_pids_in_the_order_they_a
             return await real_claim(block, node)
 
         kernel.store.claim_pid_block = claim_pid_block  # type: ignore[method-assign]
-        kernel._pid_block = None  # no block at hand: every spawn below waits for a claim
+        kernel.runtime.pids.drop_block()  # no block at hand: every spawn below waits for a claim
         spawns = [asyncio.ensure_future(kernel.spawn(receiver, 0)) for _ in range(2 * PID_BLOCK + 10)]
         pids = [handle.pid for handle in await asyncio.gather(*spawns)]
         assert pids == list(range(1, 2 * PID_BLOCK + 11)), "pids skipped, repeated or out of the order asked"
@@ -487,7 +487,7 @@ async def test_spawns_at_once_past_pid_blocks_get_dense_pids_in_the_order_they_a
             raise CheckpointerError("the store refused the claim")
 
         kernel.store.claim_pid_block = refused  # type: ignore[method-assign]
-        kernel._pid_block = None  # the next spawn claims a block
+        kernel.runtime.pids.drop_block()  # the next spawn claims a block
         failed = await asyncio.gather(*(kernel.spawn(receiver, 0) for _ in range(3)), return_exceptions=True)
         assert [type(f) for f in failed] == [CheckpointerError] * 3, "a failed claim reaches every spawn waiting on it"
         kernel.store.claim_pid_block = real_claim  # type: ignore[method-assign]
@@ -509,7 +509,7 @@ async def test_a_spawn_cancelled_while_it_waits_for_a_pid_block_takes_no_pid_and
         kernel.store.claim_pid_block = claim_pid_block  # type: ignore[method-assign]
         spawns = [asyncio.ensure_future(kernel.spawn(receiver, 0)) for _ in range(6)]
         await asyncio.sleep(0.01)
-        assert len(kernel._pid_waiters) == 6, "the spawns do not all wait for the block"
+        assert kernel.runtime.pids.waiting == 6, "the spawns do not all wait for the block"
         for cancelled in spawns[::2]:
             cancelled.cancel()
         release.set()

@@ -40,11 +40,12 @@ from ringzero.core.errors import (
     ToolInDoubt,
     ToolNotFound,
 )
+from ringzero.core.handles import ProcessHandle, process_of
 from ringzero.core.host_tools import call_tool
 from ringzero.core.journal import fingerprint, llm_fingerprint, trimmed
+from ringzero.core.live import current_slot
 from ringzero.core.loops import run_on
 from ringzero.core.new_run import ContinueAsNew
-from ringzero.core.process import current_slot
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.references import program_reference
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
@@ -70,11 +71,10 @@ if TYPE_CHECKING:
     from ringzero.core.budget import Spend
     from ringzero.core.conversation import Conversation
     from ringzero.core.gate import LLMGate
-    from ringzero.core.kernel import ProcessHandle
     from ringzero.core.memory import ProcessMemory
     from ringzero.core.process import Process, Program
 
-__all__ = ["Context"]
+__all__ = ["Context", "enter"]
 
 T = TypeVar("T")
 
@@ -98,10 +98,6 @@ class Context:
         """The Context of the process whose code is running (also inside tasks it started,
         such as a LangGraph graph's nodes), or None outside any process."""
         return _CURRENT.get()
-
-    def _enter(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        _CURRENT.set(self)
 
     @property
     def pid(self) -> int:
@@ -131,12 +127,12 @@ class Context:
 
     def emit(self, kind: str, data: Mapping[str, JSON]) -> None:
         """Send an event from this process to the kernel's subscribers (``kernel.subscribe``)."""
-        self._process.kernel._emit(kind, self._process.pid, data)
+        self._process.runtime.emit(kind, self._process.pid, data)
 
     def count_tokens(self, messages: Sequence[Message], provider: str = "default") -> tuple[int, bool]:
         """Tokens in ``messages`` by the provider's own tokenizer when it has one (``count_tokens``),
         else an estimate of four characters a token. Returns ``(count, estimated)``."""
-        counter = getattr(self._process.kernel.gate(provider).provider, "count_tokens", None)
+        counter = getattr(self._process.runtime.gate(provider).provider, "count_tokens", None)
         if callable(counter):
             return int(counter(messages)), False
         return estimate_message_tokens(messages), True
@@ -177,7 +173,7 @@ class Context:
     @property
     def executor(self) -> Executor:
         """The kernel's executor, for adapters whose sandboxed code runs inside this process."""
-        return self._process.kernel.executor
+        return self._process.runtime.executor
 
     @property
     def state(self) -> dict[str, JSON]:
@@ -236,9 +232,9 @@ class Context:
         last = request.messages[-1] if request.messages else None
         summary = f"{len(request.messages)} messages to {provider}" if last is None else \
             f"{len(request.messages)} messages to {provider}, last {last.role} {trimmed(last.content, 50)}"
-        telemetry = process.kernel.telemetry
+        telemetry = process.runtime.telemetry
         about = None if telemetry is None else (
-            lambda: telemetry.llm_about(process.kernel._gates.get(provider), provider, request))
+            lambda: telemetry.llm_about(process.runtime.gates.get(provider), provider, request))
         outcome = await process.syscall("llm", None, summary, live, needs=_LLM_NEEDS,
                                         fp=llm_fingerprint(provider, request), about=about)
         if "error" in outcome:
@@ -301,7 +297,7 @@ class Context:
             calls = NestedCalls(process.journal, process.pid, slot, process.idempotency_key(""))
             token, calls_token = _NESTED.set(nested), NESTED_CALLS.set(calls)
             try:
-                result = await process.kernel.executor.run(code, inputs=inputs, tools=tools, limits=limits)
+                result = await process.runtime.executor.run(code, inputs=inputs, tools=tools, limits=limits)
             finally:
                 NESTED_CALLS.reset(calls_token)
                 _NESTED.reset(token)
@@ -316,7 +312,7 @@ class Context:
             return {"value": result.to_dict(), **extra}
 
         args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
-        executor = process.kernel.executor
+        executor = process.runtime.executor
         first_line = code.strip().partition("\n")[0]
         outcome = await process.syscall("exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
                                         needs=(("exec_seconds", 1e-9),), slotted=True,
@@ -399,13 +395,13 @@ class Context:
     def _gate(self, provider: str) -> LLMGate:
         """The kernel's gate for ``provider``; where it has none, see ``Process.needs``."""
         try:
-            return self._process.kernel.gate(provider)
+            return self._process.runtime.gate(provider)
         except NoProvider as exc:
             self._process.needs(exc)
 
     def _kernel_tool(self, name: str) -> Tool:
         """The kernel's tool ``name``; where it has none, see ``Process.needs``."""
-        tools = self._process.kernel.tools
+        tools = self._process.runtime.tools
         if name not in tools:
             known = ", ".join(sorted(tools)) or "none"
             self._process.needs(ToolNotFound(f"no tool named {name!r}; the kernel has: {known}"))
@@ -421,8 +417,8 @@ class Context:
     async def send(self, pid: int, message: JSON, *, priority: int = 10) -> None:
         """Deliver ``message`` to process ``pid``'s mailbox (lower priority numbers first)."""
         process = self._process
-        kernel = process.kernel
-        kernel._check_message(pid, message, priority)
+        runtime = process.runtime
+        runtime.check_message(pid, message, priority)
         # Whether the target can take it is asked only live: a replayed send was delivered, to a
         # process that may have ended since. The id is the send's place in program order, the
         # same when the program is re-run, so a send that was delivered but not yet journaled
@@ -431,7 +427,7 @@ class Context:
         mail_id = f"{process.pid}:{process.sends}"
 
         async def live() -> dict[str, JSON]:
-            await kernel._deliver(pid, message, priority, sender=self.pid, mail_id=mail_id,
+            await runtime.deliver(pid, message, priority, sender=self.pid, mail_id=mail_id,
                                   maybe_delivered=process.recovered)
             return {"value": None}
 
@@ -465,8 +461,8 @@ class Context:
         the child may run on another node: the handle is then a ``RemoteProcessHandle``, and
         ``ctx.wait``, a kill of this process and the refund work across nodes the same way."""
         process = self._process
-        kernel = process.kernel
-        kernel._check_program(program, args)
+        runtime = process.runtime
+        runtime.check_program(program, args)
         child_limits = process.meter.carve(limits)
         child_priority = process.record.priority if priority is None else priority
 
@@ -476,18 +472,18 @@ class Context:
         spawn_id = f"{process.pid}:{process.spawns}"
 
         async def live() -> dict[str, JSON]:
-            orphan = kernel._spawned_before_crash(process, spawn_id)
+            orphan = runtime.spawned_before_crash(process, spawn_id)
             if orphan is not None:  # created before the host died, but the spawn was not journaled
                 return {"value": orphan}
-            if kernel.child_placement is not None:
+            if runtime.cluster.child_placement is not None:
                 request = SpawnRequest(program=program_reference(program)[0], args=list(args),
                                        name=name or program.__name__, priority=child_priority, limits=child_limits)
-                remote = await kernel.child_placement.place_child(request, parent=process.pid)
+                remote = await runtime.cluster.child_placement.place_child(request, parent=process.pid)
                 if remote is not None:
                     placed.append(remote)
-                    kernel._adopt_remote_child(process, remote, child_limits)
+                    runtime.cluster.adopt_remote_child(process, remote, child_limits)
                     return {"value": remote.pid}
-            child = await kernel._spawn_process(program, args, name=name, priority=child_priority,
+            child = await runtime.spawn_process(program, args, name=name, priority=child_priority,
                                                 limits=child_limits, parent=process.pid, spawn_id=spawn_id)
             created.append(child.pid)  # create() registered it with this process already
             return {"value": child.pid}
@@ -499,20 +495,20 @@ class Context:
         if placed:
             return placed[0]
         if not created:  # replayed after a crash: the child was loaded by recover(), or has ended
-            await kernel._adopt(process, child_pid, child_limits)
+            await runtime.adopt(process, child_pid, child_limits)
         try:
-            handle = await kernel.handle(child_pid)
+            handle = await runtime.handle(child_pid)
         except ProcessNotFound:
-            if kernel.child_placement is None or created:
+            if runtime.cluster.child_placement is None or created:
                 raise
             # Replayed, and the child runs on another node: follow it from here.
-            remote = await RemoteProcessHandle(kernel.child_placement, {"pid": child_pid, "name": "",
+            remote = await RemoteProcessHandle(runtime.cluster.child_placement, {"pid": child_pid, "name": "",
                                                                         "status": "created", "program": ""}).refresh()
             if child_pid in process.children:
-                kernel._adopt_remote_child(process, remote, process.children[child_pid])
+                runtime.cluster.adopt_remote_child(process, remote, process.children[child_pid])
             return remote
         if not created:
-            process.keep_child(handle._process)
+            process.keep_child(process_of(handle))
         return handle
 
     async def wait(self, child: ProcessHandle | RemoteProcessHandle | int, timeout: float | None = None) -> JSON:
@@ -523,24 +519,23 @@ class Context:
         program: it is journaled, so a resumed parent does not wait again.
         """
         process = self._process
-        kernel = process.kernel
-        from ringzero.core.kernel import ProcessHandle  # here: the kernel module imports this one
+        runtime = process.runtime
 
         if isinstance(child, bool) or not isinstance(child, (int, ProcessHandle, RemoteProcessHandle)):
             raise InvalidArgument(f"ctx.wait takes a child's handle or pid (a pid is an integer), not {child!r:.60}")
         pid = child if isinstance(child, int) else child.pid
-        target = child if not isinstance(child, int) else await kernel._any_handle(pid)
+        target = child if not isinstance(child, int) else await runtime.any_handle(pid)
 
         async def live() -> dict[str, JSON]:
             if isinstance(target, RemoteProcessHandle):
                 ended = await target.ended(timeout)
-                kernel._settle_remote_child(process, target.pid, ended)  # as a local child's end does
+                runtime.cluster.settle_remote_child(process, target.pid, ended)  # as a local child's end does
                 status, reason, detail, result = (ProcessStatus(ended["status"]), ended.get("stop_reason"),
                                                   ended.get("error"), ended.get("result"))
             else:
                 async with fail_after(timeout):
-                    await shielded(target._process.finished)
-                record = target._process.record
+                    await shielded(process_of(target).finished)
+                record = process_of(target).record
                 status, result = record.status, record.result
                 reason = None if record.stop_reason is None else record.stop_reason.value
                 detail = dict(record.error) if record.error else None
@@ -570,10 +565,10 @@ class Context:
         prints = _state_prints(state)
 
         async def live() -> dict[str, JSON]:
-            await process.write_status((kernel.store.state_row(process.record),))  # one commit with the status
+            await process.write_status((runtime.store.state_row(process.record),))  # one commit with the status
             return {"value": None, "state": prints}
 
-        kernel = process.kernel
+        runtime = process.runtime
         outcome = await process.syscall("checkpoint", {}, f"{len(state)} keys", live)
         recorded = outcome.get("state")
         if isinstance(recorded, dict) and recorded != prints:
@@ -596,7 +591,7 @@ class Context:
             raise NotSerializable(problem)
         new_args = list(args) if args else list(process.record.args)
         ensure_json(new_args, "the arguments of the new run")
-        await process.kernel.flush()  # what the old run did is written before it is let go
+        await process.runtime.flush()  # what the old run did is written before it is let go
         raise ContinueAsNew(new_args, new_state)
 
     # ------------------------------------------------------------ time and chance
@@ -654,3 +649,10 @@ def _provider_error(info: Mapping[str, Any]) -> ProviderError:
     if isinstance(cls, type) and issubclass(cls, ProviderError):
         return cls(message)
     return ProviderError(message)
+
+
+def enter(ctx: Context) -> None:
+    """Make ``ctx`` the current Context of the running task (and of the tasks it starts): done
+    by its process as the program starts."""
+    ctx._loop = asyncio.get_running_loop()
+    _CURRENT.set(ctx)

@@ -281,7 +281,7 @@ class ProcessMemory:
         return bool(await self._call("forget", {"key": key}, lambda s: s.delete(self.name, key)))
 
     async def _call(self, op: str, args: dict[str, JSON], work: Callable[[MemoryStore], Any]) -> JSON:
-        store = self._process.kernel.memory
+        store = self._process.runtime.memory
 
         async def live() -> dict[str, JSON]:
             result = await work(store)

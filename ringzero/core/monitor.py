@@ -44,7 +44,7 @@ from ringzero.core.tool_pool import pools_in_use
 from ringzero.core.types import JSON, NO_METADATA, Checkpoint
 
 if TYPE_CHECKING:
-    from ringzero.core.kernel import Kernel
+    from ringzero.core.runtime import Runtime
 
 __all__ = [
     "ACTIONS", "KernelActivity", "Monitor", "command_outcome", "deliver_elsewhere", "read_activity", "send_command",
@@ -118,7 +118,7 @@ async def send_command(checkpointer: Checkpointer, pid: int, action: str,
     return command_id
 
 
-async def deliver_elsewhere(kernel: Kernel, pid: int, message: JSON, priority: int) -> None:
+async def deliver_elsewhere(runtime: Runtime, pid: int, message: JSON, priority: int) -> None:
     """Deliver a message to ``pid``, a process this kernel does not run (``Kernel.send``).
 
     Where a live kernel on the store lists it (its activity row is fresh), that kernel is asked
@@ -126,10 +126,10 @@ async def deliver_elsewhere(kernel: Kernel, pid: int, message: JSON, priority: i
     the command within a few of its ticks, the message is stored in the process's mailbox for
     whoever resumes it; the command's ``done`` row is claimed first, so that exactly one of
     the host and this sender delivers it."""
-    checkpointer = kernel.checkpointer
-    own = kernel.monitor.id if kernel.monitor is not None else None
+    checkpointer = runtime.checkpointer
+    own = runtime.monitor.id if runtime.monitor is not None else None
     hosts = await _hosts_of(checkpointer, pid, own)
-    record = await kernel.store.load_process(pid)
+    record = await runtime.store.load_process(pid)
     if not hosts and record is not None and time.time() - record.updated_at < HOST_ANNOUNCES_WITHIN:
         # It moved a moment ago: a kernel that has just started or resumed it writes its first
         # activity row within a tick. Wait for that row rather than store what it would not see.
@@ -153,7 +153,7 @@ async def deliver_elsewhere(kernel: Kernel, pid: int, message: JSON, priority: i
             if outcome["state"] == "failed":
                 raise ProcessStateError(str(outcome["message"]))
             return
-    store = kernel.store
+    store = runtime.store
     while True:
         seq = await store.last_seq(pid, "mailbox") + 1
         if await store.store_mail(pid, seq, priority, message, None):
@@ -222,7 +222,7 @@ def _gate_row(name: str, gate: Any, before: Mapping[str, float] | None, seconds:
 class Monitor:
     """A kernel's side of ``ringzero top``: the activity row and the commands (one task)."""
 
-    kernel: Kernel
+    runtime: Runtime
     interval: float = 1.0
     id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{next(_kernels)}")
     _task: asyncio.Task[None] | None = None
@@ -264,7 +264,7 @@ class Monitor:
 
     async def tick(self) -> None:
         """Write the activity row and take this kernel's commands (nothing when idle)."""
-        live = list(self.kernel._procs.values())
+        live = list(self.runtime.procs.values())
         if not live and self._wrote_idle:
             return
         await self._write(self._activity(live))
@@ -289,16 +289,16 @@ class Monitor:
                 "wall_s": round(process.wall_seconds, 2),
             })
         gates: dict[str, JSON] = {}
-        for name, gate in self.kernel._gates.items():
+        for name, gate in self.runtime.gates.items():
             row = _gate_row(name, gate, self._gates_before.get(name), seconds)
             self._gates_before[name] = {"calls": row["calls"], "tokens": row["tokens"]}  # type: ignore[dict-item]
             gates[name] = row
-        return {"kernel": self.id, "node": self.kernel.node, "at": time.time(), "interval": self.interval,
+        return {"kernel": self.id, "node": self.runtime.cluster.node, "at": time.time(), "interval": self.interval,
                 "closed": False, "processes": processes, "more": max(0, len(live) - MAX_LISTED), "gates": gates,
-                "tools": pools_in_use(self.kernel.executor)}  # type: ignore[dict-item]
+                "tools": pools_in_use(self.runtime.executor)}  # type: ignore[dict-item]
 
     async def _write(self, body: Mapping[str, JSON]) -> None:
-        await self.kernel.checkpointer.put(Checkpoint(thread_id=ACTIVITY, namespace="", id=self.id,
+        await self.runtime.checkpointer.put(Checkpoint(thread_id=ACTIVITY, namespace="", id=self.id,
                                                       payload=dumps(body), metadata=NO_METADATA))
 
     async def _take_commands(self) -> None:
@@ -306,12 +306,12 @@ class Monitor:
         the store, the one that claims a command's ``done`` row acts; each acts in a task of its
         own, so a kill that waits for a process to end does not hold the next tick."""
         fresh = []
-        async for cp in self.kernel.checkpointer.list(COMMANDS, "", limit=_RECENT_COMMANDS):
+        async for cp in self.runtime.checkpointer.list(COMMANDS, "", limit=_RECENT_COMMANDS):
             if cp.id in self._seen:
                 continue
             self._seen[cp.id] = None
             body = loads(cp.payload, f"command {cp.id}")
-            if int(body.get("pid", -1)) in self.kernel._procs and time.time() - float(body.get("at", 0)) \
+            if int(body.get("pid", -1)) in self.runtime.procs and time.time() - float(body.get("at", 0)) \
                     <= COMMAND_WINDOW:
                 fresh.append((cp.id, body))
         while len(self._seen) > 4 * _RECENT_COMMANDS:  # oldest first: a dict keeps insertion order
@@ -327,15 +327,15 @@ class Monitor:
     async def _claim(self, command_id: str) -> bool:
         row = Checkpoint(thread_id=COMMANDS, namespace="done", id=command_id,
                          payload=dumps({"kernel": self.id, "state": "taken", "message": ""}), metadata=NO_METADATA)
-        if self.kernel.checkpointer.capabilities.claims:
-            return await self.kernel.checkpointer.claim(row)
-        await self.kernel.checkpointer.put(row)
+        if self.runtime.checkpointer.capabilities.claims:
+            return await self.runtime.checkpointer.claim(row)
+        await self.runtime.checkpointer.put(row)
         return True
 
     async def _act(self, command_id: str, pid: int, action: str, body: Mapping[str, Any]) -> None:
         state, message = "done", f"{action} pid {pid}: done"
         try:
-            handle = self.kernel.get(pid)
+            handle = self.runtime.get(pid)
             if action == "send":
                 await handle.send(body.get("message"), priority=int(body.get("priority", 10)))
             elif action == "kill":
@@ -349,6 +349,6 @@ class Monitor:
         except RingzeroError as exc:
             state, message = "failed", f"{action} pid {pid}: {exc}"
         with contextlib.suppress(RingzeroError, OSError):
-            await self.kernel.checkpointer.put(Checkpoint(
+            await self.runtime.checkpointer.put(Checkpoint(
                 thread_id=COMMANDS, namespace="done", id=command_id,
                 payload=dumps({"kernel": self.id, "state": state, "message": message}), metadata=NO_METADATA))

@@ -79,13 +79,13 @@ async def begin_new_run(process: Process, again: ContinueAsNew) -> None:
     """End the run of ``process`` and set it up for the next (see the module docstring)."""
     record = process.record
     base = process.journal.cursor
-    await process.kernel.flush()  # the old run's transitions land before its record is let go
+    await process.runtime.flush()  # the old run's transitions land before its record is let go
     record.args = again.args
     record.state = again.state
     record.run_start = {"journal_base": base, "sends": process.sends, "spawns": process.spawns,
                         "mail_seen": process.mail_seq, "mail_pending": process.mailbox.pending(),  # type: ignore[dict-item]
                         "spent": process.meter.spent_dict()}
-    store = process.kernel.store
+    store = process.runtime.store
     try:
         await store.begin_new_run(record)
     except CheckpointerError as exc:  # not recorded: a resume goes on with the old run

@@ -8,13 +8,13 @@ budgets and the journal act, so a program cannot slip past any of them.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
+from ringzero.core.context import Context, enter
 from ringzero.core.errors import (
     CheckpointerError,
     Fenced,
@@ -27,6 +27,7 @@ from ringzero.core.errors import (
     ToolNotFound,
 )
 from ringzero.core.journal import Journal, fingerprint
+from ringzero.core.live import RUNNING_LIVE, SLOT
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.new_run import ContinueAsNew, begin_new_run
 from ringzero.core.store import ProcessRecord
@@ -42,29 +43,11 @@ from ringzero.core.types import (
     json_problem,
 )
 
-_RUNNING_LIVE: contextvars.ContextVar[Process | None] = contextvars.ContextVar("ringzero_running_live", default=None)
-"""The process whose syscall is running live in this context: a syscall it makes from there (an
-LLM call inside a tool) is part of the enclosing one, whose record holds its effect."""
-_SLOT: contextvars.ContextVar[str] = contextvars.ContextVar("ringzero_slot", default="")
-"""The journal slot of the effect running live in this context (``Process.syscall`` with
-``effect`` or ``slotted``): what its idempotency key and its nested calls are named by."""
-
-
-def running_live() -> bool:
-    """Whether the code running here runs inside a live syscall (a tool a journaled call runs):
-    its effects belong to that call's record."""
-    return _RUNNING_LIVE.get() is not None
-
-
-def current_slot() -> str:
-    """The slot of the effect syscall running live here ("" outside one)."""
-    return _SLOT.get()
-
 if TYPE_CHECKING:
-    from ringzero.core.kernel import Kernel
     from ringzero.core.remote import RemoteProcessHandle
+    from ringzero.core.runtime import Runtime
 
-__all__ = ["Process", "Program", "current_slot", "running_live"]
+__all__ = ["Process", "Program"]
 
 Program = Callable[..., Awaitable[Any]]
 Outcome = dict[str, JSON]
@@ -80,14 +63,14 @@ class Process:
     __slots__ = (
         "__weakref__", "_ended", "_entered", "_finished", "_holds_slot", "_mail_seq", "_over", "_over_error",
         "_resumed", "_span_parent", "_started", "_status_write", "_transition_seq", "_unsaved", "_watchdog",
-        "children", "ctx", "fenced", "finishing", "from_threads", "in_syscall", "journal", "kernel",
+        "children", "ctx", "fenced", "finishing", "from_threads", "in_syscall", "journal",
         "left_unfinished", "mailbox", "meter", "offspring", "program", "record", "recovered", "remote_children",
-        "sends", "span", "spawning", "spawns", "task", "value",
+        "runtime", "sends", "span", "spawning", "spawns", "task", "value",
     )
 
     def __init__(
         self,
-        kernel: Kernel,
+        runtime: Runtime,
         record: ProcessRecord,
         program: Program,
         journal: Journal,
@@ -95,9 +78,7 @@ class Process:
         transition_seq: int = 0,
         mail_seq: int = 0,
     ) -> None:
-        from ringzero.core.context import Context
-
-        self.kernel = kernel
+        self.runtime = runtime
         self.record = record
         self.program = program
         self.journal = journal
@@ -143,7 +124,7 @@ class Process:
         self._watchdog: asyncio.TimerHandle | None = None
         self.span: Any = None
         """The process's OpenTelemetry span while it runs (``ringzero.core.telemetry``)."""
-        telemetry = kernel.telemetry
+        telemetry = runtime.telemetry
         self._span_parent: Any = telemetry.current_context() if telemetry is not None else None
         """Where the span goes: under the context the spawn was made in."""
         self._status_write: asyncio.Future[None] | None = None
@@ -233,13 +214,13 @@ class Process:
     def start(self) -> None:
         # Without telemetry the task runs _run itself: one coroutine fewer in the await chain
         # every idle process holds.
-        main = self._run() if self.kernel.telemetry is None else self._run_in_span()
+        main = self._run() if self.runtime.telemetry is None else self._run_in_span()
         self.task = asyncio.get_running_loop().create_task(main, name=f"ringzero-pid-{self.pid}")
 
     async def _set(self, status: ProcessStatus, detail: str = "") -> None:
         """Move to ``status``. The end of a process is written before this returns; a
         transition on the way (ready, running, waiting, paused) is written with the others the
-        kernel's processes make in the same turn of the loop (``Kernel._save_soon``): a process
+        kernel's processes make in the same turn of the loop (``TransitionWriter.save_soon``): a process
         that goes from ready to running to waiting in one turn writes one transitions row and
         one status row, not three of each. Losing one of those in a crash loses nothing that
         recovery needs (it resumes every process that has not ended, from its journal)."""
@@ -258,10 +239,10 @@ class Process:
                 self.record.status = old  # not ended where it was not recorded as ended
                 raise
         else:
-            self.kernel._save_soon(self)
-        kernel = self.kernel
-        if kernel._listeners:  # the event's data is built only for someone who listens
-            kernel._emit("transition", self.pid, {"from": old_value, "to": new_value, "detail": detail})
+            self.runtime.save_soon(self)
+        runtime = self.runtime
+        if runtime.listeners:  # the event's data is built only for someone who listens
+            runtime.emit("transition", self.pid, {"from": old_value, "to": new_value, "detail": detail})
 
     async def save_transitions(self, *, with_state: bool = False) -> None:
         """Write the transitions not yet written (one row) and the status they end in, together
@@ -270,7 +251,7 @@ class Process:
         steps, self._unsaved = self._unsaved, None
         if not steps or self.fenced is not None:  # a fenced process writes nothing more
             return
-        store = self.kernel.store
+        store = self.runtime.store
         try:
             first = store.transitions_row(self.pid, steps)
             await self.write_status((store.state_row(self.record), first) if with_state else (first,))
@@ -299,7 +280,7 @@ class Process:
                 continue
             process._unsaved = None
             process.snapshot()
-            store = process.kernel.store
+            store = process.runtime.store
             rows += (store.transitions_row(process.pid, steps), store.status_row(process.record))
             taken.append((process, steps))
         if taken:
@@ -307,7 +288,7 @@ class Process:
             for process, _ in taken:
                 process._status_write = done
             try:
-                await taken[0][0].kernel.store.put_rows(rows)
+                await taken[0][0].runtime.store.put_rows(rows)
             except BaseException:
                 for process, steps in taken:
                     process._unsaved = steps + (process._unsaved or [])
@@ -331,7 +312,7 @@ class Process:
         done = self._status_write = asyncio.get_running_loop().create_future()
         try:
             self.snapshot()  # taken now, so the row written last is also the newest
-            store = self.kernel.store
+            store = self.runtime.store
             await store.put_rows((*before, store.status_row(self.record)))
         finally:
             self._status_write = None
@@ -362,7 +343,7 @@ class Process:
         reason = self.fenced or self.left_unfinished
         if reason is not None:
             self.settle(reason)
-        self.kernel._retire(self)
+        self.runtime.retire(self)
 
     def snapshot(self) -> None:
         """Copy the live counters into the record before it is saved."""
@@ -370,18 +351,18 @@ class Process:
         self.record.wall_seconds = self.wall_seconds
 
     async def _acquire(self) -> None:
-        await self.kernel.scheduler.acquire(self.pid, self.record.priority)
+        await self.runtime.scheduler.acquire(self.pid, self.record.priority)
         self._holds_slot = True
 
     def _release(self) -> None:
         if self._holds_slot:
             self._holds_slot = False
-            self.kernel.scheduler.release(self.pid)
+            self.runtime.scheduler.release(self.pid)
 
     async def _run_in_span(self) -> None:
         """``_run`` inside the process's span."""
         self._entered = True
-        telemetry = self.kernel.telemetry
+        telemetry = self.runtime.telemetry
         if telemetry is not None:
             self.span = telemetry.process_started(self, self._span_parent)
         try:
@@ -401,7 +382,7 @@ class Process:
             await self._acquire()
             await self._set(ProcessStatus.RUNNING, "recovered" if self.journal.length else "")
             self._arm_watchdog()
-            self.ctx._enter()  # this task's context: programs and the tasks they start see it
+            enter(self.ctx)  # this task's context: programs and the tasks they start see it
             while True:
                 try:
                     self.value = await self.program(self.ctx, *self.record.args)
@@ -424,7 +405,7 @@ class Process:
             # Fenced: the new owner finishes it; this kernel lets go, silently. Left unfinished:
             # recover() finishes it, once the kernel has what it needs or the store is back.
             if self.left_unfinished is not None:
-                await self.kernel.flush()  # its transitions so far, as a shutdown leaves them
+                await self.runtime.flush()  # its transitions so far, as a shutdown leaves them
             self.end_unfinished()
             return
         if self.record.stop_reason is not None:  # killed, or a budget ran out
@@ -468,7 +449,7 @@ class Process:
             self.settle(exc)
             raise
         try:
-            self.kernel._child_finished(self)
+            self.runtime.child_finished(self)
         finally:  # its end is recorded: its waiters wake, even where the bookkeeping after it failed
             self.settle()
 
@@ -572,7 +553,7 @@ class Process:
                 reason = self.meter.crossed(resource, about_to_add=amount)
                 if reason is not None:
                     self._stop(reason)
-        if _RUNNING_LIVE.get() is self:
+        if RUNNING_LIVE.get() is self:
             # Made from inside another syscall's live run (a tool that asks the model): the
             # enclosing record holds its effect, so it takes no slot and a replay, which serves
             # that record, never makes it. Journaling it too would shift every later slot.
@@ -584,13 +565,13 @@ class Process:
         if outcome is None:
             if effect is not None or slotted:
                 live = self._as_effect(str(seq), kind, fp, summary, live, effect)
-            if self._resumed is not None or self.kernel.scheduler.should_yield(self.pid, self.record.priority):
+            if self._resumed is not None or self.runtime.scheduler.should_yield(self.pid, self.record.priority):
                 await self._boundary()
             self.in_syscall = current = (kind, summary, time.monotonic())
             try:
                 if self.journal.owner is not None:
                     await self.journal.check_owner()
-                if self.kernel.telemetry is None and waits:
+                if self.runtime.telemetry is None and waits:
                     # recv, sleep, wait: the kernel's own code, which makes no syscall, so it is
                     # not marked as running live (a token less held by every idle process)
                     await self._wait_begins()
@@ -598,12 +579,12 @@ class Process:
                     del live  # the bound method (``Mailbox.receive``): an object less per idle process
                     outcome = await waiting
                     await self._wait_ends()
-                elif self.kernel.telemetry is None:
-                    token = _RUNNING_LIVE.set(self)
+                elif self.runtime.telemetry is None:
+                    token = RUNNING_LIVE.set(self)
                     try:
                         outcome = await live()
                     finally:
-                        _RUNNING_LIVE.reset(token)
+                        RUNNING_LIVE.reset(token)
                 else:
                     outcome = await self._traced(kind, seq, summary, live, waits, about)
                 outcome = await self.journal.record(seq, kind, fp, summary, outcome)
@@ -620,7 +601,7 @@ class Process:
                 if self.in_syscall is current:
                     self.in_syscall = None
         elif self.span is not None:
-            self.kernel.telemetry.replayed(self.span, kind, seq)  # type: ignore[union-attr]
+            self.runtime.telemetry.replayed(self.span, kind, seq)  # type: ignore[union-attr]
         return outcome
 
     def _as_effect(self, slot: str, kind: str, fp: str, summary: str, live: Callable[[], Awaitable[Outcome]],
@@ -636,11 +617,11 @@ class Process:
                         return {"in_doubt": {"slot": slot, "summary": summary}}
                     rerun = True
                 await journal.record_intent(slot, kind, fp, summary)
-            token = _SLOT.set(slot)
+            token = SLOT.set(slot)
             try:
                 outcome = await live()
             finally:
-                _SLOT.reset(token)
+                SLOT.reset(token)
             return {**outcome, "rerun": "in_doubt"} if rerun else outcome
 
         return run
@@ -648,12 +629,12 @@ class Process:
     async def _traced(self, kind: str, seq: int, summary: str, live: Callable[[], Awaitable[Outcome]],
                       waits: bool, about: Callable[[], dict[str, Any]] | None) -> Outcome:
         """A live syscall inside its span, with its metrics (``ringzero.core.telemetry``)."""
-        telemetry = self.kernel.telemetry
+        telemetry = self.runtime.telemetry
         assert telemetry is not None
         attributes = about() if about is not None else None
         started = time.monotonic()
         span, entered = telemetry.syscall_started(self, kind, seq, summary, attributes)
-        token = _RUNNING_LIVE.set(self)
+        token = RUNNING_LIVE.set(self)
         try:
             if waits:
                 await self._wait_begins()
@@ -666,7 +647,7 @@ class Process:
         else:
             telemetry.syscall_ended(span, self, kind, outcome, started, attributes)
         finally:
-            _RUNNING_LIVE.reset(token)
+            RUNNING_LIVE.reset(token)
             telemetry.leave(span, entered)
         return outcome
 
@@ -686,7 +667,7 @@ class Process:
         if not self.meter.limited:
             return
         for resource, used, limit in self.meter.new_warnings():
-            self.kernel._emit("budget_warning", self.pid, {"resource": resource, "used": used, "limit": limit})
+            self.runtime.emit("budget_warning", self.pid, {"resource": resource, "used": used, "limit": limit})
         reason = self.meter.first_crossed()
         if reason is not None:
             self._stop(reason)
@@ -701,7 +682,7 @@ class Process:
             await self._set(ProcessStatus.READY, "resumed")
             await self._acquire()
             await self._set(ProcessStatus.RUNNING)
-        elif self.kernel.scheduler.should_yield(self.pid, self.record.priority):
+        elif self.runtime.scheduler.should_yield(self.pid, self.record.priority):
             self._release()
             await self._set(ProcessStatus.READY, "yielded")
             await self._acquire()

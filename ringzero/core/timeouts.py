@@ -27,8 +27,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Clock", "MonotonicClock", "SharedTimeout", "cancel_and_wait", "fail_after", "shielded", "started_eagerly",
-           "wait_until_set"]
+__all__ = ["Clock", "MonotonicClock", "SharedTimeout", "cancel_and_wait", "fail_after", "retrieved", "shielded",
+           "started_eagerly", "wait_until_set"]
 
 T = TypeVar("T")
 
@@ -176,6 +176,13 @@ async def shielded(future: asyncio.Future[T]) -> T:
     except asyncio.CancelledError:
         future.remove_done_callback(settle)  # a cancelled wait leaves nothing behind on ``future``
         raise
+
+
+def retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a background future's exception as seen (whoever awaits it still gets it): a done
+    callback for a task whose caller may be gone when it fails."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _settle_from(outer: asyncio.Future[T], inner: asyncio.Future[T]) -> None:

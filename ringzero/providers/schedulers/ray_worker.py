@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.core import errors
 from ringzero.core.errors import Fenced, InvalidArgument, ProcessNotFound, RingzeroError
+from ringzero.core.handles import ProcessHandle, process_of
 from ringzero.core.references import import_reference
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.types import JSON, Limits
 
 if TYPE_CHECKING:
-    from ringzero.core.kernel import Kernel, ProcessHandle
+    from ringzero.core.kernel import Kernel
 
 __all__ = ["NodeWorker", "snapshot_of", "unwrap"]
 
@@ -34,7 +35,7 @@ _PEER_RETRIES = 60
 
 def snapshot_of(handle: ProcessHandle, node: str) -> dict[str, Any]:
     """What a remote handle knows of a process: its record as JSON, and where it runs."""
-    process = handle._process
+    process = process_of(handle)
     process.snapshot()
     return {**process.record.to_json(), "node": node, "fenced": process.fenced is not None}
 
@@ -90,7 +91,7 @@ class NodeWorker:
                     kernel = factory(**self._factory_args)
                     if not isinstance(kernel, Kernel):
                         raise InvalidArgument(f"{self._factory} returned {kernel!r}, not a ringzero Kernel")
-                    kernel.node = self.node
+                    kernel.join_cluster(self.node)
                     self._join_cluster_gates(kernel)
                     await kernel.start()
                     self._kernel = kernel
@@ -111,7 +112,7 @@ class NodeWorker:
         """Build the kernel (so a bad factory fails at start-up) and say where this worker is."""
         async def go() -> dict[str, Any]:
             kernel = await self._get_kernel()
-            return {"node": self.node, "os_pid": os.getpid(), "live": len(kernel._procs)}
+            return {"node": self.node, "os_pid": os.getpid(), "live": len(kernel.runtime.procs)}
 
         return await _enveloped(go())
 
@@ -119,20 +120,19 @@ class NodeWorker:
                     limits: dict[str, Any], parent: int | None = None) -> Envelope:
         """Start a process here: a top-level one, or the child of ``parent`` on another node."""
         async def go() -> dict[str, Any]:
-            from ringzero.core.kernel import ProcessHandle
-
             kernel = await self._get_kernel()
             target = import_reference(program, "the program")
             if parent is None:
                 handle = await kernel.spawn(target, *args, name=name, priority=priority,
                                             limits=Limits.from_dict(limits))
             else:
-                kernel._check_program(target, args)
-                handle = ProcessHandle(kernel, await kernel._spawn_process(
+                runtime = kernel.runtime
+                runtime.check_program(target, args)
+                handle = ProcessHandle(runtime, await runtime.spawn_process(
                     target, args, name=name, priority=priority, limits=Limits.from_dict(limits), parent=None,
                     remote_parent=parent))
             assert isinstance(handle, ProcessHandle)  # a node's own kernel schedules locally
-            return {**snapshot_of(handle, self.node), "live": len(kernel._procs)}
+            return {**snapshot_of(handle, self.node), "live": len(kernel.runtime.procs)}
 
         return await _enveloped(go())
 
@@ -190,7 +190,7 @@ class NodeWorker:
         async def go() -> None:
             kernel = await self._get_kernel()
             self._peers = list(nodes)
-            kernel.child_placement = _PeerPlacement(self) if spread_children else None
+            kernel.place_children(_PeerPlacement(self) if spread_children else None)
 
         return await _enveloped(go())
 

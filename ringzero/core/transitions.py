@@ -1,0 +1,71 @@
+"""The one writer of lifecycle transitions a process makes on its way (ready, running, waiting).
+
+A process's end is written by the process itself, before its ``wait`` returns; the transitions
+before it are written together with those every other process makes in the same turn of the
+loop, by one task, a turn later. The turn between lets a process that ends meanwhile write them
+with its end (a woken process that records its ``recv`` and returns writes 5 rows, not 7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from ringzero.core.process import Process
+from ringzero.core.protocols import Checkpointer
+from ringzero.core.timeouts import shielded
+
+__all__ = ["TransitionWriter"]
+
+WRITERS = 64
+"""Writers at once, so that a store that groups concurrent writes (SQLite, PostgreSQL's pool)
+gets them together, without a task per process."""
+SAVED_TOGETHER = 128
+"""Processes whose transitions one write takes, where the store writes many rows in one step."""
+
+
+class TransitionWriter:
+    """Collects the processes with unwritten transitions and writes them a turn later."""
+
+    def __init__(self, checkpointer: Checkpointer) -> None:
+        capabilities = checkpointer.capabilities
+        self._together = SAVED_TOGETHER if capabilities.put_many or capabilities.append else 1
+        self._unsaved: dict[int, Process] = {}
+        self._saving: asyncio.Task[None] | None = None
+
+    def save_soon(self, process: Process) -> None:
+        """Write ``process``'s new transitions with those the other processes make in this turn."""
+        self._unsaved[process.pid] = process
+        if self._saving is None:
+            self._saving = asyncio.get_running_loop().create_task(self._save_unsaved())
+
+    async def flush(self) -> None:
+        """Wait until every transition handed over so far is in the store."""
+        while self._saving is not None:
+            await shielded(self._saving)
+
+    async def _save_unsaved(self) -> None:
+        together = self._together
+
+        async def writer() -> None:
+            while batch:
+                try:
+                    if together == 1:
+                        await batch.popleft().save_transitions()
+                    else:
+                        await Process.save_transitions_of([batch.popleft() for _ in range(min(together, len(batch)))])
+                except Exception:  # a store that fails here fails again, with its error, at the end
+                    continue
+
+        try:
+            await asyncio.sleep(0)  # the turn between (see the module's docstring)
+            while self._unsaved:
+                batch = deque(self._unsaved.values())
+                self._unsaved.clear()
+                writers = min(WRITERS, -(-len(batch) // together))
+                if writers == 1:
+                    await writer()
+                else:
+                    await asyncio.gather(*(writer() for _ in range(writers)))
+        finally:
+            self._saving = None
