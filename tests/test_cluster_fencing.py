@@ -31,9 +31,7 @@ def _node(dsn: str, name: str, calls: list[str]) -> Kernel:
         calls.append(f"{name} {prompt}")
         return f"{name} says {prompt}"
 
-    kernel = Kernel(llm=ScriptedProvider(answer), checkpointer=PostgresCheckpointer(dsn))
-    kernel.node = name
-    return kernel
+    return Kernel(llm=ScriptedProvider(answer), checkpointer=PostgresCheckpointer(dsn), node=name)
 
 
 @pytest.fixture
