@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.checkpointers.sqlite_log import PUT_CHECKPOINT
+from ringzero.checkpointers.sqlite.log import PUT_CHECKPOINT
 from ringzero.core.types import Checkpoint
 
 Row = tuple[float, int, float]

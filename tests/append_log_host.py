@@ -25,7 +25,8 @@ from typing_extensions import TypedDict
 
 from ringzero import Kernel
 from ringzero.adapters.langgraph import KernelSaver
-from ringzero.checkpointers import SqliteCheckpointer, sqlite
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.checkpointers.sqlite import checkpointer as sqlite
 from ringzero.core.types import Checkpoint
 from ringzero.testing import ScriptedProvider
 from tests.programs import asks_then_dies, receiver

@@ -1,4 +1,4 @@
-"""SqliteCheckpointer's append log (``ringzero.checkpointers.sqlite_log``): a record appended is
+"""SqliteCheckpointer's append log (``ringzero.checkpointers.sqlite.log``): a record appended is
 durable in one ``write()``, and whoever opens or lists the file next folds a dead
 checkpointer's log into it. The kill -9 tests are the judge: each first shows that the records
 were in the log only (not in the SQLite file) when the host died."""
@@ -20,7 +20,7 @@ import pytest
 
 from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.checkpointers.sqlite_log import FOLD_AFTER, FOLD_EVERY, RESTART_AFTER, AppendLog, encode
+from ringzero.checkpointers.sqlite.log import FOLD_AFTER, FOLD_EVERY, RESTART_AFTER, AppendLog, encode
 from ringzero.core.errors import CheckpointerError
 from ringzero.core.pids import PID_BLOCK
 from ringzero.core.types import Checkpoint, PendingWrite
@@ -187,7 +187,7 @@ async def test_a_live_checkpointers_log_is_left_to_it_and_folded_for_others_soon
 
 async def test_appends_in_a_row_fold_once_they_pause_and_at_the_latest_fold_within_after_the_oldest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ringzero.checkpointers import sqlite
+    from ringzero.checkpointers.sqlite import checkpointer as sqlite
 
     monkeypatch.setattr(sqlite, "FOLD_AFTER", 0.3)  # long enough that this machine's stalls do not matter
     monkeypatch.setattr(sqlite, "FOLD_WITHIN", 3600.0)
@@ -278,18 +278,18 @@ async def test_a_fold_that_cannot_take_the_lock_fails_the_read_waiting_for_it_an
     assert logs(db) == []
 
 
-async def test_records_piled_up_past_fold_here_at_most_are_folded_on_aiosqlites_thread(tmp_path: Path) -> None:
-    """Records pile up while a fold waits on aiosqlite's thread (here: for a write lock another
+async def test_records_piled_up_past_fold_here_at_most_are_folded_on_the_waiting_thread(tmp_path: Path) -> None:
+    """Records pile up while a fold waits on the waiting thread (here: for a write lock another
     connection holds). Folded on the loop's thread, 48,000 of them (10,000 processes woken at
     once) stalled every process for 280 ms; past ``FOLD_HERE_AT_MOST`` rows the fold goes to
-    aiosqlite's thread, and every record still reaches the file, in order."""
-    from ringzero.checkpointers.sqlite import FOLD_HERE_AT_MOST
+    the waiting thread, and every record still reaches the file, in order."""
+    from ringzero.checkpointers.sqlite.checkpointer import FOLD_HERE_AT_MOST
 
     db = tmp_path / "pile.db"
     store = SqliteCheckpointer(db)
     await store.append(Checkpoint("t0", "", "first", b"y"))  # the first commits; those in a row go to the log
     holder = sqlite3.connect(db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # the first fold cannot take the lock: it waits on aiosqlite's thread
+    holder.execute("BEGIN IMMEDIATE")  # the first fold cannot take the lock: it waits on the waiting thread
     total = FOLD_HERE_AT_MOST + 2 * FOLD_EVERY
     for i in range(total):  # no turn of the loop between them: the drain job cannot even start
         await store.append(Checkpoint(f"t{i % 7}", "", f"{i:06d}", b"x" * 10))

@@ -95,13 +95,16 @@ async def test_concurrent_writes_share_commits_and_a_bad_one_fails_alone(tmp_pat
     assert len([c async for c in store.list("g")]) == 201
     # A write the store rejects (NOT NULL payload) fails alone; writes grouped with it land,
     # those that ran before it in the batch (and were rolled back with it) as well as after.
+    # The first write of the turn commits at once (``Turns``); the four after it are one batch.
+    opener = store.put(Checkpoint("g", "", "opener", b"v"))
     first = store.put(Checkpoint("g", "", "before", b"v"))
     claimed = store.claim(Checkpoint("g", "", "claimed", b"v"))
     rejected = store.put(Checkpoint("g", "", "rejected", None))  # type: ignore[arg-type]
     fine = store.put(Checkpoint("g", "", "after", b"v"))
     before_batch = store.commits
-    outcome = await asyncio.gather(first, claimed, rejected, fine, return_exceptions=True)
-    assert store.commits == before_batch + 1, "the four writes were not one batch: the test would prove nothing"
+    opened, *outcome = await asyncio.gather(opener, first, claimed, rejected, fine, return_exceptions=True)
+    assert opened is None
+    assert store.commits == before_batch + 2, "the four writes were not one batch: the test would prove nothing"
     assert outcome[0] is None and outcome[1] is True and outcome[3] is None, outcome
     assert isinstance(outcome[2], CheckpointerError) and "NOT NULL" in str(outcome[2])
     assert await store.get("g", "", "rejected") is None
@@ -136,7 +139,7 @@ def test_kernels_in_two_processes_on_one_file_never_share_a_pid(tmp_path: Path) 
 async def test_a_write_lock_held_by_another_connection_hands_writes_off_without_stalling_the_loop(
         tmp_path: Path) -> None:
     """The loop-thread write path never waits for a lock: while another connection (another
-    process, to SQLite) holds the write lock, writes wait on aiosqlite's thread, the loop keeps
+    process, to SQLite) holds the write lock, writes wait on the waiting thread, the loop keeps
     running, and once the lock is free every write lands, in the order written."""
     from ringzero.core.types import Checkpoint
 
@@ -163,7 +166,7 @@ async def test_a_write_lock_held_by_another_connection_hands_writes_off_without_
 
 
 async def test_wal_checkpoints_run_off_the_loop_and_keep_the_wal_bounded(tmp_path: Path) -> None:
-    from ringzero.checkpointers.sqlite import CHECKPOINT_EVERY
+    from ringzero.checkpointers.sqlite.wal import CHECKPOINT_EVERY
     from ringzero.core.types import Checkpoint
 
     db = tmp_path / "wal.db"
@@ -190,7 +193,7 @@ async def test_the_append_logs_folds_count_their_rows_toward_a_wal_checkpoint(tm
     so that the WAL's size depends on the counting and not on how fast this machine's disk
     syncs: written without pause, the WAL holds whatever was written while a checkpoint ran
     (12,181 pages once on a slow CI machine)."""
-    from ringzero.checkpointers.sqlite import CHECKPOINT_EVERY
+    from ringzero.checkpointers.sqlite.wal import CHECKPOINT_EVERY
     from ringzero.core.types import Checkpoint
 
     db = tmp_path / "wal.db"
@@ -217,7 +220,7 @@ async def test_the_append_logs_folds_count_their_rows_toward_a_wal_checkpoint(tm
 async def test_writes_keep_off_the_write_lock_while_a_restart_checkpoint_wants_it(tmp_path: Path) -> None:
     """The RESTART checkpoint takes the write lock ahead of this process's writers: left to
     SQLite's busy handler, it lost the lock to the loop's commits for 150 ms and more while the
-    WAL grew. Meanwhile a write waits in line on aiosqlite's thread, and commits once it is over."""
+    WAL grew. Meanwhile a write waits in line on the waiting thread, and commits once it is over."""
     from ringzero.core.types import Checkpoint
 
     store = SqliteCheckpointer(tmp_path / "restart.db")
@@ -238,7 +241,7 @@ async def test_writes_keep_off_the_write_lock_while_a_restart_checkpoint_wants_i
 
 
 async def test_writers_go_back_to_the_fast_path_once_a_held_lock_is_let_go(tmp_path: Path) -> None:
-    """While another connection holds the write lock, writes wait in line on aiosqlite's thread;
+    """While another connection holds the write lock, writes wait in line on the waiting thread;
     once it lets go, they commit on the loop's thread again, even under steady load from many
     writers (a round trip to the thread per write kept some in flight at every moment, so the
     writes never went back: about 100 µs more each; 1,951 round trips here before, 1 now)."""
@@ -270,5 +273,5 @@ async def test_writers_go_back_to_the_fast_path_once_a_held_lock_is_let_go(tmp_p
     holder.close()
     assert len([c async for c in store.list("t")]) == 1 + 50 * 40
     assert store._slow == 0
-    assert drains < 20, f"{drains} round trips to aiosqlite's thread for 2,000 writes"
+    assert drains < 20, f"{drains} round trips to the waiting thread for 2,000 writes"
     await store.aclose()

@@ -16,7 +16,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from ringzero import Kernel
 from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.checkpointers.sqlite import _SCHEMA as SCHEMA_1
+from ringzero.checkpointers.sqlite.schema import SCHEMA_1
 from ringzero.compat.checkpointer import cp
 from ringzero.core.memory import MemoryStore
 from ringzero.core.protocols import Checkpointer
@@ -70,11 +70,11 @@ async def sql_trace(store: SqliteCheckpointer) -> AsyncIterator[list[str]]:
     db = store._db
     assert db is not None
     statements: list[str] = []
-    await db._execute(db._conn.set_trace_callback, statements.append)  # on aiosqlite's own thread
+    await db.call(lambda conn: conn.set_trace_callback(statements.append))  # on the waiting thread
     try:
         yield statements
     finally:
-        await db._execute(db._conn.set_trace_callback, None)
+        await db.call(lambda conn: conn.set_trace_callback(None))
 
 
 async def test_a_sqlite_list_is_one_statement_however_many_checkpoints(tmp_path: Path) -> None:

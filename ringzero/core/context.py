@@ -422,7 +422,7 @@ class Context:
         # Whether the target can take it is asked only live: a replayed send was delivered, to a
         # process that may have ended since. The id is the send's place in program order, the
         # same when the program is re-run, so a send that was delivered but not yet journaled
-        # when the host died is not delivered twice (``Kernel._deliver``).
+        # when the host died is not delivered twice (``Runtime.deliver``).
         process.sends += 1
         mail_id = f"{process.pid}:{process.sends}"
 

@@ -93,9 +93,9 @@ class Process:
         the sets below are made when first needed: every object an idle process holds is one
         more for the garbage collector to walk, at 100,000 processes."""
         self.remote_children: dict[int, RemoteProcessHandle] = {}
-        """Children it spawned that run on other cluster nodes (``Kernel._adopt_remote_child``)."""
+        """Children it spawned that run on other cluster nodes (``Cluster.adopt_remote_child``)."""
         self.spawning: set[asyncio.Future[Process]] | None = None
-        """Children whose creation is in flight (see ``Kernel._spawn_process``)."""
+        """Children whose creation is in flight (see ``Runtime.spawn_process``)."""
         self.from_threads: set[asyncio.Task[Any]] | None = None
         """Syscalls a framework's worker thread sent to the loop (``Context.call_from_thread``):
         tasks of their own, so a stop cancels them along with the process's task."""

@@ -82,7 +82,7 @@ class Placement(Protocol):
 @runtime_checkable
 class ChildPlacement(Protocol):
     """A cluster node's side of placement: where a child that a process on this node spawns
-    runs (set on the node's kernel as ``kernel.child_placement`` by its cluster worker)."""
+    runs (given to the node's kernel by its cluster worker: ``Kernel.place_children``)."""
 
     async def place_child(self, request: SpawnRequest, parent: int) -> RemoteProcessHandle | None:
         """Start the child on another machine and return its handle, or None to run it here."""

@@ -202,7 +202,7 @@ def started_eagerly(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
     waiting for anything comes back as a done future, with no task and no turn of the loop;
     one that waits goes on in a task from where it stopped. Cancelling the caller does not
     reach it (nothing can interrupt the first step; the task is its own), which is what
-    ``Kernel._spawn_process`` needs of a child's creation.
+    ``Runtime.spawn_process`` needs of a child's creation.
 
     The first step runs in a copy of the caller's context, and the task goes on in that copy
     (``create_task`` copies the context current at the call), as a task's whole run would."""
