@@ -26,7 +26,7 @@ from typing_extensions import TypedDict
 from ringzero import Kernel
 from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.checkpointers.sqlite import checkpointer as sqlite
+from ringzero.checkpointers.sqlite import folds as sqlite
 from ringzero.core.types import Checkpoint
 from ringzero.testing import ScriptedProvider
 from tests.programs import asks_then_dies, receiver
@@ -37,8 +37,8 @@ async def appends(db: str, n: int) -> None:
     await store.get("nothing")  # opened
     for i in range(n):
         await store.append(Checkpoint("t", "", f"{i:04d}", f"record {i}".encode(), metadata={"i": i}))
-    assert store._log is not None
-    print(store._log.path, store.folds, flush=True)
+    assert store.appends.log is not None
+    print(store.appends.log.path, store.folds, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -13,7 +13,6 @@ PACKAGE = Path(ringzero.__file__).parent
 MAX_LINES = 400
 
 STILL_OVER = {
-    "ringzero/checkpointers/sqlite/checkpointer.py",
     "ringzero/core/process.py",
     "ringzero/core/context.py",
     "ringzero/core/types.py",

@@ -16,6 +16,7 @@ from ringzero import Kernel, LLMGate, RateLimit
 from ringzero.adapters.langchain import KernelChatModel
 from ringzero.adapters.langgraph import KernelMemoryStore, KernelSaver, code_tool, sandboxed
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
+from ringzero.checkpointers.sqlite.thread import THREAD_NAME as SQLITE_THREAD_NAME
 from ringzero.core.context import Context
 from ringzero.core.errors import Closed, WrongEventLoop
 from ringzero.core.loops import LoopHome
@@ -26,9 +27,11 @@ from tests.tool_bodies import word_stats
 
 def _ringzero_threads() -> list[str]:
     """The loop threads of ringzero's objects (not the threads of a tool pool, which run host
-    tools and leave on their own once their executor is closed)."""
+    tools and leave on their own once their executor is closed, nor a SQLite file's waiting
+    thread, which is its checkpointer's)."""
     return sorted(t.name for t in threading.enumerate()
-                  if t.name.startswith("ringzero") and t.name != TOOL_THREAD_NAME)
+                  if t.name.startswith("ringzero") and t.name != TOOL_THREAD_NAME
+                  and not t.name.startswith(SQLITE_THREAD_NAME))
 
 
 class Count(TypedDict):
@@ -137,7 +140,7 @@ def test_from_conn_string_opens_and_closes_its_own_checkpointer(tmp_path: Path) 
         assert isinstance(saver.checkpointer, SqliteCheckpointer)
         _counting_graph(saver).invoke({"n": 1}, {"configurable": {"thread_id": "t"}})  # type: ignore[attr-defined]
     assert _ringzero_threads() == before
-    assert saver.checkpointer._db is None  # type: ignore[attr-defined]  # its connection is closed
+    assert not saver.checkpointer.is_open  # type: ignore[attr-defined]  # its connection is closed
     with KernelSaver.from_conn_string(str(path)) as again:  # what was written is there
         state = again.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
         assert state is not None and state.checkpoint["channel_values"]["n"] == 2

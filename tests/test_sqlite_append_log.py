@@ -52,7 +52,7 @@ async def new_file_identity(db: Path) -> tuple[int, int]:
     """Make the SQLite file ``db`` (closed again); its (device, inode), which a log names."""
     store = SqliteCheckpointer(db)
     await store.get("t")
-    identity = store._identity
+    identity = store.writer.identity
     await store.aclose()
     assert identity is not None
     return identity
@@ -140,8 +140,8 @@ async def test_a_record_folded_before_the_crash_is_not_folded_again_over_a_newer
     db = tmp_path / "state.db"
     store = SqliteCheckpointer(db)
     await store.get("t")
-    assert store._identity is not None
-    log = AppendLog(db, store._identity)
+    assert store.writer.identity is not None
+    log = AppendLog(db, store.writer.identity)
     for i in range(3):
         log.append(i + 1, [("t", "", f"{i}", None, b"old", "{}")])
     log.close(remove=False)
@@ -175,7 +175,7 @@ async def test_a_live_checkpointers_log_is_left_to_it_and_folded_for_others_soon
     assert writer.folds == 0 and rows_in_file(db, "SELECT count(*) FROM checkpoints") == 1
     reader = SqliteCheckpointer(db)
     await reader.get("t", "", "1")  # opened: it folds orphan logs, and must leave the writer's alone
-    assert writer._log is not None and writer._log.path.exists(), "a live checkpointer's log was taken"
+    assert writer.appends.log is not None and writer.appends.log.path.exists(), "a live checkpointer's log was taken"
     await asyncio.sleep(FOLD_AFTER * 2)
     assert writer.folds == 1
     found = await reader.get("t", "", "1")
@@ -187,7 +187,7 @@ async def test_a_live_checkpointers_log_is_left_to_it_and_folded_for_others_soon
 
 async def test_appends_in_a_row_fold_once_they_pause_and_at_the_latest_fold_within_after_the_oldest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ringzero.checkpointers.sqlite import checkpointer as sqlite
+    from ringzero.checkpointers.sqlite import folds as sqlite
 
     monkeypatch.setattr(sqlite, "FOLD_AFTER", 0.3)  # long enough that this machine's stalls do not matter
     monkeypatch.setattr(sqlite, "FOLD_WITHIN", 3600.0)
@@ -247,7 +247,7 @@ async def test_the_log_folds_every_fold_every_records_and_before_this_stores_own
     for i in range(FOLD_EVERY + 1):  # the first commits; the rest, past RESTART_AFTER bytes, are folded
         await store.append(Checkpoint("t", "", f"{i:04d}", b"x" * (RESTART_AFTER // FOLD_EVERY)))
     assert store.folds == 1 and rows_in_file(db, "SELECT count(*) FROM checkpoints") == FOLD_EVERY + 1
-    assert store._log is not None and store._log.path.stat().st_size < 100, "the log did not start over"
+    assert store.appends.log is not None and store.appends.log.path.stat().st_size < 100, "the log did not start over"
     await store.append(Checkpoint("t", "", "late", b"y"))
     got = await store.get("t", "", "late")  # this store's read comes after its append
     assert got is not None and got.payload == b"y" and store.folds == 2
@@ -262,7 +262,7 @@ async def test_a_fold_that_cannot_take_the_lock_fails_the_read_waiting_for_it_an
     store = SqliteCheckpointer(db, busy_timeout=0.2)
     await store.append(Checkpoint("t", "", "0", b"zero"))
     await store.append(Checkpoint("t", "", "1", b"one"))
-    assert store._unfolded, "the append in a row did not go to the log"
+    assert store.appends.unfolded, "the append in a row did not go to the log"
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -283,7 +283,7 @@ async def test_records_piled_up_past_fold_here_at_most_are_folded_on_the_waiting
     connection holds). Folded on the loop's thread, 48,000 of them (10,000 processes woken at
     once) stalled every process for 280 ms; past ``FOLD_HERE_AT_MOST`` rows the fold goes to
     the waiting thread, and every record still reaches the file, in order."""
-    from ringzero.checkpointers.sqlite.checkpointer import FOLD_HERE_AT_MOST
+    from ringzero.checkpointers.sqlite.folds import FOLD_HERE_AT_MOST
 
     db = tmp_path / "pile.db"
     store = SqliteCheckpointer(db)
@@ -293,20 +293,21 @@ async def test_records_piled_up_past_fold_here_at_most_are_folded_on_the_waiting
     total = FOLD_HERE_AT_MOST + 2 * FOLD_EVERY
     for i in range(total):  # no turn of the loop between them: the drain job cannot even start
         await store.append(Checkpoint(f"t{i % 7}", "", f"{i:06d}", b"x" * 10))
-    first = store._folding
-    assert first is not None and len(first.entries) < FOLD_EVERY * 2 and len(store._unfolded) > FOLD_HERE_AT_MOST
+    first = store.appends.folding
+    assert first is not None and len(first.entries) < FOLD_EVERY * 2 and len(store.appends.unfolded) > FOLD_HERE_AT_MOST
     holder.execute("COMMIT")
     holder.close()
     deadline = asyncio.get_running_loop().time() + 5
-    while store._folding in (None, first) and store._unfolded and asyncio.get_running_loop().time() < deadline:
+    appends = store.appends
+    while appends.folding in (None, first) and appends.unfolded and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.001)  # the first fold commits; the pile's fold (the fold timer's) starts
-    pile = store._folding
+    pile = store.appends.folding
     assert pile is not None and pile is not first, "the pile was folded on the loop's thread"
-    assert len(pile.entries) > FOLD_HERE_AT_MOST and store._slow == 1
+    assert len(pile.entries) > FOLD_HERE_AT_MOST and store.writer.slow == 1
     folds = store.folds
     await store.append(Checkpoint("t0", "", "last", b"y"))  # waits in the log for the fold after
     await store.get("t0", "", "last")  # a read of its thread waits for the fold
-    assert store.folds == folds + 2 and store._slow == 0 and not store._unfolded
+    assert store.folds == folds + 2 and store.writer.slow == 0 and not store.appends.unfolded
     assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id LIKE 't%'") == total + 2
     await store.append(Checkpoint("t1", "", "after", b"z"))  # and appends go on as before
     await store.aclose()
@@ -324,15 +325,15 @@ async def test_an_append_after_another_write_commits_and_appends_in_a_row_go_to_
 
     await store.put(Checkpoint("s", "", "status", b"one"))
     await store.append(Checkpoint("t", "", "0", b"x"))
-    assert in_file() == 1 and store._log is None, "an append after a put went to a log"
+    assert in_file() == 1 and store.appends.log is None, "an append after a put went to a log"
     await store.append(Checkpoint("t", "", "1", b"x"))
     await store.append(Checkpoint("t", "", "2", b"x"))
-    assert in_file() == 1 and len(store._unfolded) == 2, "appends in a row were committed one by one"
+    assert in_file() == 1 and len(store.appends.unfolded) == 2, "appends in a row were committed one by one"
     commits = store.commits
     await store.put(Checkpoint("s", "", "status", b"two"))  # the two records go in its transaction
     assert in_file() == 3 and store.folds == 1 and store.commits == commits + 1
     await store.append(Checkpoint("t", "", "3", b"x"))
-    assert in_file() == 4 and not store._unfolded and store.commits == commits + 2
+    assert in_file() == 4 and not store.appends.unfolded and store.commits == commits + 2
     await store.aclose()
     assert logs(db) == []
 
@@ -349,7 +350,7 @@ async def test_in_a_burst_of_appends_after_another_write_only_the_first_commits_
     burst = FOLD_EVERY - 2  # folded only later
     await asyncio.gather(*(store.append(Checkpoint("t", "", f"{i:03d}", b"x")) for i in range(burst)))
     assert rows_in_file(db, "SELECT count(*) FROM checkpoints WHERE thread_id='t'") == 1
-    assert len(store._unfolded) == burst - 1, "the appends of the burst waited for the group commit"
+    assert len(store.appends.unfolded) == burst - 1, "the appends of the burst waited for the group commit"
     assert [cp.id async for cp in store.list("t")] == [f"{i:03d}" for i in reversed(range(burst))]
     await store.aclose()
 
@@ -364,11 +365,11 @@ async def test_a_read_of_another_thread_leaves_the_log_unfolded_and_a_read_of_it
     await store.append(Checkpoint("t", "", "1", b"one"))  # after a put: committed
     await store.append(Checkpoint("t", "", "2", b"two"))
     await store.append_writes("t", "", "2", [PendingWrite("task", "out", b"w")])
-    assert len(store._unfolded) == 2 and store.folds == 0
+    assert len(store.appends.unfolded) == 2 and store.folds == 0
     other = await store.get("other")
     assert other is not None and other.payload == b"o"
     assert [cp.id async for cp in store.list("other")] == ["1"]
-    assert store.folds == 0 and len(store._unfolded) == 2, "a read of another thread folded the log"
+    assert store.folds == 0 and len(store.appends.unfolded) == 2, "a read of another thread folded the log"
     got = await store.get("t")
     assert got is not None and got.id == "2" and [w.value for w in got.writes] == [b"w"] and store.folds == 1
     await store.append(Checkpoint("t", "", "3", b"three"))
@@ -525,17 +526,17 @@ async def test_after_a_failed_log_write_appends_commit_and_nothing_follows_the_t
     store = SqliteCheckpointer(tmp_path / "full.db")
     await store.append(Checkpoint("t", "", "first", b"x"))
     await store.append(Checkpoint("t", "", "second", b"x"))  # in the log
-    assert store._log is not None
-    log_size = store._log.size
+    assert store.appends.log is not None
+    log_size = store.appends.log.size
 
     def disk_full(data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    store._log._write = disk_full  # type: ignore[method-assign]
+    store.appends.log._write = disk_full  # type: ignore[method-assign]
     with pytest.raises(CheckpointerError, match="writing its append log"):
         await store.append(Checkpoint("t", "", "third", b"x"))
     commits = store.commits
     await store.append(Checkpoint("t", "", "fourth", b"x"))  # committed: the log may end in a torn record
-    assert store.commits > commits and store._log.size == log_size
+    assert store.commits > commits and store.appends.log.size == log_size
     assert [cp.id async for cp in store.list("t")] == ["second", "fourth", "first"]
     await store.aclose()

@@ -160,7 +160,7 @@ async def test_a_write_lock_held_by_another_connection_hands_writes_off_without_
     assert (await store.get("t", "", "0001")).payload == b"last word"  # type: ignore[union-attr]
     assert len([c async for c in store.list("t")]) == 30
     await store.put(Checkpoint("t", "", "0100", b"after"))  # and the fast path is back
-    assert store._slow == 0
+    assert store.writer.slow == 0
     await store.aclose()
     other.close()
 
@@ -175,9 +175,9 @@ async def test_wal_checkpoints_run_off_the_loop_and_keep_the_wal_bounded(tmp_pat
     for i in range(CHECKPOINT_EVERY * 8):  # about two pages a commit: 16,000 pages without a restart
         await store.put(Checkpoint("t", "", f"{i:06d}", b"x" * 200))
     deadline = time.monotonic() + 10
-    while store._wal.runs < 2 and time.monotonic() < deadline:
+    while store.writer.wal.runs < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
-    assert store._wal.runs >= 2  # a slow machine may merge requests that come while one runs
+    assert store.writer.wal.runs >= 2  # a slow machine may merge requests that come while one runs
     wal_pages = (wal.stat().st_size - 32) // (4096 + 24)  # the file keeps its largest size
     assert wal_pages < CHECKPOINT_EVERY * 8, f"the WAL grew to {wal_pages} pages: checkpoints did not let it restart"
     assert len([c async for c in store.list("t")]) == CHECKPOINT_EVERY * 8
@@ -204,9 +204,10 @@ async def test_the_append_logs_folds_count_their_rows_toward_a_wal_checkpoint(tm
         for i in range((owed - 1) * CHECKPOINT_EVERY, owed * CHECKPOINT_EVERY):
             await store.append(Checkpoint(f"t{i % 97}", "", f"{i:06d}", b"x" * 1000))
         deadline = time.monotonic() + 10
-        while store._wal.runs < owed and time.monotonic() < deadline:
+        while store.writer.wal.runs < owed and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        assert store._wal.runs >= owed, (f"{owed * CHECKPOINT_EVERY} rows folded and {store._wal.runs} checkpoints: "
+        runs = store.writer.wal.runs
+        assert runs >= owed, (f"{owed * CHECKPOINT_EVERY} rows folded and {runs} checkpoints: "
                                          "folds of 64 rows each were counted as one commit toward a checkpoint")
     # a round: 15 folds of 64 rows or more, and a timer's of the rest
     assert store.commits < rounds * CHECKPOINT_EVERY // 64 * 2
@@ -225,17 +226,17 @@ async def test_writes_keep_off_the_write_lock_while_a_restart_checkpoint_wants_i
 
     store = SqliteCheckpointer(tmp_path / "restart.db")
     await store.put(Checkpoint("t", "", "000000", b"first"))
-    wal = store._wal
+    wal = store.writer.wal
     wal._restarted.clear()
     wal.restarting = True  # as the checkpoint thread does before its RESTART
     write = asyncio.ensure_future(store.put(Checkpoint("t", "", "000001", b"second")))
     await asyncio.sleep(0.2)
     assert not write.done(), "a write committed on the loop's thread while the RESTART checkpoint wanted the lock"
-    assert store._slow == 1
+    assert store.writer.slow == 1
     wal.restarting = False
     wal._restarted.set()
     await asyncio.wait_for(write, 5)
-    assert store._slow == 0
+    assert store.writer.slow == 0
     assert [c.id async for c in store.list("t")] == ["000001", "000000"]
     await store.aclose()
 
@@ -251,14 +252,14 @@ async def test_writers_go_back_to_the_fast_path_once_a_held_lock_is_let_go(tmp_p
     store = SqliteCheckpointer(db)
     await store.put(Checkpoint("t", "", "000000", b"first"))
     drains = 0
-    drain = store._drain
+    drain = store.writer.drain
 
     def counted(*args: object, **kwargs: object) -> bool:
         nonlocal drains
         drains += 1
         return drain(*args, **kwargs)  # type: ignore[arg-type]
 
-    store._drain = counted  # type: ignore[method-assign]
+    store.writer.drain = counted  # type: ignore[method-assign]
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process's writer, holding the lock
 
@@ -272,6 +273,6 @@ async def test_writers_go_back_to_the_fast_path_once_a_held_lock_is_let_go(tmp_p
     await writers
     holder.close()
     assert len([c async for c in store.list("t")]) == 1 + 50 * 40
-    assert store._slow == 0
+    assert store.writer.slow == 0
     assert drains < 20, f"{drains} round trips to the waiting thread for 2,000 writes"
     await store.aclose()

@@ -67,7 +67,7 @@ async def test_memory_search_and_namespaces_do_not_read_the_process_records(chec
 @asynccontextmanager
 async def sql_trace(store: SqliteCheckpointer) -> AsyncIterator[list[str]]:
     """Every statement the store's connection runs while inside (expanded, with its values)."""
-    db = store._db
+    db = store.writer.db
     assert db is not None
     statements: list[str] = []
     await db.call(lambda conn: conn.set_trace_callback(statements.append))  # on the waiting thread

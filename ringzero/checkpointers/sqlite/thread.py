@@ -15,7 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["WaitingThread"]
+__all__ = ["THREAD_NAME", "WaitingThread"]
+
+THREAD_NAME = "ringzero-sqlite"
+"""The name the waiting threads start with."""
 
 T = TypeVar("T")
 
@@ -26,7 +29,7 @@ class WaitingThread:
     def __init__(self, path: Path, *, busy_ms: int) -> None:
         self._path = path
         self._busy_ms = busy_ms
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ringzero-sqlite-{path.name}")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{THREAD_NAME}-{path.name}")
         self._conn: sqlite3.Connection | None = None
 
     async def open(self) -> None:
@@ -64,4 +67,4 @@ class WaitingThread:
 
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._pool, close, self._conn)
-        self._pool.shutdown(wait=False)
+        self._pool.shutdown(wait=True)  # idle now: its thread ends at once
