@@ -113,3 +113,20 @@ async def test_a_program_may_install_its_own_default_backends(tmp_path: Path) ->
     finally:
         backends.install(BuiltInBackends())
     assert not (tmp_path / "state.db").exists()
+
+
+async def test_a_checkpointer_declaring_append_without_its_methods_is_refused_when_the_kernel_is_built(
+        tmp_path: Path) -> None:
+    """A capability is a promise of methods: one that is missing is named when the kernel is
+    built, not found at the first write that needs it."""
+    import dataclasses
+
+    from ringzero.checkpointers import MemoryCheckpointer
+    from ringzero.core.errors import InvalidArgument
+
+    class Promises(MemoryCheckpointer):
+        capabilities = dataclasses.replace(MemoryCheckpointer.capabilities, append=True)
+
+    with pytest.raises(InvalidArgument, match=r"declares capabilities.append but has no append, append_many, "
+                                              r"append_writes: implement ringzero.core.protocols.Appending"):
+        ringzero.Kernel(checkpointer=Promises(), state_dir=tmp_path)

@@ -26,7 +26,7 @@ from ringzero.adapters._graph_guard import lives_in_memory, refuse_in_process
 from ringzero.checkpointers import open_checkpointer
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.loops import Closing, LoopHome, forward
-from ringzero.core.protocols import Checkpointer
+from ringzero.core.protocols import Appending, Checkpointer, check_checkpointer_parts
 from ringzero.core.store import KERNEL_THREADS
 from ringzero.core.types import Checkpoint as Record
 from ringzero.core.types import PendingWrite
@@ -66,16 +66,18 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             raise InvalidArgument(f"KernelSaver needs a ringzero Checkpointer, not {checkpointer!r}")
         self.checkpointer = checkpointer
         """The ringzero Checkpointer the graph's checkpoints are kept in."""
-        appends = getattr(checkpointer, "capabilities", None) is not None and checkpointer.capabilities.append
+        check_checkpointer_parts(checkpointer)
+        capabilities = getattr(checkpointer, "capabilities", None)
+        appending = checkpointer if capabilities is not None and capabilities.append \
+            and isinstance(checkpointer, Appending) else None
         self._put_checkpoint: Callable[[Record], Awaitable[None]] = \
-            getattr(checkpointer, "append", checkpointer.put) if appends else checkpointer.put
+            checkpointer.put if appending is None else appending.append
         self._put_pending: Callable[[str, str, str, Sequence[PendingWrite]], Awaitable[None]] = \
-            getattr(checkpointer, "append_writes", checkpointer.put_writes) if appends else checkpointer.put_writes
+            checkpointer.put_writes if appending is None else appending.append_writes
         """A graph's checkpoints and writes, written as it steps and read back by a later
         ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
-        ``write()`` each into its append log, folded in one commit once the appends pause for
-        5 ms (within 50 ms while they go on), or before this
-        saver's next read of the thread; another process sees them once folded)."""
+        ``write()`` each into its append log, folded in one commit once the appends pause, or
+        before this saver's next read of the thread; another process sees them once folded)."""
         self._home = LoopHome("KernelSaver")
         self._owns_checkpointer = False
         self._outlives_processes = not lives_in_memory(self)

@@ -233,7 +233,7 @@ class Context:
         summary = f"{len(request.messages)} messages to {provider}" if last is None else \
             f"{len(request.messages)} messages to {provider}, last {last.role} {trimmed(last.content, 50)}"
         telemetry = process.runtime.telemetry
-        about = None if telemetry is None else (
+        about = None if not telemetry.enabled else (
             lambda: telemetry.llm_about(process.runtime.gates.get(provider), provider, request))
         outcome = await process.syscall("llm", None, summary, live, needs=_LLM_NEEDS,
                                         fp=llm_fingerprint(provider, request), about=about)

@@ -139,7 +139,8 @@ class Kernel:
         set globally; None where there are neither (or no ``ringzero[otel]``). Prompts and
         completions go on spans only with ``capture_content=True`` (or
         ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``)."""
-        return self.runtime.telemetry
+        telemetry = self.runtime.telemetry
+        return telemetry if isinstance(telemetry, Telemetry) else None
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Kernel:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ringzero.core.errors import InvalidArgument
 from ringzero.core.ids import time_ordered_id
-from ringzero.core.protocols import Checkpointer
+from ringzero.core.protocols import Checkpointer, MemoryIndexed
 from ringzero.core.ranking import Embed, rank, words
 from ringzero.core.types import JSON, Checkpoint, ensure_json
 
@@ -116,8 +116,8 @@ class MemoryStore:
     def __init__(self, checkpointer: Checkpointer, *, embed: Embed | None = None) -> None:
         self.checkpointer = checkpointer
         self.embed = embed
-        own = getattr(checkpointer, "memory_index", None)
-        self.index: MemoryIndex = own() if callable(own) else RecordMemoryIndex(checkpointer)
+        self.index: MemoryIndex = checkpointer.memory_index() if isinstance(checkpointer, MemoryIndexed) \
+            else RecordMemoryIndex(checkpointer)
         """Where the memories are kept: the store's own index, or protocol records."""
 
     async def put(self, namespace: str, key: str, value: JSON) -> Memory:

@@ -124,8 +124,7 @@ class Process:
         self._watchdog: asyncio.TimerHandle | None = None
         self.span: Any = None
         """The process's OpenTelemetry span while it runs (``ringzero.core.telemetry``)."""
-        telemetry = runtime.telemetry
-        self._span_parent: Any = telemetry.current_context() if telemetry is not None else None
+        self._span_parent: Any = runtime.telemetry.current_context()
         """Where the span goes: under the context the spawn was made in."""
         self._status_write: asyncio.Future[None] | None = None
         """The status write in flight (see ``write_status``)."""
@@ -214,7 +213,7 @@ class Process:
     def start(self) -> None:
         # Without telemetry the task runs _run itself: one coroutine fewer in the await chain
         # every idle process holds.
-        main = self._run() if self.runtime.telemetry is None else self._run_in_span()
+        main = self._run_in_span() if self.runtime.telemetry.enabled else self._run()
         self.task = asyncio.get_running_loop().create_task(main, name=f"ringzero-pid-{self.pid}")
 
     async def _set(self, status: ProcessStatus, detail: str = "") -> None:
@@ -363,14 +362,13 @@ class Process:
         """``_run`` inside the process's span."""
         self._entered = True
         telemetry = self.runtime.telemetry
-        if telemetry is not None:
-            self.span = telemetry.process_started(self, self._span_parent)
+        self.span = telemetry.process_started(self, self._span_parent)
         try:
             await self._run()
         finally:
             if self.span is not None:
                 span, self.span = self.span, None
-                telemetry.process_ended(span, self)  # type: ignore[union-attr]
+                telemetry.process_ended(span, self)
 
     async def _run(self) -> None:
         self._entered = True
@@ -571,22 +569,28 @@ class Process:
             try:
                 if self.journal.owner is not None:
                     await self.journal.check_owner()
-                if self.runtime.telemetry is None and waits:
-                    # recv, sleep, wait: the kernel's own code, which makes no syscall, so it is
-                    # not marked as running live (a token less held by every idle process)
-                    await self._wait_begins()
-                    waiting = live()
-                    del live  # the bound method (``Mailbox.receive``): an object less per idle process
-                    outcome = await waiting
-                    await self._wait_ends()
-                elif self.runtime.telemetry is None:
-                    token = RUNNING_LIVE.set(self)
-                    try:
-                        outcome = await live()
-                    finally:
-                        RUNNING_LIVE.reset(token)
-                else:
-                    outcome = await self._traced(kind, seq, summary, live, waits, about)
+                # Live, inside its span where telemetry is on. A waiting syscall (recv, sleep,
+                # wait) runs the kernel's own code, which makes no syscall, so it is not marked
+                # as running live (a token less held by every idle process).
+                telemetry = self.runtime.telemetry
+                opened = telemetry.syscall_opened(self, kind, seq, summary, about)
+                try:
+                    if waits:
+                        await self._wait_begins()
+                        waiting = live()
+                        del live  # the bound method (``Mailbox.receive``): an object less per idle process
+                        outcome = await waiting
+                        await self._wait_ends()
+                    else:
+                        token = RUNNING_LIVE.set(self)
+                        try:
+                            outcome = await live()
+                        finally:
+                            RUNNING_LIVE.reset(token)
+                except BaseException as exc:
+                    telemetry.syscall_closed(opened, self, kind, None, exc)
+                    raise
+                telemetry.syscall_closed(opened, self, kind, outcome, None)
                 outcome = await self.journal.record(seq, kind, fp, summary, outcome)
             except CheckpointerError as exc:
                 # The store could not record the syscall (or what it needed): the program must not
@@ -601,7 +605,7 @@ class Process:
                 if self.in_syscall is current:
                     self.in_syscall = None
         elif self.span is not None:
-            self.runtime.telemetry.replayed(self.span, kind, seq)  # type: ignore[union-attr]
+            self.runtime.telemetry.replayed(self.span, kind, seq)
         return outcome
 
     def _as_effect(self, slot: str, kind: str, fp: str, summary: str, live: Callable[[], Awaitable[Outcome]],
@@ -625,31 +629,6 @@ class Process:
             return {**outcome, "rerun": "in_doubt"} if rerun else outcome
 
         return run
-
-    async def _traced(self, kind: str, seq: int, summary: str, live: Callable[[], Awaitable[Outcome]],
-                      waits: bool, about: Callable[[], dict[str, Any]] | None) -> Outcome:
-        """A live syscall inside its span, with its metrics (``ringzero.core.telemetry``)."""
-        telemetry = self.runtime.telemetry
-        assert telemetry is not None
-        attributes = about() if about is not None else None
-        started = time.monotonic()
-        span, entered = telemetry.syscall_started(self, kind, seq, summary, attributes)
-        token = RUNNING_LIVE.set(self)
-        try:
-            if waits:
-                await self._wait_begins()
-            outcome = await live()
-            if waits:
-                await self._wait_ends()
-        except BaseException as exc:
-            telemetry.syscall_raised(span, exc)
-            raise
-        else:
-            telemetry.syscall_ended(span, self, kind, outcome, started, attributes)
-        finally:
-            RUNNING_LIVE.reset(token)
-            telemetry.leave(span, entered)
-        return outcome
 
     def _charge_step(self) -> None:
         meter = self.meter

@@ -14,16 +14,20 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ringzero.core.types import JSON, Checkpoint, ExecLimits, ExecResult, LLMRequest, LLMResponse, PendingWrite
 
 __all__ = [
+    "Appending",
+    "Batching",
     "Checkpointer",
     "CheckpointerCapabilities",
     "Executor",
     "ExecutorCapabilities",
     "Isolation",
     "LLMProvider",
+    "MemoryIndexed",
     "ProviderCapabilities",
     "Scheduler",
     "SchedulerCapabilities",
     "Tool",
+    "check_checkpointer_parts",
 ]
 
 Isolation = Literal["none", "interpreter", "process", "microvm"]
@@ -190,6 +194,54 @@ class Checkpointer(Protocol):
     async def aclose(self) -> None:
         """Close connections. Idempotent."""
         ...
+
+
+@runtime_checkable
+class Batching(Protocol):
+    """What a checkpointer declaring ``capabilities.put_many`` implements."""
+
+    async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """Store each, in order, in one atomic step. Raises CheckpointerError."""
+        ...
+
+
+@runtime_checkable
+class Appending(Protocol):
+    """What a checkpointer declaring ``capabilities.append`` implements (see there)."""
+
+    async def append(self, checkpoint: Checkpoint) -> None: ...
+
+    async def append_many(self, checkpoints: Sequence[Checkpoint]) -> None: ...
+
+    async def append_writes(
+        self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
+    ) -> None: ...
+
+
+@runtime_checkable
+class MemoryIndexed(Protocol):
+    """A checkpointer that keeps long-term memory in an index of its own (SQLite's FTS5,
+    PostgreSQL's full-text search) rather than as checkpoint records: ``memory_index()``
+    returns a ``ringzero.core.memory.MemoryIndex``."""
+
+    def memory_index(self) -> Any: ...
+
+
+def check_checkpointer_parts(checkpointer: Checkpointer) -> None:
+    """Raise ``InvalidArgument`` where ``checkpointer`` declares a capability whose methods it
+    lacks: found when the kernel is built, not at the first write that needs them."""
+    from ringzero.core.errors import InvalidArgument
+
+    capabilities = getattr(checkpointer, "capabilities", None)
+    if capabilities is None:
+        return  # not a Checkpointer at all: its caller says so
+    for flag, protocol in (("put_many", Batching), ("append", Appending)):
+        if getattr(capabilities, flag) and not isinstance(checkpointer, protocol):
+            missing = [name for name in ("put_many", "append", "append_many", "append_writes")
+                       if hasattr(protocol, name) and not callable(getattr(checkpointer, name, None))]
+            raise InvalidArgument(f"{type(checkpointer).__name__} declares capabilities.{flag} but has no "
+                                  f"{', '.join(missing)}: implement ringzero.core.protocols.{protocol.__name__}, "
+                                  "or leave the capability off")
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from ringzero.core.protocols import Checkpointer, Executor, Scheduler, Tool
 from ringzero.core.references import program_reference
 from ringzero.core.remote import RemoteProcessHandle
 from ringzero.core.store import ProcessRecord
-from ringzero.core.telemetry import Telemetry
+from ringzero.core.telemetry import NO_TELEMETRY, NoTelemetry, Telemetry
 from ringzero.core.timeouts import retrieved, shielded, started_eagerly
 from ringzero.core.transitions import TransitionWriter
 from ringzero.core.types import JSON, Limits, StopReason, ensure_json, json_size
@@ -82,8 +82,9 @@ class Runtime:
         self.transitions = TransitionWriter(checkpointer)
         self.pids = PidAllocator(self.store, node=cluster.node, owner=self._pid_owner)
         self.monitor: Monitor | None = None
-        self.telemetry: Telemetry | None = None
-        """Spans and metrics, set at ``start`` (None where there are no OpenTelemetry providers)."""
+        self.telemetry: NoTelemetry = NO_TELEMETRY
+        """Spans and metrics, set at ``start`` (``NO_TELEMETRY`` where there are no OpenTelemetry
+        providers)."""
         self.closed = False
         self._started = False
         self._telemetry_from = telemetry_from
@@ -96,7 +97,7 @@ class Runtime:
         self._started = True
         tracer_provider, meter_provider, capture_content = self._telemetry_from
         self.telemetry = Telemetry.detect(tracer_provider, meter_provider, capture_content,
-                                          lambda: Counter(p.status.value for p in self.procs.values()))
+                                          lambda: Counter(p.status.value for p in self.procs.values())) or NO_TELEMETRY
         await self.pids.start()
 
     def _pid_owner(self) -> str:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringzero.core.errors import CheckpointerError
-from ringzero.core.protocols import Checkpointer
+from ringzero.core.protocols import Appending, Batching, Checkpointer, check_checkpointer_parts
 from ringzero.core.types import JSON, NO_METADATA, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
 
 __all__ = ["Effects", "JournalEntry", "KernelStore", "ProcessRecord", "dumps", "effect_id", "effect_key", "loads"]
@@ -204,14 +204,16 @@ class KernelStore:
     """Reads and writes the kernel's records through any Checkpointer."""
 
     def __init__(self, checkpointer: Checkpointer) -> None:
+        check_checkpointer_parts(checkpointer)
         self.checkpointer = checkpointer
+        capabilities = checkpointer.capabilities
         self._put_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \
-            getattr(checkpointer, "put_many", None) if checkpointer.capabilities.put_many else None
-        appends = checkpointer.capabilities.append
+            checkpointer.put_many if capabilities.put_many and isinstance(checkpointer, Batching) else None
+        appending = checkpointer if capabilities.append and isinstance(checkpointer, Appending) else None
         self._append_row: Callable[[Checkpoint], Awaitable[None]] = \
-            getattr(checkpointer, "append", checkpointer.put) if appends else checkpointer.put
+            checkpointer.put if appending is None else appending.append
         self._append_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \
-            getattr(checkpointer, "append_many", None) if appends else None
+            None if appending is None else appending.append_many
         """Where the store appends (``capabilities.append``, SQLite): every record only this
         store, or recovery after a crash, reads back goes that way (journal, mail, transitions,
         status, state; a new process's record where its pid came from a block the kernel holds),

@@ -4,7 +4,8 @@ The library uses only opentelemetry-api, as libraries should: the SDK, its expor
 where they send are the application's choice. A kernel finds the tracer and meter providers
 when it starts (``Kernel(tracer_provider=..., meter_provider=...)``, else the global ones an
 application set with ``trace.set_tracer_provider``); with neither, or without the package,
-``kernel.telemetry`` is None and each syscall pays one ``is None`` check.
+``kernel.telemetry`` is None and the kernel's syscalls call ``NoTelemetry``, whose methods do
+nothing: one syscall path either way.
 
 What is recorded:
 
@@ -70,8 +71,45 @@ def _providers(tracer_provider: Any, meter_provider: Any) -> tuple[Any, Any] | N
     return tracer_provider, meter_provider
 
 
-class Telemetry:
+class NoTelemetry:
+    """Telemetry off: every method does nothing (the syscall path calls them either way)."""
+
+    enabled = False
+
+    def process_started(self, process: Process, parent: Any) -> Any:
+        return None
+
+    def process_ended(self, span: Any, process: Process) -> None:
+        return None
+
+    def replayed(self, span: Any, kind: str, seq: int) -> None:
+        return None
+
+    def current_context(self) -> Any:
+        return None
+
+    def syscall_opened(self, process: Process, kind: str, seq: int, summary: str,
+                       about: Callable[[], Mapping[str, Any]] | None) -> Any:
+        """What ``syscall_closed`` needs of a live syscall's span (None: no span)."""
+        return None
+
+    def syscall_closed(self, opened: Any, process: Process, kind: str, outcome: Mapping[str, JSON] | None,
+                       raised: BaseException | None) -> None:
+        """The syscall ended with ``outcome``, or ``raised``."""
+        return None
+
+    def llm_about(self, gate: Any, name: str, request: Any) -> dict[str, Any]:
+        """The attributes of an LLM call's span (none without telemetry)."""
+        return {}
+
+
+NO_TELEMETRY = NoTelemetry()
+
+
+class Telemetry(NoTelemetry):
     """One kernel's tracer, meter and instruments (see the module's docstring)."""
+
+    enabled = True
 
     def __init__(self, tracer_provider: Any, meter_provider: Any, *, capture_content: bool,
                  count_processes: Callable[[], Counter[str]]) -> None:
@@ -165,6 +203,23 @@ class Telemetry:
             span.add_event("ringzero.syscall.replayed", {"ringzero.syscall.kind": kind, "ringzero.syscall.seq": seq})
 
     # ------------------------------------------------------------------- syscalls
+    def syscall_opened(self, process: Process, kind: str, seq: int, summary: str,
+                       about: Callable[[], Mapping[str, Any]] | None) -> Any:
+        attributes = about() if about is not None else None
+        span, entered = self.syscall_started(process, kind, seq, summary, attributes)
+        return span, entered, time.monotonic(), attributes
+
+    def syscall_closed(self, opened: Any, process: Process, kind: str, outcome: Mapping[str, JSON] | None,
+                       raised: BaseException | None) -> None:
+        span, entered, started, attributes = opened
+        try:
+            if raised is not None:
+                self.syscall_raised(span, raised)
+            elif outcome is not None:
+                self.syscall_ended(span, process, kind, outcome, started, attributes)
+        finally:
+            self.leave(span, entered)
+
     def current_context(self) -> Any:
         """The OpenTelemetry context now (where a new process's span will go)."""
         from opentelemetry import context
