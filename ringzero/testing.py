@@ -18,6 +18,7 @@ from typing import Any, Union
 
 from ringzero.checkpointers.memory import MemoryCheckpointer
 from ringzero.core.errors import BadRequest, InvalidArgument, ProviderError
+from ringzero.core.loops import run_on
 from ringzero.core.protocols import ExecutorCapabilities, ProviderCapabilities, Tool
 from ringzero.core.timeouts import fail_after
 from ringzero.core.types import (
@@ -185,7 +186,7 @@ def _bridge(name: str, host: HostTools, loop: asyncio.AbstractEventLoop) -> Call
     to the loop and runs as every executor runs a host tool (``HostTools.call``); the code gets
     the tool's own exception."""
     def call(*args: Any, **kwargs: Any) -> Any:
-        ok, outcome = asyncio.run_coroutine_threadsafe(host.call(name, list(args), dict(kwargs)), loop).result()
+        ok, outcome = run_on(loop, host.call(name, list(args), dict(kwargs)), f"the tool {name!r}")
         if not ok:
             raise outcome.original
         return outcome

@@ -19,6 +19,7 @@ from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, ToolFailed
 from ringzero.core.loops import LoopHome
 from ringzero.core.protocols import Executor
+from ringzero.core.routing import route, route_sync
 
 __all__ = ["ExecutorChoice", "call_code", "run_shipped", "shippable_source"]
 
@@ -64,17 +65,12 @@ class ExecutorChoice:
         return self._own
 
     async def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Await ``make()``: inside a kernel process where the caller is, else on the home loop."""
-        if Context.current() is not None:
-            return await make()
-        return await self.home.run(make())
+        """Await ``make()``: inside a kernel process on its loop, else on the home loop."""
+        return await route(lambda ctx: make(), make, self.home)
 
     def run_sync(self, make: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
         """``run`` for sync callers: on the kernel's loop inside a process, else the home loop."""
-        ctx = Context.current()
-        if ctx is not None:
-            return ctx.call_from_thread(make(), what)
-        return self.home.run_sync(make(), what)
+        return route_sync(lambda ctx: make(), make, self.home, what)
 
     def close(self) -> None:
         own, self._own = self._own, None

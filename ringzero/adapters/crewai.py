@@ -38,8 +38,9 @@ from ringzero.core.effects import error_record, retry_safe, served
 from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed, ToolInDoubt
 from ringzero.core.gate import LLMGate
 from ringzero.core.ids import time_ordered_id
-from ringzero.core.loops import LoopHome, forward, running_loop
+from ringzero.core.loops import LoopHome
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
+from ringzero.core.routing import route, route_sync
 from ringzero.core.tokens import estimate_text_tokens
 from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message, json_form, json_problem
 
@@ -178,22 +179,22 @@ def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: 
              journal_name: str) -> ExecResult:
     """Run code from a CrewAI worker thread: inside a kernel process as ``_aexecute`` on the
     process's loop, else on the tool's own loop."""
-    ctx = Context.current()
-    what = f"the sandboxed tool {journal_name!r}"
-    if ctx is None:
-        return runner.run_sync(lambda: runner.get().run(code, inputs=inputs, tools=tools), what)
-    return ctx.call_from_thread(_aexecute(code, inputs, tools, runner, journal_name), what)
+    return route_sync(lambda ctx: _in_process(ctx, code, inputs, tools, runner, journal_name),
+                      lambda: runner.get().run(code, inputs=inputs, tools=tools), runner.home,
+                      f"the sandboxed tool {journal_name!r}")
 
 
 async def _aexecute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: ExecutorChoice,
                     journal_name: str) -> ExecResult:
     """Run code as a journaled syscall inside a kernel process (``ctx.exec`` in the kernel's
     executor, or a tool syscall around a given executor), else on the tool's own loop."""
-    ctx = Context.current()
-    if ctx is None:
-        return await runner.run(lambda: runner.get().run(code, inputs=inputs, tools=tools))
-    if running_loop() is not ctx.loop:  # CrewAI's own loop in a thread of the process
-        return await forward(ctx.loop, _aexecute(code, inputs, tools, runner, journal_name))
+    return await route(lambda ctx: _in_process(ctx, code, inputs, tools, runner, journal_name),
+                       lambda: runner.get().run(code, inputs=inputs, tools=tools), runner.home)
+
+
+async def _in_process(ctx: Context, code: str, inputs: dict[str, Any], tools: dict[str, Tool],
+                      runner: ExecutorChoice, journal_name: str) -> ExecResult:
+    """``_aexecute`` inside a process, on its loop."""
     if runner.given is None:
         return await ctx.exec(code, inputs=inputs, tools=tools)
     given = runner.given
@@ -250,23 +251,15 @@ class KernelLLM(BaseLLM):
     def call(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
              from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> str:
         request = self._request(messages)
-        ctx = Context.current()
-        if ctx is not None:
-            response = ctx.call_from_thread(self._ask_in_process(ctx, request), "KernelLLM.call")
-        else:
-            response = self._own_gate().home.run_sync(self._ask_gate(request), "KernelLLM.call")
+        response = route_sync(lambda ctx: self._ask_in_process(ctx, request), lambda: self._ask_gate(request),
+                              lambda: self._own_gate().home, "KernelLLM.call")
         return self._answer(response)
 
     async def acall(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
                     from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> str:
         request = self._request(messages)
-        ctx = Context.current()
-        if ctx is None:
-            response = await self._ask_gate(request)  # the gate runs it on its own loop
-        elif asyncio.get_running_loop() is ctx.loop:
-            response = await self._ask_in_process(ctx, request)
-        else:
-            response = await forward(ctx.loop, self._ask_in_process(ctx, request))
+        # Outside a process the gate runs it on its own loop.
+        response = await route(lambda ctx: self._ask_in_process(ctx, request), lambda: self._ask_gate(request))
         return self._answer(response)
 
     def get_context_window_size(self) -> int:

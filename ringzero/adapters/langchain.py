@@ -18,8 +18,9 @@ from ringzero.core import errors
 from ringzero.core.context import Context
 from ringzero.core.errors import MissingExtra
 from ringzero.core.gate import LLMGate
-from ringzero.core.loops import Closing
+from ringzero.core.loops import Closing, LoopHome
 from ringzero.core.protocols import LLMProvider, ProviderCapabilities
+from ringzero.core.routing import route, route_sync
 from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
 from ringzero.providers.llm._http import provider_error
 
@@ -126,14 +127,20 @@ class KernelChatModel(Closing, BaseChatModel):
         request = self._request(messages, stop, **kwargs)
         ctx = Context.current()
         if ctx is not None:
-            refuse_persistent_checkpointer(ctx.pid)
-            response = await ctx.llm(list(request.messages), tools=request.tools, model=request.model,
-                                     max_tokens=request.max_tokens, temperature=request.temperature,
-                                     stop=request.stop, provider=self.kernel_provider)
-        elif self.gate is not None:
-            response = await self.gate.complete(request, priority=self.priority)
-        else:
+            refuse_persistent_checkpointer(ctx.pid)  # here, where the graph's config is the current one
+        elif self.gate is None:
             raise errors.NoProvider("KernelChatModel has no provider and is not running inside a kernel process")
+
+        async def in_process(ctx: Context) -> LLMResponse:
+            return await ctx.llm(list(request.messages), tools=request.tools, model=request.model,
+                                 max_tokens=request.max_tokens, temperature=request.temperature,
+                                 stop=request.stop, provider=self.kernel_provider)
+
+        async def elsewhere() -> LLMResponse:
+            assert self.gate is not None
+            return await self.gate.complete(request, priority=self.priority)  # on the gate's own loop
+
+        response = await route(in_process, elsewhere)
         reply = to_langchain(response.message)
         assert isinstance(reply, AIMessage)
         usage = response.usage
@@ -144,13 +151,15 @@ class KernelChatModel(Closing, BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        ctx = Context.current()
-        if ctx is not None:  # a framework's worker thread inside a kernel process
-            refuse_persistent_checkpointer(ctx.pid)  # here, where the graph's config is the current one
-            return ctx.call_from_thread(self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
-        if self.gate is None:
+        if Context.current() is None and self.gate is None:
             raise errors.NoProvider("KernelChatModel has no provider and is not running inside a kernel process")
-        return self.gate.home.run_sync(self._agenerate(messages, stop, **kwargs), "KernelChatModel.invoke")
+        return route_sync(lambda ctx: self._agenerate(messages, stop, **kwargs),
+                          lambda: self._agenerate(messages, stop, **kwargs), lambda: self._gate_home(),
+                          "KernelChatModel.invoke")
+
+    def _gate_home(self) -> LoopHome:
+        assert self.gate is not None
+        return self.gate.home
 
 
 class ChatModelProvider:

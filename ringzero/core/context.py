@@ -139,8 +139,8 @@ class Context:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        """The event loop this process runs on: where a framework's worker thread must send
-        a syscall (``asyncio.run_coroutine_threadsafe(ctx.llm(...), ctx.loop)``)."""
+        """The event loop this process runs on. A framework's worker thread sends a syscall
+        there with ``call_from_thread``."""
         if self._loop is None:
             raise RuntimeError("this process has not started running yet")
         return self._loop

@@ -173,7 +173,7 @@ class Kernel:
             self._loop = running
         elif self._loop is not running:
             raise WrongEventLoop("this kernel runs on the event loop it was started on; call it there (from "
-                                 "another thread, asyncio.run_coroutine_threadsafe(..., loop) reaches it)")
+                                 "another thread, ringzero.core.loops.run_on(loop, ...) reaches it)")
 
     async def aclose(self) -> None:
         """Stop running processes as a host shutdown would (``recover()`` resumes them), then

@@ -10,8 +10,9 @@ loop, a ``LoopHome``:
   from its home.
 - A sync caller (LangChain's ``invoke``, CrewAI's worker threads, a sync LangGraph graph)
   sends its coroutine to the home loop and blocks until it is done. An object that no loop is
-  using yet gets a private loop in a thread (``LoopThread``), which it owns and stops in its
-  ``close()``: no thread outlives the object that started it.
+  using yet lives on the runtime loop: one loop in one thread (``RuntimeLoop``) that every such
+  object shares (twenty savers used from sync code are one thread, not twenty), started by the
+  first and stopped when the last one closes: no thread outlives the objects that use it.
 - What cannot reach its home raises ``WrongEventLoop`` at once instead of hanging: a blocking
   call on the home loop's own thread (it would wait on itself), or a home loop that stopped
   running while the object was busy on it. An idle object whose loop has ended moves to the
@@ -33,7 +34,7 @@ from typing import Any, TypeVar
 from ringzero.core.errors import Closed, WrongEventLoop
 from ringzero.core.timeouts import cancel_and_wait
 
-__all__ = ["Closing", "LoopHome", "LoopThread", "forward", "run_on", "running_loop"]
+__all__ = ["RUNTIME_LOOP", "Closing", "LoopHome", "LoopThread", "RuntimeLoop", "forward", "run_on", "running_loop"]
 
 T = TypeVar("T")
 Self_ = TypeVar("Self_", bound="Closing")
@@ -98,6 +99,14 @@ class LoopThread:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def running_here(self) -> bool:
+        """Whether the calling thread is this loop's own."""
+        return self._loop is not None and running_loop() is self._loop
+
     def start(self) -> asyncio.AbstractEventLoop:
         """The running private loop (started now if it is not)."""
         with self._lock:
@@ -134,13 +143,50 @@ async def _wind_down() -> None:
     await loop.shutdown_default_executor()
 
 
+class RuntimeLoop:
+    """The loop thread ringzero's objects share when no loop of their callers' is their home:
+    started by the first object that needs it, stopped when the last one lets go of it."""
+
+    def __init__(self, name: str) -> None:
+        self._thread = LoopThread(name)
+        self._users = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> asyncio.AbstractEventLoop:
+        """The running loop, for one more user."""
+        with self._lock:
+            self._users += 1
+            return self._thread.start()
+
+    def release(self) -> None:
+        """One user fewer; the last one stops the loop and joins its thread (refused on the
+        loop's own thread, as ``LoopThread.close`` is)."""
+        with self._lock:
+            if self._users == 1 and self._thread.running_here():
+                raise WrongEventLoop("ringzero's runtime loop cannot be stopped from its own thread: close this "
+                                     "object from another thread, or await its aclose()")
+            self._users -= 1
+            if self._users:
+                return
+            stopping, self._thread = self._thread, LoopThread(self._thread.name)
+        stopping.close()  # outside the lock: what winds down there may start the next loop
+
+    @property
+    def users(self) -> int:
+        return self._users
+
+
+RUNTIME_LOOP = RuntimeLoop("ringzero-runtime")
+"""The one runtime loop of this OS process."""
+
+
 class LoopHome:
     """The one event loop an object lives on (see the module's docstring).
 
     ``owner`` names the object in errors. ``idle`` says whether the object holds no state on
     its loop right now (then it may move to another loop once its own is no longer running).
-    ``private=True`` gives the object its own loop thread from the first call, whoever makes
-    it: for objects that must outlive their callers' loops (an agent's kernel).
+    ``private=True`` makes the runtime loop its home from the first call, whoever makes it: for
+    objects that must outlive their callers' loops (an agent's kernel).
     """
 
     def __init__(self, owner: str, idle: Callable[[], bool] = lambda: True, *, private: bool = False) -> None:
@@ -148,7 +194,8 @@ class LoopHome:
         self._idle = idle
         self._always_private = private
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._private: LoopThread | None = None
+        self._on_runtime_loop = False
+        """This object holds the runtime loop (``RUNTIME_LOOP.acquire``), let go at ``close``."""
         self._closed = False
         self._binding = threading.Lock()
 
@@ -213,31 +260,33 @@ class LoopHome:
         return run_on(home, coro, what)
 
     def _start_private(self) -> asyncio.AbstractEventLoop:
-        if self._private is None:
-            self._private = LoopThread(f"ringzero-{self.owner}")
-        self.loop = self._private.start()
+        if not self._on_runtime_loop:
+            self.loop = RUNTIME_LOOP.acquire()
+            self._on_runtime_loop = True
+        assert self.loop is not None
         return self.loop
 
     def close(self) -> None:
-        """Stop the private loop, if one was started; later use raises ``Closed``."""
+        """Let go of the runtime loop, if this object lives on it; later use raises ``Closed``."""
         self._closed = True
-        private, self._private = self._private, None
-        if private is not None:
-            private.close()
+        if self._on_runtime_loop:
+            self._on_runtime_loop = False
+            RUNTIME_LOOP.release()
         self.loop = None
 
     async def aclose(self) -> None:
-        """``close()`` for async callers: the private loop's thread is joined off this loop."""
+        """``close()`` for async callers: the runtime loop's thread, if this was its last user,
+        is joined off this loop."""
         self._closed = True
-        private, self._private = self._private, None
-        if private is not None:
-            await asyncio.to_thread(private.close)
+        if self._on_runtime_loop:
+            self._on_runtime_loop = False
+            await asyncio.to_thread(RUNTIME_LOOP.release)
         self.loop = None
 
     @property
     def owns_loop(self) -> bool:
-        """Whether the home is a private loop this object started (and still runs)."""
-        return self._private is not None and self.loop is not None and self.loop.is_running()
+        """Whether the home is the runtime loop (running), which this object holds."""
+        return self._on_runtime_loop and self.loop is not None and self.loop.is_running()
 
     @property
     def closed(self) -> bool:

@@ -36,13 +36,14 @@ from ringzero.core.journal import Journal
 from ringzero.core.mailbox import Mail
 from ringzero.core.memory import MemoryStore
 from ringzero.core.monitor import Monitor, deliver_elsewhere
+from ringzero.core.no_telemetry import NO_TELEMETRY, NoTelemetry
 from ringzero.core.pids import PidAllocator
 from ringzero.core.process import Process, Program
 from ringzero.core.protocols import Checkpointer, Executor, Scheduler, Tool
 from ringzero.core.references import program_reference
 from ringzero.core.remote import RemoteProcessHandle
 from ringzero.core.store import ProcessRecord
-from ringzero.core.telemetry import NO_TELEMETRY, NoTelemetry, Telemetry
+from ringzero.core.telemetry import Telemetry
 from ringzero.core.timeouts import retrieved, shielded, started_eagerly
 from ringzero.core.transitions import TransitionWriter
 from ringzero.core.types import JSON, Limits, StopReason, ensure_json, json_size

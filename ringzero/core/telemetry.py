@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from ringzero.core.no_telemetry import NoTelemetry
 from ringzero.core.types import JSON
 
 if TYPE_CHECKING:
@@ -69,41 +70,6 @@ def _providers(tracer_provider: Any, meter_provider: Any) -> tuple[Any, Any] | N
     if tracer_provider is None and meter_provider is None:
         return None
     return tracer_provider, meter_provider
-
-
-class NoTelemetry:
-    """Telemetry off: every method does nothing (the syscall path calls them either way)."""
-
-    enabled = False
-
-    def process_started(self, process: Process, parent: Any) -> Any:
-        return None
-
-    def process_ended(self, span: Any, process: Process) -> None:
-        return None
-
-    def replayed(self, span: Any, kind: str, seq: int) -> None:
-        return None
-
-    def current_context(self) -> Any:
-        return None
-
-    def syscall_opened(self, process: Process, kind: str, seq: int, summary: str,
-                       about: Callable[[], Mapping[str, Any]] | None) -> Any:
-        """What ``syscall_closed`` needs of a live syscall's span (None: no span)."""
-        return None
-
-    def syscall_closed(self, opened: Any, process: Process, kind: str, outcome: Mapping[str, JSON] | None,
-                       raised: BaseException | None) -> None:
-        """The syscall ended with ``outcome``, or ``raised``."""
-        return None
-
-    def llm_about(self, gate: Any, name: str, request: Any) -> dict[str, Any]:
-        """The attributes of an LLM call's span (none without telemetry)."""
-        return {}
-
-
-NO_TELEMETRY = NoTelemetry()
 
 
 class Telemetry(NoTelemetry):
