@@ -15,8 +15,6 @@ MAX_LINES = 400
 STILL_OVER = {
     "ringzero/core/process.py",
     "ringzero/core/context.py",
-    "ringzero/core/types.py",
-    "ringzero/core/store.py",
     "ringzero/core/gate.py",
     "ringzero/providers/executors/process.py",
     "ringzero/providers/executors/monty.py",

@@ -18,7 +18,7 @@ import pytest
 from ringzero import Context, Kernel, ProcessStatus
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import CheckpointerError
-from ringzero.core.store import _new_row
+from ringzero.core.records import new_row
 from ringzero.core.timeouts import fail_after
 from ringzero.core.types import Checkpoint
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
@@ -315,7 +315,7 @@ async def test_a_mailbox_emptied_by_recv_lets_its_line_go() -> None:
 def test_a_row_made_without_the_dataclass_init_is_the_checkpoint_the_init_makes() -> None:
     """The kernel's rows skip the frozen dataclass's slow ``__init__`` (``_new_row``): they must
     be the same ``Checkpoint`` in every way a store or a reader uses one."""
-    fast = _new_row("ringzero/process/7", "mailbox", "000000000002", "000000000001", b'{"a":1}', {"priority": 5})
+    fast = new_row("ringzero/process/7", "mailbox", "000000000002", "000000000001", b'{"a":1}', {"priority": 5})
     slow = Checkpoint(thread_id="ringzero/process/7", namespace="mailbox", id="000000000002",
                       parent_id="000000000001", payload=b'{"a":1}', metadata={"priority": 5})
     assert fast == slow and type(fast) is Checkpoint and fast.writes == ()

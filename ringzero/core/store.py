@@ -34,170 +34,34 @@ creation order, as the protocol requires.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from ringzero.core.errors import CheckpointerError
 from ringzero.core.protocols import Appending, Batching, Checkpointer, check_checkpointer_parts
-from ringzero.core.types import JSON, NO_METADATA, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
+from ringzero.core.records import (
+    Effects,
+    JournalEntry,
+    ProcessRecord,
+    dumps,
+    effect_id,
+    effect_key,
+    loads,
+    merged_record,
+    new_row,
+    process_thread,
+    row_key,
+)
+from ringzero.core.types import JSON, NO_METADATA, Checkpoint, strict_json
 
-__all__ = ["Effects", "JournalEntry", "KernelStore", "ProcessRecord", "dumps", "effect_id", "effect_key", "loads"]
+__all__ = ["Effects", "JournalEntry", "KernelStore", "ProcessRecord", "dumps", "effect_id", "effect_key", "loads",
+           "process_thread"]
 
 KERNEL_THREADS = "ringzero/"
 """The prefix of every thread the kernel writes (processes, journals, memory, activity): a
 LangGraph saver sharing the store lists the rest."""
 PROCESS_TABLE = "ringzero/processes"
 PID_BLOCKS = "ringzero/pid-blocks"
-
-
-def dumps(value: Any) -> bytes:
-    """Compact JSON bytes; NaN and infinities are refused (not JSON)."""
-    return strict_json(value).encode()
-
-
-def loads(payload: bytes, where: str) -> Any:
-    try:
-        return json.loads(payload)
-    except ValueError as exc:
-        raise CheckpointerError(f"{where} holds a record that is not ringzero JSON: {exc}") from exc
-
-
-def _new_row(thread_id: str, namespace: str, id: str, parent_id: str | None, payload: bytes,
-             metadata: Mapping[str, JSON]) -> Checkpoint:
-    """``Checkpoint(...)`` with these fields and no writes, without the frozen dataclass's
-    ``__init__``, which sets each field through ``object.__setattr__``: a microsecond less for
-    each of the rows a process writes at every step (its status, state, transitions, mail,
-    journal)."""
-    row = object.__new__(Checkpoint)
-    row.__dict__.update(thread_id=thread_id, namespace=namespace, id=id, parent_id=parent_id, payload=payload,
-                        metadata=metadata, writes=())
-    return row
-
-
-def _key(n: int) -> str:
-    return f"{n:012d}"
-
-
-def process_thread(pid: int) -> str:
-    return f"ringzero/process/{pid}"
-
-
-@dataclass
-class ProcessRecord:
-    """Everything needed to show a process in ``ps`` and to resume it after a crash."""
-
-    pid: int
-    name: str
-    program: str
-    """``module:qualname`` of the program, so that a new host can import it again."""
-    args: Sequence[JSON]
-    """A tuple where the kernel made the record: the empty one is shared, and one of plain
-    values is not tracked by the garbage collector (a list is, in every idle process)."""
-    priority: int
-    limits: Limits
-    parent: int | None = None
-    status: ProcessStatus = ProcessStatus.CREATED
-    stop_reason: StopReason | None = None
-    paused: bool = False
-    result: JSON = None
-    error: dict[str, str] | None = None
-    spent: dict[str, JSON] = field(default_factory=dict)
-    wall_seconds: float = 0.0
-    state: dict[str, JSON] = field(default_factory=dict)
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-    spawn_id: str | None = None
-    """``parent-pid:n`` for the parent's n-th ``ctx.spawn`` in program order: how a resumed
-    parent finds the child it created before a crash cut it off from journaling the spawn."""
-    run_start: dict[str, JSON] | None = None
-    """Where the current run began, for a process that called ``ctx.continue_as_new`` (None
-    for one still in its first run): see ``ringzero.core.new_run.RunStart``."""
-
-    def to_json(self) -> dict[str, JSON]:
-        return {
-            "pid": self.pid,
-            "name": self.name,
-            "program": self.program,
-            "args": list(self.args),
-            "priority": self.priority,
-            "limits": self.limits.to_dict(),
-            "parent": self.parent,
-            "status": self.status.value,
-            "stop_reason": None if self.stop_reason is None else self.stop_reason.value,
-            "paused": self.paused,
-            "result": self.result,
-            "error": self.error,  # type: ignore[dict-item]
-            "spent": self.spent,
-            "wall_seconds": self.wall_seconds,
-            "state": self.state,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            **({"spawn_id": self.spawn_id} if self.spawn_id is not None else {}),
-            **({"run_start": self.run_start} if self.run_start is not None else {}),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProcessRecord:
-        return cls(
-            pid=int(data["pid"]),
-            name=str(data["name"]),
-            program=str(data["program"]),
-            args=list(data.get("args") or []),
-            priority=int(data["priority"]),
-            limits=Limits.from_dict(data.get("limits")),
-            parent=data.get("parent"),
-            status=ProcessStatus(data["status"]),
-            stop_reason=None if data.get("stop_reason") is None else StopReason(data["stop_reason"]),
-            paused=bool(data.get("paused", False)),
-            result=data.get("result"),
-            error=data.get("error"),
-            spent=dict(data.get("spent") or {}),
-            wall_seconds=float(data.get("wall_seconds", 0.0)),
-            state=dict(data.get("state") or {}),
-            created_at=float(data.get("created_at", 0.0)),
-            updated_at=float(data.get("updated_at", 0.0)),
-            spawn_id=data.get("spawn_id"),
-            run_start=data.get("run_start"),
-        )
-
-
-@dataclass(frozen=True)
-class JournalEntry:
-    """One recorded syscall: its kind, a fingerprint of its arguments, and its outcome."""
-
-    seq: int
-    kind: str
-    fingerprint: str
-    summary: str
-    outcome: dict[str, JSON]
-    """``{"value": ...}`` for a result, or ``{"error": {"type", "message", ...}}``."""
-
-
-def effect_id(key: str) -> str:
-    """The row id of an effect's key: ``"7"`` (syscall #7) or ``"7.3"`` (the third tool call
-    that the code of exec #7 made), zero-padded so that ids sort in program order."""
-    slot, _, call = key.partition(".")
-    return f"{int(slot):012d}.{int(call):06d}" if call else f"{int(slot):012d}"
-
-
-def effect_key(row_id: str) -> str:
-    slot, _, call = row_id.partition(".")
-    return f"{int(slot)}.{int(call)}" if call else str(int(slot))
-
-
-@dataclass(frozen=True)
-class Effects:
-    """What a resumed process's store says of its effects: the keys of calls whose intent was
-    recorded (``intents``), and the recorded results of tool calls made by sandboxed code
-    (``calls``, by key ``<slot>.<n>``)."""
-
-    intents: frozenset[str]
-    calls: Mapping[str, JournalEntry]
-
-
 
 
 class KernelStore:
@@ -246,13 +110,13 @@ class KernelStore:
                 "stop_reason": None if record.stop_reason is None else record.stop_reason.value,
                 "paused": record.paused, "spent": record.spent, "wall_seconds": record.wall_seconds,
                 "updated_at": record.updated_at}
-        return _new_row(PROCESS_TABLE, "status", _key(record.pid), None, dumps(body), {"status": record.status.value})
+        return new_row(PROCESS_TABLE, "status", row_key(record.pid), None, dumps(body), {"status": record.status.value})
 
     @staticmethod
     def state_row(record: ProcessRecord) -> Checkpoint:
         """The row of ``ctx.state``, the result and the error."""
         body = {"state": record.state, "result": record.result, "error": record.error}
-        return _new_row(PROCESS_TABLE, "state", _key(record.pid), None, dumps(body), {})
+        return new_row(PROCESS_TABLE, "state", row_key(record.pid), None, dumps(body), {})
 
     async def begin_new_run(self, record: ProcessRecord) -> None:
         """Write the record of a process that starts a new run (``ctx.continue_as_new``): its
@@ -290,8 +154,8 @@ class KernelStore:
     @staticmethod
     def _process_row(record: ProcessRecord) -> Checkpoint:
         record.updated_at = time.time()
-        return Checkpoint(thread_id=PROCESS_TABLE, namespace="", id=_key(record.pid), payload=dumps(record.to_json()),
-                          metadata={"name": record.name})
+        return Checkpoint(thread_id=PROCESS_TABLE, namespace="", id=row_key(record.pid),
+                          payload=dumps(record.to_json()), metadata={"name": record.name})
 
     async def load_processes(self, *, as_spawned: bool = False) -> list[ProcessRecord]:
         """Every process the store knows, by pid: three queries, whatever their number.
@@ -304,32 +168,32 @@ class KernelStore:
             layers[namespace] = {cp.id: loads(cp.payload, f"process {namespace} {cp.id}")
                                  async for cp in self.checkpointer.list(PROCESS_TABLE, namespace)}
         records = [
-            _merged(loads(cp.payload, f"process record {cp.id}"), layers["status"].get(cp.id),
+            merged_record(loads(cp.payload, f"process record {cp.id}"), layers["status"].get(cp.id),
                     layers["state"].get(cp.id))
             async for cp in self.checkpointer.list(PROCESS_TABLE, "")
         ]
         return sorted(records, key=lambda r: r.pid)
 
     async def load_process(self, pid: int) -> ProcessRecord | None:
-        cp = await self.checkpointer.get(PROCESS_TABLE, "", _key(pid))
+        cp = await self.checkpointer.get(PROCESS_TABLE, "", row_key(pid))
         if cp is None:
             return None
-        status = await self.checkpointer.get(PROCESS_TABLE, "status", _key(pid))
-        state = await self.checkpointer.get(PROCESS_TABLE, "state", _key(pid))
-        return _merged(loads(cp.payload, f"process record {pid}"),
+        status = await self.checkpointer.get(PROCESS_TABLE, "status", row_key(pid))
+        state = await self.checkpointer.get(PROCESS_TABLE, "state", row_key(pid))
+        return merged_record(loads(cp.payload, f"process record {pid}"),
                        None if status is None else loads(status.payload, f"process status {pid}"),
                        None if state is None else loads(state.payload, f"process state {pid}"))
 
     async def max_pid(self, below: int | None = None) -> int:
         """The highest pid in the store (0: none); ``below``: the highest below that one."""
-        async for cp in self.checkpointer.list(PROCESS_TABLE, "", before=None if below is None else _key(below),
+        async for cp in self.checkpointer.list(PROCESS_TABLE, "", before=None if below is None else row_key(below),
                                                limit=1):
             return int(cp.id)
         return 0
 
     @staticmethod
     def _row(pid: int, namespace: str, seq: int, body: Any, metadata: Mapping[str, JSON]) -> Checkpoint:
-        return _new_row(process_thread(pid), namespace, _key(seq), _key(seq - 1) if seq > 1 else None, dumps(body),
+        return new_row(process_thread(pid), namespace, row_key(seq), row_key(seq - 1) if seq > 1 else None, dumps(body),
                         metadata)
 
     async def _read(self, pid: int, namespace: str) -> list[tuple[int, Any]]:
@@ -377,12 +241,12 @@ class KernelStore:
                              outcome: dict[str, JSON]) -> None:
         """``append_journal`` of one machine's journal (not exclusive), from the entry's fields:
         it runs at every syscall."""
-        await self._append_row(_new_row(
+        await self._append_row(new_row(
             f"ringzero/process/{pid}", "journal", f"{seq:012d}", f"{seq - 1:012d}" if seq > 1 else None,
             strict_json({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}).encode(), NO_METADATA))
 
     async def journal_entry(self, pid: int, seq: int) -> JournalEntry | None:
-        cp = await self.checkpointer.get(process_thread(pid), "journal", _key(seq))
+        cp = await self.checkpointer.get(process_thread(pid), "journal", row_key(seq))
         if cp is None:
             return None
         body = loads(cp.payload, f"journal of pid {pid}")
@@ -390,12 +254,12 @@ class KernelStore:
 
     async def claim_pid_block(self, block: int, node: str) -> bool:
         """Take pid block ``block`` for ``node`` (False if another node has it)."""
-        return await self.checkpointer.claim(Checkpoint(thread_id=PID_BLOCKS, namespace="", id=_key(block),
+        return await self.checkpointer.claim(Checkpoint(thread_id=PID_BLOCKS, namespace="", id=row_key(block),
                                                         payload=dumps({"node": node}), metadata={"node": node}))
 
     async def release_pid_blocks(self, blocks: Sequence[int]) -> None:
         """Hand back pid blocks a kernel claimed (``claim_pid_block``). Needs ``capabilities.delete_checkpoints``."""
-        await self.checkpointer.delete_checkpoints(PID_BLOCKS, "", [_key(block) for block in blocks])
+        await self.checkpointer.delete_checkpoints(PID_BLOCKS, "", [row_key(block) for block in blocks])
 
     async def claim_owner(self, pid: int, epoch: int, node: str) -> bool:
         """Take process ``pid`` for ``node`` as owner number ``epoch`` (1 at spawn, one more at
@@ -421,13 +285,13 @@ class KernelStore:
     async def record_intent(self, pid: int, key: str, kind: str, fp: str, summary: str) -> None:
         """Record that effect ``key`` is about to run: durable before it starts."""
         body = {"kind": kind, "fp": fp, "summary": summary}
-        await self._append_row(_new_row(process_thread(pid), "intents", effect_id(key), None, dumps(body), NO_METADATA))
+        await self._append_row(new_row(process_thread(pid), "intents", effect_id(key), None, dumps(body), NO_METADATA))
 
     async def record_call(self, pid: int, key: str, kind: str, fp: str, summary: str,
                           outcome: dict[str, JSON]) -> None:
         """Record the outcome of a tool call made by sandboxed code (``key``: ``<slot>.<n>``)."""
         body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}
-        await self._append_row(_new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA))
+        await self._append_row(new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA))
 
     async def effects(self, pid: int) -> Effects:
         """The intents and nested tool-call results recorded for ``pid`` (two reads: a resumed
@@ -445,7 +309,7 @@ class KernelStore:
         """Record what a cluster node must have to run ``pid`` and, where no live node has it,
         why it waits (``waiting``; empty once placed)."""
         body = {"resources": dict(resources), "waiting": waiting}
-        await self.checkpointer.put(_new_row(process_thread(pid), "placement", _key(0), None, dumps(body),
+        await self.checkpointer.put(new_row(process_thread(pid), "placement", row_key(0), None, dumps(body),
                                              NO_METADATA))
 
     async def placements(self) -> dict[int, dict[str, Any]]:
@@ -482,7 +346,3 @@ class KernelStore:
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
         return await self._read(pid, "mailbox")
 
-
-def _merged(first: dict[str, Any], status: dict[str, Any] | None, state: dict[str, Any] | None) -> ProcessRecord:
-    """A process record: its first row with the status and state rows laid over it."""
-    return ProcessRecord.from_json({**first, **(status or {}), **(state or {})})
