@@ -15,7 +15,6 @@ MAX_LINES = 400
 STILL_OVER = {
     "ringzero/core/process.py",
     "ringzero/core/context.py",
-    "ringzero/core/gate.py",
     "ringzero/providers/executors/process.py",
     "ringzero/providers/executors/monty.py",
     "ringzero/providers/schedulers/ray_cluster.py",
