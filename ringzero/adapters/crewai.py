@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,25 +34,23 @@ from ringzero.adapters._shipping import (
 )
 from ringzero.core.context import Context
 from ringzero.core.effects import error_record, retry_safe, served
-from ringzero.core.errors import InvalidArgument, MissingExtra, NoProvider, RingzeroError, ToolFailed, ToolInDoubt
-from ringzero.core.gate import LLMGate
-from ringzero.core.ids import time_ordered_id
-from ringzero.core.loops import LoopHome
-from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Tool
+from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
+from ringzero.core.protocols import Executor, Tool
 from ringzero.core.routing import route, route_sync
-from ringzero.core.tokens import estimate_text_tokens
-from ringzero.core.types import Checkpoint, ExecResult, LLMRequest, LLMResponse, Message, json_form, json_problem
+from ringzero.core.types import ExecResult, json_form, json_problem
 
 try:
-    from crewai.flow.persistence.base import FlowPersistence
-    from crewai.llms.base_llm import BaseLLM
     from crewai.tools import BaseTool
     from crewai.tools import tool as crewai_tool
-    from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+    from pydantic import BaseModel, Field, PrivateAttr
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.crewai", "crewai") from exc
 
+from ringzero.adapters.crewai_flows import KernelFlowPersistence
+from ringzero.adapters.crewai_llm import KernelLLM
+
 __all__ = ["CodeExecutionTool", "KernelFlowPersistence", "KernelLLM", "SandboxedTool", "kickoff", "sandboxed"]
+
 
 # ---------------------------------------------------------------- tools
 class SandboxedTool(BaseTool):
@@ -211,188 +208,6 @@ def _plain_description(tool: BaseTool) -> str:
     text = str(tool.description)
     marker = "Tool Description: "
     return text.split(marker, 1)[1] if marker in text else text
-
-
-# ---------------------------------------------------------------- the LLM
-class KernelLLM(BaseLLM):
-    """A CrewAI LLM backed by a ringzero LLMProvider through an LLM gate.
-
-    Inside a kernel process each call is ``ctx.llm`` (the process's gate, budget and journal;
-    ``kernel_provider`` names which of the kernel's providers); elsewhere it goes through the
-    gate given (a provider is wrapped in a gate of its own). Agents use CrewAI's text ReAct
-    format, so any provider works, tool-calling or not.
-    """
-
-    llm_type: str = "ringzero"
-    provider: str = "ringzero"
-    kernel_provider: str = "default"
-    priority: int = 10
-    context_window: int = 128_000
-    _gate: LLMGate | None = PrivateAttr(default=None)
-    _owns_gate: bool = PrivateAttr(default=False)
-
-    def __init__(self, provider: LLMProvider | LLMGate | None = None, **data: Any) -> None:
-        inner = provider.provider if isinstance(provider, LLMGate) else provider
-        data.setdefault("model", getattr(inner, "model", None) or "ringzero")
-        super().__init__(**data)
-        if provider is not None:
-            self._gate = provider if isinstance(provider, LLMGate) else LLMGate(provider)
-            self._owns_gate = self._gate is not provider
-
-    def close(self) -> None:
-        """Close the gate this LLM made for its provider (a gate given is the caller's)."""
-        if self._owns_gate and self._gate is not None:
-            self._gate.close()
-
-    async def aclose(self) -> None:
-        if self._owns_gate and self._gate is not None:
-            await self._gate.aclose()
-
-    def call(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
-             from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> str:
-        request = self._request(messages)
-        response = route_sync(lambda ctx: self._ask_in_process(ctx, request), lambda: self._ask_gate(request),
-                              lambda: self._own_gate().home, "KernelLLM.call")
-        return self._answer(response)
-
-    async def acall(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None,
-                    from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> str:
-        request = self._request(messages)
-        # Outside a process the gate runs it on its own loop.
-        response = await route(lambda ctx: self._ask_in_process(ctx, request), lambda: self._ask_gate(request))
-        return self._answer(response)
-
-    def get_context_window_size(self) -> int:
-        return self.context_window
-
-    def get_input_tokens_count(self, messages: Any, tools: Any = None, response_model: Any = None) -> int:
-        """An estimate (four characters a token), as CrewAI's own fallback makes, without its
-        warning on every call: the provider's real count arrives with each answer's usage."""
-        text = messages if isinstance(messages, str) else "".join(_text(m.get("content")) for m in messages)
-        return estimate_text_tokens(text)
-
-    def _request(self, messages: Any) -> LLMRequest:
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        converted = []
-        for message in messages:
-            role = {"developer": "system"}.get(message.get("role"), message.get("role"))
-            converted.append(Message(role if role in ("system", "user", "assistant") else "user",
-                                     _text(message.get("content"))))
-        return LLMRequest(messages=tuple(converted), model=self.model if self.model != "ringzero" else None,
-                          max_tokens=int(self.max_tokens) if self.max_tokens else None,
-                          temperature=self.temperature, stop=tuple(self.stop_sequences))
-
-    async def _ask_in_process(self, ctx: Context, request: LLMRequest) -> LLMResponse:
-        return await ctx.llm(list(request.messages), model=request.model, max_tokens=request.max_tokens,
-                             temperature=request.temperature, stop=request.stop, provider=self.kernel_provider)
-
-    def _own_gate(self) -> LLMGate:
-        if self._gate is None:
-            raise NoProvider("KernelLLM has no provider and is not running inside a kernel process: "
-                             "pass KernelLLM(provider) or run the crew with kickoff() in a kernel process")
-        return self._gate
-
-    async def _ask_gate(self, request: LLMRequest) -> LLMResponse:
-        return await self._own_gate().complete(request, priority=self.priority)
-
-    def _answer(self, response: LLMResponse) -> str:
-        usage = response.usage
-        self._track_token_usage_internal({"prompt_tokens": usage.input_tokens,
-                                          "completion_tokens": usage.output_tokens,
-                                          "total_tokens": usage.total_tokens})
-        return self._apply_stop_words(response.content)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
-    return "" if content is None else str(content)
-
-
-# ---------------------------------------------------------------- Flow persistence
-
-
-class KernelFlowPersistence(FlowPersistence):
-    """CrewAI Flow persistence (what ``@persist`` uses) over any ringzero Checkpointer.
-
-    Each save is one checkpoint on thread ``crewai-flow:<flow id>``, so the newest one is what
-    a restarted flow loads (``flow.kickoff(inputs={"id": ...})``). Pending human feedback is
-    kept in the same thread's ``pending`` namespace. CrewAI calls it synchronously: the
-    checkpointer lives on one loop (``ringzero.core.loops``), a private thread unless a loop
-    already uses it, which ``close()`` stops (the checkpointer itself stays the caller's).
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-    persistence_type: str = "KernelFlowPersistence"
-    _store: Checkpointer = PrivateAttr()
-    _home: LoopHome = PrivateAttr()
-
-    def __init__(self, checkpointer: Checkpointer, **data: Any) -> None:
-        if not callable(getattr(checkpointer, "put", None)):
-            raise InvalidArgument(f"KernelFlowPersistence needs a ringzero Checkpointer, not {checkpointer!r}")
-        super().__init__(**data)
-        self._store = checkpointer
-        self._home = LoopHome("KernelFlowPersistence")
-
-    def close(self) -> None:
-        """Stop the private loop thread, if one was started."""
-        self._home.close()
-
-    def init_db(self) -> None:
-        """Nothing to create: the checkpointer makes its schema when first used."""
-
-    def save_state(self, flow_uuid: str, method_name: str, state_data: dict[str, Any] | BaseModel) -> None:
-        self._put(flow_uuid, "", _state_dict(state_data), {"method": method_name})
-
-    def load_state(self, flow_uuid: str) -> dict[str, Any] | None:
-        record = self._home.run_sync(self._store.get(_thread(flow_uuid), ""), "KernelFlowPersistence.load_state")
-        return None if record is None else dict(json.loads(record.payload))
-
-    def save_pending_feedback(self, flow_uuid: str, context: Any, state_data: dict[str, Any] | BaseModel) -> None:
-        state = _state_dict(state_data)
-        self._put(flow_uuid, "", state, {"method": context.method_name})
-        self._put(flow_uuid, "pending", {"context": context.to_dict(), "state": state}, {"pending": True})
-
-    def load_pending_feedback(self, flow_uuid: str) -> tuple[dict[str, Any], Any] | None:
-        from crewai.flow.async_feedback.types import PendingFeedbackContext
-
-        record = self._home.run_sync(self._store.get(_thread(flow_uuid), "pending"), "KernelFlowPersistence")
-        if record is None or not record.metadata.get("pending"):
-            return None
-        body = json.loads(record.payload)
-        return body["state"], PendingFeedbackContext.from_dict(body["context"])
-
-    def clear_pending_feedback(self, flow_uuid: str) -> None:
-        self._put(flow_uuid, "pending", {}, {"pending": False})
-
-    def _put(self, flow_uuid: str, namespace: str, body: dict[str, Any], metadata: dict[str, Any]) -> None:
-        checkpoint_id = time_ordered_id()  # newest sorts last, across processes
-        payload = json.dumps(body, default=_json_default).encode()
-        record = Checkpoint(_thread(flow_uuid), namespace, checkpoint_id, payload, metadata=metadata)
-        self._home.run_sync(self._store.put(record), "KernelFlowPersistence")
-
-
-def _thread(flow_uuid: str) -> str:
-    return f"crewai-flow:{flow_uuid}"
-
-
-def _state_dict(state: dict[str, Any] | BaseModel) -> dict[str, Any]:
-    if isinstance(state, BaseModel):
-        return state.model_dump(mode="json")
-    if isinstance(state, dict):
-        return state
-    raise InvalidArgument(f"flow state must be a dict or a pydantic model, not {type(state).__name__}")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    return str(value)
 
 
 # ---------------------------------------------------------------- crews and flows as processes
