@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core.errors import InvalidArgument, MissingExtra, ProcessNotFound, ProcessStateError
@@ -31,15 +29,16 @@ from ringzero.core.gate import RateLimit
 from ringzero.core.protocols import SchedulerCapabilities
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.types import JSON
+from ringzero.providers.schedulers import ray_nodes
 from ringzero.providers.schedulers.local import LocalScheduler
-from ringzero.providers.schedulers.ray_gate import ClusterGate
-from ringzero.providers.schedulers.ray_worker import NodeWorker
+from ringzero.providers.schedulers.ray_gate import start_cluster_gate
+from ringzero.providers.schedulers.ray_nodes import Node, NodeOwner
+from ringzero.providers.schedulers.ray_worker import start_node_worker
 from ringzero.providers.schedulers.ray_worker import unwrap as _unwrap
 
 try:
     import ray
     from ray.exceptions import RayActorError
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("RayScheduler", "ray") from exc
 
@@ -50,28 +49,9 @@ if TYPE_CHECKING:
 __all__ = ["RayScheduler"]
 
 log = logging.getLogger(__name__)
-_HEAD_RESOURCE = "node:__internal_head__"
 _RETRIES = 40
 NODE_SCAN = 2.0
 """Seconds between looks for a new node while processes wait for one that can host them."""
-
-
-@dataclass
-class _Node:
-    """One node of the cluster and the worker that hosts its kernel."""
-
-    node_id: str
-    name: str
-    worker: Any
-    total: dict[str, float]
-    reserved: dict[str, float] = field(default_factory=dict)
-    load: int = 0
-    os_pid: int = 0
-    watch: asyncio.Task[None] | None = None
-
-    def fits(self, wanted: Mapping[str, float], *, now: bool) -> bool:
-        return all(self.total.get(k, 0.0) - (self.reserved.get(k, 0.0) if now else 0.0) >= v - 1e-9
-                   for k, v in wanted.items())
 
 
 class RayScheduler:
@@ -118,7 +98,7 @@ class RayScheduler:
         """One entry per node taken over: ``{"from": node, "to": {pid: node}}``."""
         self._local = LocalScheduler()  # slots for any process the driver's own kernel runs
         self._store: KernelStore | None = None
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, Node] = {}
         self._where: dict[int, str] = {}
         self._reservations: dict[int, dict[str, float]] = {}
         self._gone: set[str] = set()
@@ -167,31 +147,19 @@ class RayScheduler:
                 self._inited_ray = True
             self._started = True
             for provider, limit in self.rate_limits.items():
-                gate_class: Any = ray.remote(ClusterGate)
-                self.gates[provider] = gate_class.options(
-                    name=f"ringzero-gate-{provider}", namespace=self.namespace, num_cpus=0, get_if_exists=True,
-                ).remote(dataclasses.asdict(limit))
+                self.gates[provider] = start_cluster_gate(provider, limit, self.namespace)
             await self._discover()
 
     async def _discover(self) -> None:
         for info in ray.nodes():  # type: ignore[no-untyped-call]
-            node_id = str(info["NodeID"])
-            resources = {str(k): float(v) for k, v in dict(info.get("Resources") or {}).items()}
-            if not info.get("Alive") or node_id[:12] in self._nodes or node_id[:12] in self._gone:
+            found = ray_nodes.may_host(info, head=self.head, require=self.require)
+            if found is None or found[0] in self._nodes or found[0] in self._gone:
                 continue
-            if not self.head and _HEAD_RESOURCE in resources:
-                continue
-            if any(resources.get(k, 0.0) < v for k, v in self.require.items()):
-                continue
-            name = node_id[:12]
-            worker_class: Any = ray.remote(NodeWorker)
-            actor: Any = worker_class.options(
-                name=f"ringzero-node-{name}", namespace=self.namespace, num_cpus=0, max_concurrency=100_000,
-                max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-            ).remote(self.kernel_factory, self.kernel_args, name,
-                     {p: f"ringzero-gate-{p}" for p in self.rate_limits}, self.namespace)
+            name, node_id, resources = found
+            actor = start_node_worker(node_id, name, self.kernel_factory, self.kernel_args,
+                                      {p: f"ringzero-gate-{p}" for p in self.rate_limits}, self.namespace)
             hello = _unwrap(await actor.hello.remote())
-            node = _Node(node_id, name, actor, resources, load=int(hello["live"]), os_pid=int(hello["os_pid"]))
+            node = Node(node_id, name, actor, resources, load=int(hello["live"]), os_pid=int(hello["os_pid"]))
             node.watch = asyncio.ensure_future(self._watch(node))
             self._nodes[name] = node
         if not self._nodes:
@@ -205,7 +173,7 @@ class RayScheduler:
             with contextlib.suppress(RayActorError):
                 _unwrap(await node.worker.set_peers.remote(names, self.children == "spread"))
 
-    async def _watch(self, node: _Node) -> None:
+    async def _watch(self, node: Node) -> None:
         try:
             await node.worker.watch.remote()
         except RayActorError:
@@ -238,7 +206,7 @@ class RayScheduler:
                 await self._store.note_placement(pid, wanted)  # what a move to another node must honour
             return RemoteProcessHandle(self, snapshot)
 
-    async def _choose(self, wanted: Mapping[str, float]) -> _Node:
+    async def _choose(self, wanted: Mapping[str, float]) -> Node:
         async with self._freed:
             while True:
                 if not any(n.fits(wanted, now=False) for n in self._nodes.values()):
@@ -247,17 +215,13 @@ class RayScheduler:
                 ready = [n for n in self._nodes.values() if n.fits(wanted, now=True)]
                 if ready:
                     node = min(ready, key=lambda n: (n.load, n.name))
-                    node.load += 1
-                    for k, v in wanted.items():
-                        node.reserved[k] = node.reserved.get(k, 0.0) + v
+                    node.take(wanted)
                     return node
                 await self._freed.wait()
 
-    def _unreserve(self, node: _Node | None, wanted: Mapping[str, float]) -> None:
+    def _unreserve(self, node: Node | None, wanted: Mapping[str, float]) -> None:
         if node is not None:
-            node.load = max(0, node.load - 1)
-            for k, v in wanted.items():
-                node.reserved[k] = max(0.0, node.reserved.get(k, 0.0) - v)
+            node.give_back(wanted)
 
     def _watch_end(self, pid: int) -> None:
         """Give a process's reserved resources back when it ends, wherever it ends."""
@@ -273,10 +237,10 @@ class RayScheduler:
         task = asyncio.ensure_future(watch())
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
-        task.add_done_callback(_quiet)
+        task.add_done_callback(ray_nodes.quiet)
 
-    def owner_of(self, pid: int) -> _Owner:
-        return _Owner(self, pid)
+    def owner_of(self, pid: int) -> NodeOwner:
+        return NodeOwner(self._call)
 
     # ---------------------------------------------------------- routing
     async def _call(self, pid: int, method: str, *args: Any) -> dict[str, Any]:
@@ -301,7 +265,7 @@ class RayScheduler:
             return snapshot
         raise ProcessNotFound(pid)
 
-    async def _node_for(self, pid: int) -> _Node:
+    async def _node_for(self, pid: int) -> Node:
         name = self._where.get(pid)
         if name is not None and name in self._nodes:
             return self._nodes[name]
@@ -343,27 +307,22 @@ class RayScheduler:
         the store says why, until a node that has them joins."""
         assert self._store is not None
         placements = await self._store.placements()
-        plan: dict[str, list[int]] = {}  # survivor -> pids, a parent with its children
-        for group in _trees(moving, {pid: records[pid].parent for pid in moving}):
+        groups = []  # a parent with its children, and the resources they need together
+        for group in ray_nodes.trees(moving, {pid: records[pid].parent for pid in moving}):
             wanted: dict[str, float] = {}
             for pid in group:
                 needs = self._reservations.get(pid) or (placements.get(pid) or {}).get("resources") or {}
                 for k, v in needs.items():
                     wanted[k] = wanted.get(k, 0.0) + float(v)
-            able = [n for n in self._nodes.values() if n.fits(wanted, now=False)]
-            if not able:
-                why = f"no live node has {_resources_text(wanted)}"
-                for pid in group:
-                    self.waiting[pid] = (dead, wanted)
-                    await self._store.note_placement(pid, (placements.get(pid) or {}).get("resources") or {}, why)
-                log.warning("ringzero: %d process(es) of node %s wait: %s", len(group), dead, why)
-                self._watch_for_nodes()
-                continue
-            target = min([n for n in able if n.fits(wanted, now=True)] or able, key=lambda n: (n.load, n.name))
-            target.load += len(group)
-            for k, v in wanted.items():
-                target.reserved[k] = target.reserved.get(k, 0.0) + v
-            plan.setdefault(target.name, []).extend(group)
+            groups.append((group, wanted))
+        plan, stranded = ray_nodes.place_groups(groups, self._nodes.values())  # survivor -> pids
+        for group, wanted in stranded:
+            why = f"no live node has {ray_nodes.resources_text(wanted)}"
+            for pid in group:
+                self.waiting[pid] = (dead, wanted)
+                await self._store.note_placement(pid, (placements.get(pid) or {}).get("resources") or {}, why)
+            log.warning("ringzero: %d process(es) of node %s wait: %s", len(group), dead, why)
+            self._watch_for_nodes()
         if plan:
             await self._adopt_plan(dead, plan, placements)
 
@@ -371,7 +330,7 @@ class RayScheduler:
         """Have each survivor in ``plan`` take over its processes of ``dead``."""
         assert self._store is not None
 
-        async def adopt(node: _Node, pids: list[int]) -> list[int]:
+        async def adopt(node: Node, pids: list[int]) -> list[int]:
             try:  # one call per survivor, all at once: each waits out the dead node's lease once
                 return list(_unwrap(await node.worker.adopt.remote(sorted(pids), dead)))
             except RayActorError:
@@ -406,12 +365,7 @@ class RayScheduler:
                     continue
                 assert self._store is not None
                 records = {r.pid: r for r in await self._store.load_processes()}
-                by_node: dict[str, set[int]] = {}
-                for pid, (dead, _) in list(self.waiting.items()):
-                    if pid in records and not records[pid].status.terminal:
-                        by_node.setdefault(dead, set()).add(pid)
-                    else:
-                        self.waiting.pop(pid, None)
+                by_node = ray_nodes.still_waiting(self.waiting, records)
                 async with self._failover_lock:
                     for dead, pids in by_node.items():
                         await self._move(dead, pids, records)
@@ -419,7 +373,7 @@ class RayScheduler:
         self._scanner = asyncio.ensure_future(scan())
         self._watchers.add(self._scanner)
         self._scanner.add_done_callback(self._watchers.discard)
-        self._scanner.add_done_callback(_quiet)
+        self._scanner.add_done_callback(ray_nodes.quiet)
 
     # ---------------------------------------------------------- shutdown
     async def aclose(self) -> None:
@@ -444,50 +398,3 @@ class RayScheduler:
     async def worker_os_pid(self, node: str) -> int:
         """The OS pid of the worker process on ``node`` (what a test kills to take a node down)."""
         return self._nodes[node].os_pid
-
-
-class _Owner:
-    """``ProcessOwner`` for one pid: each call goes to the node that runs it now."""
-
-    def __init__(self, scheduler: RayScheduler, pid: int) -> None:
-        self._scheduler, self._pid = scheduler, pid
-
-    async def wait_for(self, pid: int, timeout: float | None) -> dict[str, Any]:
-        return await self._scheduler._call(pid, "wait_for", timeout)
-
-    async def pause(self, pid: int) -> dict[str, Any]:
-        return await self._scheduler._call(pid, "pause")
-
-    async def resume(self, pid: int) -> dict[str, Any]:
-        return await self._scheduler._call(pid, "resume")
-
-    async def kill(self, pid: int) -> dict[str, Any]:
-        return await self._scheduler._call(pid, "kill")
-
-    async def send(self, pid: int, message: JSON, priority: int) -> dict[str, Any]:
-        return await self._scheduler._call(pid, "send", message, priority)
-
-    async def snapshot(self, pid: int) -> dict[str, Any]:
-        return await self._scheduler._call(pid, "snapshot")
-
-
-def _resources_text(wanted: Mapping[str, float]) -> str:
-    return ", ".join(f"{k}={v:g}" for k, v in sorted(wanted.items())) or "nothing"
-
-
-def _trees(pids: set[int], parents: Mapping[int, int | None]) -> list[list[int]]:
-    """``pids`` grouped by their topmost ancestor within ``pids``: a parent moves with its children."""
-    def root(pid: int) -> int:
-        while parents.get(pid) in pids:
-            pid = parents[pid]  # type: ignore[assignment]
-        return pid
-
-    groups: dict[int, list[int]] = {}
-    for pid in sorted(pids):
-        groups.setdefault(root(pid), []).append(pid)
-    return list(groups.values())
-
-
-def _quiet(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("ringzero: a watcher ended with %r", task.exception())

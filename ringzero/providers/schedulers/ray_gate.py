@@ -23,7 +23,7 @@ from typing import Any
 
 from ringzero.core.gate import RateLimit, TokenBucket
 
-__all__ = ["ClusterGate", "ClusterPermits"]
+__all__ = ["ClusterGate", "ClusterPermits", "start_cluster_gate"]
 
 REPORT_AFTER = 0.05
 """Seconds a node holds the ends of its calls before it tells the gate actor (if no lease goes first)."""
@@ -182,3 +182,14 @@ class ClusterPermits:
         self._closed_until = max(self._closed_until, time.monotonic() + seconds)
         self._drop_spares()
         self._actor.hold_back.remote(float(seconds))
+
+
+def start_cluster_gate(provider: str, limit: RateLimit, namespace: str) -> Any:
+    """The ``ClusterGate`` actor of ``provider`` (started now, or the one already running)."""
+    import dataclasses
+
+    import ray
+
+    gate_class: Any = ray.remote(ClusterGate)
+    return gate_class.options(name=f"ringzero-gate-{provider}", namespace=namespace, num_cpus=0,
+                              get_if_exists=True).remote(dataclasses.asdict(limit))

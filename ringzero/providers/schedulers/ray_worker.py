@@ -26,7 +26,7 @@ from ringzero.core.types import JSON, Limits
 if TYPE_CHECKING:
     from ringzero.core.kernel import Kernel
 
-__all__ = ["NodeWorker", "snapshot_of", "unwrap"]
+__all__ = ["NodeWorker", "snapshot_of", "start_node_worker", "unwrap"]
 
 Envelope = dict[str, Any]
 _PEER_RETRIES = 60
@@ -210,6 +210,19 @@ class NodeWorker:
                 await self._kernel.aclose()
 
         return await _enveloped(go())
+
+
+def start_node_worker(node_id: str, name: str, factory: str, factory_args: Mapping[str, JSON],
+                      gates: Mapping[str, str], namespace: str) -> Any:
+    """Start the ``NodeWorker`` actor of node ``name`` (pinned to it): the handle."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    worker_class: Any = ray.remote(NodeWorker)
+    return worker_class.options(
+        name=f"ringzero-node-{name}", namespace=namespace, num_cpus=0, max_concurrency=100_000,
+        max_restarts=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote(factory, dict(factory_args), name, dict(gates), namespace)
 
 
 class _PeerPlacement:
