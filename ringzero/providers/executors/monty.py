@@ -16,11 +16,9 @@ any worker once the tool returns, so a slow tool never holds a worker.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import atexit
 import functools
-import inspect
 import os
 import shutil
 import tempfile
@@ -28,24 +26,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.errors import Closed, ExecutorError, InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.errors import Closed, ExecutorError, InvalidArgument, MissingExtra
 from ringzero.core.protocols import ExecutorCapabilities, Tool
-from ringzero.core.timeouts import cancel_and_wait, fail_after
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
-from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
+from ringzero.core.types import JSON, ExecLimits, ExecResult
 from ringzero.providers.executors import _monty_wall
-from ringzero.providers.executors._runner import CappedOutput
 from ringzero.providers.executors.boundary import (
-    MAX_DEPTH,
-    NOT_JSON,
-    HostTools,
     check_value,
-    clip,
-    deeper_than,
-    executor_error,
-    json_floor,
     merge_limits,
 )
+from ringzero.providers.executors.monty_run import MontyRun
 
 try:
     import pydantic_monty as pm
@@ -92,7 +82,7 @@ class MontyExecutor:
         """Where the runs' sync host tools run: at most ``tool_threads`` at once."""
         self.show_tool_errors = show_tool_errors
         """Show the code every tool error's message, not only a ``ToolError``'s."""
-        self._converting = ToolPool(2)  # final values and errors are made JSON here, off the event loop
+        self.converting = ToolPool(2)  # final values and errors are made JSON here, off the event loop
         self.confine_workers = confine_workers
         """Start each worker behind a second wall (``_monty_wall``): its own network namespace,
         nobody, Landlock, seccomp, an empty environment, where the host allows each."""
@@ -137,7 +127,8 @@ class MontyExecutor:
         os.chmod(launcher, 0o700)
         return launcher
 
-    def _resource_limits(self, limits: ExecLimits) -> dict[str, Any]:
+    def resource_limits(self, limits: ExecLimits) -> dict[str, Any]:
+        """``limits`` as pydantic-monty's own resource limits for one run."""
         return {"max_feed_duration_secs": limits.wall_seconds, "max_total_sleep_secs": limits.wall_seconds,
                 "max_memory": limits.memory_bytes}
 
@@ -154,7 +145,7 @@ class MontyExecutor:
         if refused is not None:
             raise InvalidArgument(refused)
         pool = await self._get_pool()
-        run = _Run(self, pool, merged, tools or {})
+        run = MontyRun(self, pool, merged, tools or {})
         return await run.execute(code, dict(inputs or {}), session=None)
 
     def session(self) -> MontySession:
@@ -164,7 +155,7 @@ class MontyExecutor:
 
     async def aclose(self) -> None:
         self.tool_pool.close()
-        self._converting.close()
+        self.converting.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.__aexit__(None, None, None)
@@ -192,7 +183,7 @@ class MontySession:
     async def _open(self) -> None:
         if self._pool is None:
             self._pool = await self._executor._get_pool()
-        limits = self._executor._resource_limits(self._executor.limits)
+        limits = self._executor.resource_limits(self._executor.limits)
         self._session = self._pool.checkout(limits=limits)  # type: ignore[arg-type]
         await self._session.__aenter__()
 
@@ -203,7 +194,7 @@ class MontySession:
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        run = _Run(self._executor, self._pool, self._executor.limits, tools or {})
+        run = MontyRun(self._executor, self._pool, self._executor.limits, tools or {})
         result = await run.execute(code, dict(inputs or {}), session=self._session)
         if run.session_broken:  # a limit hit leaves the heap in no known state: start afresh
             await self.aclose()
@@ -214,165 +205,6 @@ class MontySession:
         if self._session is not None:
             session, self._session = self._session, None
             await session.__aexit__(None, None, None)
-
-
-class _Run:
-    """One run: drives the snapshots, answers tool calls, parks on slow ones."""
-
-    def __init__(self, executor: MontyExecutor, pool: pm.AsyncMonty, limits: ExecLimits,
-                 tools: Mapping[str, Tool]) -> None:
-        self.executor = executor
-        self.pool = pool
-        self.limits = limits
-        self.tools = tools
-        self.host = HostTools(tools, limits, executor.tool_pool, show_errors=executor.show_tool_errors)
-        self.output = CappedOutput(limits.output_bytes if limits.output_bytes is not None else 1 << 62)
-        self.session_broken = False
-        self.async_style = False
-        self.pending: dict[int, asyncio.Task[Any]] = {}  # async-style calls, by Monty's call id
-        self.in_flight: set[asyncio.Task[Any]] = set()  # every tool call not yet settled
-
-    def _print(self, stream: str, text: str) -> None:
-        self.output.write(text)
-
-    async def execute(self, code: str, inputs: dict[str, JSON], session: pm.AsyncMontySession | None) -> ExecResult:
-        started = time.perf_counter()
-        self.async_style = _awaits(code)
-        value: Any = None
-        error: ExecError | None = None
-        # Monty's feed limit stops the code itself (its clock skips time spent in host tools);
-        # this host-side deadline, a little later, bounds the whole run, tool calls included.
-        backstop = None if self.limits.wall_seconds is None else self.limits.wall_seconds + 1.0
-        convert = self.executor._converting
-        try:
-            # The value or error becomes JSON off the event loop and inside the wall limit: a
-            # million-key dict takes seconds to check, a 100 MB message to copy.
-            async with fail_after(backstop):
-                try:
-                    value = await self._drive(code, inputs, session)
-                except pm.MontyCrashedError:
-                    raise
-                except pm.MontyError as exc:
-                    error = await convert.run(_exec_error, [exc], {})
-                    self.session_broken = error.type in ("TimeoutError", "MemoryError")
-                else:
-                    value = await convert.run(self._final, [value], {})
-        except pm.MontyCrashedError as exc:
-            error = executor_error("SandboxCrashed", f"the Monty worker died and was replaced: {exc}")
-        except TimeoutError:
-            error = executor_error("TimeoutError", f"the run took longer than {self.limits.wall_seconds} s")
-            self.session_broken = True
-        except _ValueRefused as exc:
-            error = executor_error("OutputLimitExceeded", str(exc))
-        except RecursionError:
-            error = executor_error("RecursionError", "a value the code made nests too deeply to leave the sandbox")
-            self.session_broken = True
-        except RingzeroError:
-            raise  # the executor's own failure
-        except Exception as exc:  # anything else pydantic-monty raises on the host is about this run's code
-            error = executor_error(type(exc).__name__, f"Monty could not carry on with this code: {exc}")
-            self.session_broken = True
-        if error is not None:
-            value = None
-        return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.host.calls))
-
-    def _final(self, value: Any) -> JSON:
-        """The code's final value as JSON (a value JSON cannot hold becomes its repr), within
-        ``output_bytes``. Runs off the event loop: its cost grows with the value."""
-        limit = self.limits.output_bytes
-        if limit is not None and json_floor(value, limit) > limit:
-            raise _ValueRefused(f"the code's final value is more than {limit} bytes of JSON, the limit")
-        if deeper_than(value):
-            raise _ValueRefused(f"the code's final value nests lists or dicts more than {MAX_DEPTH} levels deep")
-        value = _plain(value)
-        refused = check_value(value, "the code's final value", limit)
-        if refused is not None and NOT_JSON in refused:  # NaN or an infinity: its text, as for an object
-            value = repr(value)
-            refused = check_value(value, "the code's final value", limit)
-        if refused is not None:
-            raise _ValueRefused(refused)
-        return value  # type: ignore[no-any-return]
-
-    async def _drive(self, code: str, inputs: dict[str, JSON], session: pm.AsyncMontySession | None) -> Any:
-        if session is not None:
-            try:
-                snap = await session.feed_start(code, inputs=inputs, print_callback=self._print)
-                while not isinstance(snap, pm.MontyComplete):
-                    snap, _ = await self._answer(snap, session, may_park=False)
-                return snap.output
-            finally:
-                await self._settle_pending()
-        lease = self.pool.checkout(limits=self.executor._resource_limits(self.limits))  # type: ignore[arg-type]
-        await lease.__aenter__()
-        try:
-            if not self.tools:  # nothing to answer: one round trip
-                return await lease.feed_run(code, inputs=inputs, print_callback=self._print)
-            snap = await lease.feed_start(code, inputs=inputs, print_callback=self._print)
-            while not isinstance(snap, pm.MontyComplete):
-                snap, parked = await self._answer(snap, lease, may_park=True)
-                if parked is not None:  # the worker went back to the pool while the tool ran
-                    lease = parked
-            return snap.output
-        finally:
-            await self._settle_pending()
-            await lease.__aexit__(None, None, None)
-
-    async def _settle_pending(self) -> None:
-        """Cancel the tool calls still in flight and wait until they are over: no call may
-        finish after ``run()`` returned, and each is in the run's record of calls."""
-        pending, self.in_flight, self.pending = list(self.in_flight), set(), {}
-        await cancel_and_wait(pending)
-
-    async def _answer(self, snap: Any, session: pm.AsyncMontySession,
-                      may_park: bool) -> tuple[Any, pm.AsyncMontySession | None]:
-        """Resolve one snapshot; returns the next one and, if the run moved, its new session."""
-        if isinstance(snap, pm.AsyncNameLookupSnapshot):
-            name = snap.variable_name
-            found = snap.resume(value=self.tools[name]) if name in self.tools else snap.resume()
-            return await found, None
-        if isinstance(snap, pm.AsyncFutureSnapshot):  # async-style code awaits tool calls in flight
-            waiting = {cid: self.pending[cid] for cid in snap.pending_call_ids if cid in self.pending}
-            await asyncio.wait(waiting.values(), return_when=asyncio.FIRST_COMPLETED)
-            settled = {cid: self.pending.pop(cid).result() for cid, task in waiting.items() if task.done()}
-            return await snap.resume(settled), None
-        if not isinstance(snap, pm.AsyncFunctionSnapshot):
-            raise RuntimeError(f"an unexpected pause in Monty ({type(snap).__name__})")
-        if snap.is_os_function:  # file, network or environment access: Monty's own refusal
-            return await snap.resume_not_handled(), None
-        name = str(snap.function_name)
-        if name not in self.tools:  # e.g. dir(), globals() or a typo: Python's own answer
-            return await snap.resume({"exception": NameError(f"name {name!r} is not defined")}), None
-        try:
-            args, kwargs = list(snap.args), dict(snap.kwargs)
-        except RecursionError:
-            refused = ValueError(f"the arguments to {name}() nest too deeply to leave the sandbox")
-            return await snap.resume({"exception": refused}), None
-        task = asyncio.ensure_future(self._call(name, args, kwargs))
-        self.in_flight.add(task)
-        task.add_done_callback(self.in_flight.discard)
-        if self.async_style and inspect.iscoroutinefunction(self.tools[name]):
-            # As in Python: calling an async function gives an awaitable; the tool runs on
-            # the host meanwhile, so gathered calls overlap.
-            self.pending[snap.call_id] = task
-            return await snap.resume({"future": ...}), None
-        parked: pm.AsyncMontySession | None = None
-        if may_park and not self.pending:  # never move a run whose other tool calls are in flight
-            done, _ = await asyncio.wait({task}, timeout=self.executor.park_after)
-            if not done:
-                state = snap.dump()
-                await session.__aexit__(None, None, None)
-                outcome = await task
-                parked = self.pool.checkout(limits=self.executor._resource_limits(self.limits))  # type: ignore[arg-type]
-                await parked.__aenter__()
-                snap = await parked.load_snapshot(state, print_callback=self._print)
-                return await snap.resume(outcome), parked
-        return await snap.resume(await task), parked
-
-    async def _call(
-        self, name: str, args: list[Any], kwargs: dict[str, Any]
-    ) -> pm.ExternalReturnValue | pm.ExternalException:
-        ok, outcome = await self.host.call(name, args, kwargs)
-        return {"return_value": outcome} if ok else {"exception": outcome.as_exception()}
 
 
 def _monty_binary() -> str:
@@ -401,57 +233,3 @@ async def _let_monty_threads_finish() -> None:
     thread wakes into a finalizing interpreter and the process aborts (exit 134). A short
     blocking wait in the loop's selector hands the GIL over so the thread can return first."""
     await asyncio.sleep(0.01)
-
-
-class _ValueRefused(Exception):
-    """The code's final value cannot leave the sandbox (too deep or too large)."""
-
-
-def _awaits(code: str) -> bool:
-    """True for async-style code (it awaits something), where async tools return awaitables."""
-    if "await" not in code:  # the common case, without parsing
-        return False
-    try:
-        return any(isinstance(node, ast.Await) for node in ast.walk(ast.parse(code)))
-    except (SyntaxError, RecursionError, MemoryError, ValueError):
-        # Code too deep or too large for CPython's own parser (3 KB of `-` does it): Monty parses
-        # it for itself and reports what it finds; the host's probe must not raise out of run().
-        return False
-
-
-def _exec_error(exc: pm.MontyError) -> ExecError:
-    inner = exc.exception()
-    kind = type(inner).__name__
-    first = inner.args[0] if len(inner.args) == 1 else None
-    # the code's text: the host keeps 8 KB of it (a str's slice copies no more than that)
-    message = clip(first, 8192) if isinstance(first, str) else clip(str(inner), 8192)
-    if kind == "NotImplementedError" or kind == "ModuleNotFoundError":
-        message += _UNSUPPORTED_HINT
-    frames = exc.traceback() if isinstance(exc, pm.MontyRuntimeError) else []
-    # Monty's feed time limit stops the code outside any of its frames; whatever the code
-    # raises itself carries at least one frame, so it can never look like this.
-    stopped = kind == "TimeoutError" and not frames
-    return ExecError(kind, message, _traceback(frames, kind, message), origin="executor" if stopped else "code")
-
-
-def _traceback(frames: list[Any], kind: str, message: str) -> str:
-    """The traceback as Python prints it, made from Monty's frames and the clipped message
-    (Monty's own rendering would copy the whole message again)."""
-    lines = ["Traceback (most recent call last):"] if frames else []
-    for frame in frames:
-        lines.append(f'  File "{frame.filename}", line {frame.line}, in {frame.function_name}')
-        if frame.source_line:
-            lines.append(f"    {clip(frame.source_line.strip(), 200)}")
-    lines.append(f"{kind}: {message}" if message else kind)
-    return "\n".join(lines)
-
-
-def _plain(value: Any) -> Any:
-    """Monty proxies of sandbox objects become their repr; containers are converted item by item."""
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
