@@ -36,13 +36,10 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ringzero.core.errors import ExecutorError, InvalidArgument
@@ -53,7 +50,6 @@ from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors._confine import CONTROLS, workspace_uid
 from ringzero.providers.executors._runner import frame
 from ringzero.providers.executors.boundary import (
-    FrameBuffer,
     HostTools,
     ProtocolViolation,
     check_value,
@@ -63,6 +59,7 @@ from ringzero.providers.executors.boundary import (
     merge_limits,
     message_limit,
 )
+from ringzero.providers.executors.fork_servers import Channel, ForkServer, remove_tree
 
 __all__ = ["SANDBOX_ENVIRONMENT", "ProcessExecutor", "remove_tree"]
 
@@ -170,7 +167,7 @@ class ProcessExecutor:
         """Show the code every tool error's message, not only a ``ToolError``'s."""
         self.missing_controls: dict[str, str] = {}
         self._controls: list[str] = []
-        self._servers: list[_ForkServer] = []
+        self._servers: list[ForkServer] = []
         self._starting = asyncio.Lock()
         self._growing: asyncio.Task[None] | None = None
         self._cannot_grow = False  # a server failed to start in the background: serve on with those there are
@@ -194,7 +191,7 @@ class ProcessExecutor:
             if not self._servers:
                 self._servers.append(await self._start_fork_server())
 
-    async def _start_fork_server(self) -> _ForkServer:
+    async def _start_fork_server(self) -> ForkServer:
         """Start one fork server and read which controls it enforces. Stops it and raises
         ExecutorError where it did not start, or cannot enforce a control and weaker isolation
         was not accepted."""
@@ -214,13 +211,13 @@ class ProcessExecutor:
             raise
         finally:
             server_end.close()
-        server = _ForkServer(process, host_end, root)
+        server = ForkServer(process, host_end, root)
         try:
             config = {"preload": list(self.preload), "root": root, "warm": self.warm,
                       "workspace": self.workspace, "file_bytes": self.file_bytes, "scratch_inodes": self.max_files,
                       "max_processes": self.max_processes, "memory_bytes": self.limits.memory_bytes}
             host_end.sendall(frame(config))
-            channel = _Channel(host_end.dup(), 1 << 20, sender=process.pid)
+            channel = Channel(host_end.dup(), 1 << 20, sender=process.pid)
             try:
                 async with fail_after(60):
                     ready = await channel.read()
@@ -241,7 +238,7 @@ class ProcessExecutor:
             raise
         return server
 
-    async def _least_busy(self) -> _ForkServer:
+    async def _least_busy(self) -> ForkServer:
         """The server with the fewest runs in flight. Where even that one has a run, and the
         pool may grow, another server starts in the background for the runs after this one."""
         await self.start()
@@ -261,7 +258,7 @@ class ProcessExecutor:
             self._growing = None
         self._servers.append(server)
 
-    async def _retire(self, server: _ForkServer) -> None:
+    async def _retire(self, server: ForkServer) -> None:
         with contextlib.suppress(ValueError):
             self._servers.remove(server)
         await server.stop()
@@ -298,7 +295,7 @@ class ProcessExecutor:
         value, stdout, error = outcome
         return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls))
 
-    async def _open_run(self, limits: ExecLimits) -> tuple[_ForkServer, _Channel]:
+    async def _open_run(self, limits: ExecLimits) -> tuple[ForkServer, Channel]:
         """Ask the least busy fork server for a sandbox; where that one has died, it leaves the
         pool and the request goes to another (started, if none is left), once."""
         header = {"limits": {
@@ -307,7 +304,7 @@ class ProcessExecutor:
         for attempt in (1, 2):
             server = await self._least_busy()
             mine, theirs = socket.socketpair()
-            channel = _Channel(mine, message_limit(limits), sender=server.process.pid)  # before anyone can send
+            channel = Channel(mine, message_limit(limits), sender=server.process.pid)  # before anyone can send
             try:
                 socket.send_fds(server.control, [json.dumps(header).encode()], [theirs.fileno()])
             except OSError as exc:
@@ -323,7 +320,7 @@ class ProcessExecutor:
             return server, channel
         raise AssertionError("unreachable")
 
-    async def _converse(self, channel: _Channel, code: str, inputs: dict[str, JSON], host: HostTools,
+    async def _converse(self, channel: Channel, code: str, inputs: dict[str, JSON], host: HostTools,
                         limits: ExecLimits, greeting: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
         wall = limits.wall_seconds
         try:
@@ -370,127 +367,3 @@ class ProcessExecutor:
         self.tool_pool.close()
         servers, self._servers = self._servers, []
         await asyncio.gather(*(server.stop() for server in servers))
-
-
-@dataclass(eq=False)
-class _ForkServer:
-    """One fork server as the host sees it: its process, the control socket that requests go
-    down, the empty directory its runs' private roots are mounted on, and how many of its runs
-    are in flight."""
-
-    process: asyncio.subprocess.Process
-    control: socket.socket
-    root: str
-    runs: int = 0
-
-    @property
-    def alive(self) -> bool:
-        return self.process.returncode is None
-
-    async def stop(self) -> None:
-        self.control.close()  # the fork server sees the host leave, frees its runs' cgroups, exits
-        try:
-            async with fail_after(5):
-                await self.process.wait()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
-            await self.process.wait()
-        await asyncio.to_thread(remove_tree, self.root)  # a second stop finds nothing to remove
-
-
-class _Channel:
-    """The host's end of a run's socket. Every chunk read carries its sender's pid
-    (SO_PASSCRED, checked by the kernel), and only the expected process may speak: the fork
-    server for the greeting, then the run's own init. A process the code forked, which can
-    write to the same socket, is caught at its first byte."""
-
-    def __init__(self, sock: socket.socket, limit: int, sender: int) -> None:
-        sock.setblocking(False)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        self.sock = sock
-        self.sender = sender
-        self._frames = FrameBuffer(limit)
-        self._messages: deque[dict[str, Any]] = deque()
-
-    async def read(self) -> dict[str, Any]:
-        while not self._messages:
-            data, pid = await self._recv()
-            if not data:
-                raise asyncio.IncompleteReadError(b"", None)
-            if pid != self.sender:
-                raise ProtocolViolation(f"bytes from process {pid}, where only process {self.sender} may speak")
-            self._messages.extend(self._frames.feed(data))
-        return self._messages.popleft()
-
-    async def _recv(self) -> tuple[bytes, int | None]:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                data, ancillary, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(12))
-            except BlockingIOError:
-                await _readable(loop, self.sock)
-                continue
-            pid = None
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                    pid = struct.unpack("=iII", payload[:12])[0]
-            return data, pid
-
-    async def write(self, message: Any) -> None:
-        await asyncio.get_running_loop().sock_sendall(self.sock, frame(message))
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-    """Wait until ``sock`` has something to read."""
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(sock.fileno(), wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(sock.fileno())
-
-
-def remove_tree(path: str) -> None:
-    """Remove a directory tree that sandboxed code may have shaped: iteratively (a 3,000-deep
-    chain cannot exhaust the stack), without following symlinks, relative to directory file
-    descriptors (a path swapped for a link mid-way leads nowhere). What cannot be removed is
-    left; it never raises."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        top = os.open(path, flags)
-    except OSError:
-        return
-    stack: list[tuple[int, str, set[str]]] = [(top, "", set())]  # (directory fd, its name, children entered)
-    while stack:
-        fd, _, entered = stack[-1]
-        descend: tuple[int, str] | None = None
-        with contextlib.suppress(OSError), os.scandir(fd) as entries:
-            for entry in entries:
-                if entry.name in entered:
-                    continue
-                try:
-                    descend = (os.open(entry.name, flags, dir_fd=fd), entry.name)
-                    break
-                except OSError:  # not a directory (a file, a link): unlink it
-                    with contextlib.suppress(OSError):
-                        os.unlink(entry.name, dir_fd=fd)
-        if descend is not None:
-            entered.add(descend[1])
-            stack.append((descend[0], descend[1], set()))
-            continue
-        os.close(fd)
-        name = stack.pop()[1]
-        if stack:
-            with contextlib.suppress(OSError):
-                os.rmdir(name, dir_fd=stack[-1][0])
-    with contextlib.suppress(OSError):
-        os.rmdir(path)
