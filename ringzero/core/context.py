@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import datetime
 import functools
 import random
@@ -18,51 +17,28 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from ringzero.core import errors
-from ringzero.core.effects import (
-    IDEMPOTENCY_KEY,
-    NESTED_CALLS,
-    NestedCalls,
-    retry_safe,
-    takes_idempotency_key,
-    tool_summary,
-)
+from ringzero.core import sys_family, sys_llm, sys_tools
 from ringzero.core.errors import (
-    BudgetExceeded,
     InvalidArgument,
     NonDeterminismError,
-    NoProvider,
     NotSerializable,
-    ProcessFailed,
-    ProcessNotFound,
-    ProviderError,
-    ToolFailed,
-    ToolInDoubt,
-    ToolNotFound,
 )
-from ringzero.core.handles import ProcessHandle, process_of
-from ringzero.core.host_tools import call_tool
-from ringzero.core.journal import fingerprint, llm_fingerprint, trimmed
+from ringzero.core.handles import ProcessHandle
+from ringzero.core.journal import fingerprint
 from ringzero.core.live import current_slot
 from ringzero.core.loops import run_on
 from ringzero.core.new_run import ContinueAsNew
 from ringzero.core.protocols import Executor, Tool
-from ringzero.core.references import program_reference
-from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
-from ringzero.core.timeouts import fail_after, shielded
+from ringzero.core.remote import RemoteProcessHandle
 from ringzero.core.tokens import estimate_message_tokens
 from ringzero.core.types import (
     JSON,
     ExecLimits,
     ExecResult,
     Limits,
-    LLMRequest,
     LLMResponse,
     Message,
-    ProcessStatus,
-    StopReason,
     ToolSchema,
-    coerce_messages,
     ensure_json,
     json_problem,
 )
@@ -70,7 +46,6 @@ from ringzero.core.types import (
 if TYPE_CHECKING:
     from ringzero.core.budget import Spend
     from ringzero.core.conversation import Conversation
-    from ringzero.core.gate import LLMGate
     from ringzero.core.memory import ProcessMemory
     from ringzero.core.process import Process, Program
 
@@ -78,12 +53,7 @@ __all__ = ["Context", "enter"]
 
 T = TypeVar("T")
 
-_LLM_NEEDS = (("llm_calls", 1.0), ("tokens", 1.0), ("cost", 1e-12))
-
-
 _CURRENT: contextvars.ContextVar[Context | None] = contextvars.ContextVar("ringzero_context", default=None)
-_NESTED: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("ringzero_nested", default=None)
-"""What nested LLM calls made during the running exec cost, so that its record can carry it."""
 
 
 class Context:
@@ -195,7 +165,7 @@ class Context:
         return self._process.journal.replaying
 
     # ---------------------------------------------------------------------- llm
-    async def llm(
+    def llm(
         self,
         messages: Sequence[Message | Mapping[str, Any]] | str,
         *,
@@ -205,166 +175,47 @@ class Context:
         temperature: float | None = None,
         stop: Sequence[str] = (),
         provider: str = "default",
-    ) -> LLMResponse:
+    ) -> Coroutine[Any, Any, LLMResponse]:
         """Ask the model, through the provider's gate. Raises the ProviderError it ends with."""
-        request = LLMRequest(
-            messages=coerce_messages(messages),
-            tools=tuple(t if isinstance(t, ToolSchema) else ToolSchema(**t) for t in tools) if tools else (),
-            model=model,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            stop=tuple(stop) if stop else (),
-        )
-        process = self._process
-        fresh: list[tuple[LLMResponse, dict[str, JSON]]] = []  # to skip decoding what we just encoded
-
-        async def live() -> dict[str, JSON]:
-            gate = self._gate(provider)  # only a live call needs the provider: a replay does not
-            try:
-                response = await gate.complete(request, pid=process.pid, priority=process.record.priority)
-            except ProviderError as exc:
-                return {"error": {"type": type(exc).__name__, "message": str(exc),
-                                  "retry_after": getattr(exc, "retry_after", None)}}
-            recorded: dict[str, JSON] = {"value": response.to_dict()}
-            fresh.append((response, recorded))
-            return recorded
-
-        last = request.messages[-1] if request.messages else None
-        summary = f"{len(request.messages)} messages to {provider}" if last is None else \
-            f"{len(request.messages)} messages to {provider}, last {last.role} {trimmed(last.content, 50)}"
-        telemetry = process.runtime.telemetry
-        about = None if not telemetry.enabled else (
-            lambda: telemetry.llm_about(process.runtime.gates.get(provider), provider, request))
-        outcome = await process.syscall("llm", None, summary, live, needs=_LLM_NEEDS,
-                                        fp=llm_fingerprint(provider, request), about=about)
-        if "error" in outcome:
-            raise _provider_error(outcome["error"])  # type: ignore[arg-type]
-        # Decoded when replayed, or when (a cluster's takeover) the slot holds another node's answer.
-        live_answer = fresh[0][0] if fresh and fresh[0][1] is outcome else None
-        response = live_answer or LLMResponse.from_dict(outcome["value"])  # type: ignore[arg-type]
-        usage = response.usage
-        process.meter.charge_llm(usage.input_tokens + usage.output_tokens, usage.cost or 0.0)
-        process.check_budget()
-        return response
+        return sys_llm.llm(self._process, messages, tools=tools, model=model, max_tokens=max_tokens,
+                           temperature=temperature, stop=stop, provider=provider)
 
     # --------------------------------------------------------------------- exec
-    async def nested_llm(self, messages: Sequence[Message | Mapping[str, Any]] | str, *,
-                         provider: str = "default", max_tokens: int | None = None) -> LLMResponse:
+    # --------------------------------------------------------------------- exec
+    def nested_llm(self, messages: Sequence[Message | Mapping[str, Any]] | str, *,
+                   provider: str = "default", max_tokens: int | None = None) -> Coroutine[Any, Any, LLMResponse]:
         """An LLM call made from inside another syscall, such as a host tool that sandboxed code
         calls (``ask_llm``): it passes the gate and is charged to this process's budget, but is
         not journaled on its own, since the enclosing syscall's record already holds its effect
         (a resumed program gets that record and makes no nested call at all). Inside ``exec``,
         its cost goes into the exec's record too, so a resumed program's budget counts it again.
         The budget is checked when the enclosing syscall returns."""
-        process = self._process
-        request = LLMRequest(messages=coerce_messages(messages), max_tokens=max_tokens)
-        response = await self._gate(provider).complete(request, pid=process.pid, priority=process.record.priority)
-        charge = {"tokens": float(response.usage.total_tokens), "llm_calls": 1.0, "cost": response.usage.cost or 0.0}
-        process.meter.charge(**charge)
-        nested = _NESTED.get()
-        if nested is not None:  # the enclosing exec's record carries it, for a resumed program's budget
-            for resource, amount in charge.items():
-                nested[resource] = nested.get(resource, 0.0) + amount
-        return response
+        return sys_llm.nested_llm(self._process, messages, provider=provider, max_tokens=max_tokens)
 
-    async def exec(
+    def exec(
         self,
         code: str,
         *,
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-    ) -> ExecResult:
+    ) -> Coroutine[Any, Any, ExecResult]:
         """Run code in the kernel's executor; the user's exceptions come back in ``error``."""
-        if not isinstance(code, str):
-            raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
-        inputs = dict(inputs or {})
-        ensure_json(inputs, "exec inputs")
-        process = self._process
-        left = process.meter.remaining("exec_seconds")
-        if left is not None:  # the run may not outlast what is left of the exec budget
-            limits = limits or ExecLimits()
-            wall = max(0.0, left) if limits.wall_seconds is None else min(limits.wall_seconds, left)
-            limits = dataclasses.replace(limits, wall_seconds=wall)
-
-        ran_live = False
-
-        async def live() -> dict[str, JSON]:
-            nonlocal ran_live
-            ran_live = True
-            nested: dict[str, float] = {}
-            slot = current_slot()
-            calls = NestedCalls(process.journal, process.pid, slot, process.idempotency_key(""))
-            token, calls_token = _NESTED.set(nested), NESTED_CALLS.set(calls)
-            try:
-                result = await process.runtime.executor.run(code, inputs=inputs, tools=tools, limits=limits)
-            finally:
-                NESTED_CALLS.reset(calls_token)
-                _NESTED.reset(token)
-            if isinstance(calls.problem, ToolInDoubt):  # the program decides, now and on every replay
-                return {"in_doubt": {"slot": calls.problem.slot, "tool": calls.problem.tool,
-                                     "summary": str(calls.problem)}}
-            if calls.problem is not None:  # diverged from its recorded calls, or the store failed
-                raise calls.problem
-            extra: dict[str, JSON] = {"nested": nested} if nested else {}  # type: ignore[dict-item]
-            if calls.served or calls.rerun:
-                extra["calls"] = {"served": calls.served, "rerun": calls.rerun}
-            return {"value": result.to_dict(), **extra}
-
-        args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
-        executor = process.runtime.executor
-        first_line = code.strip().partition("\n")[0]
-        outcome = await process.syscall("exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
-                                        needs=(("exec_seconds", 1e-9),), slotted=True,
-                                        about=lambda: {"ringzero.executor": type(executor).__name__,
-                                                       "ringzero.isolation": executor.capabilities.isolation})
-        if "in_doubt" in outcome:
-            doubt: Any = outcome["in_doubt"]
-            raise ToolInDoubt(process.pid, str(doubt["tool"]), str(doubt["slot"]))
-        result = ExecResult.from_dict(outcome["value"])  # type: ignore[arg-type]
-        if not ran_live and isinstance(outcome.get("nested"), dict):  # replayed: charge what its nested calls cost
-            process.meter.charge(**{str(k): float(v) for k, v in outcome["nested"].items()})  # type: ignore[union-attr,arg-type]
-        process.meter.charge(exec_seconds=result.duration)
-        process.check_budget()
-        return result
+        return sys_tools.exec_code(self._process, code, inputs=inputs, tools=tools, limits=limits)
 
     # --------------------------------------------------------------------- tool
-    async def tool(self, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> JSON:
+    # --------------------------------------------------------------------- tool
+    def tool(self, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> Coroutine[Any, Any, JSON]:
         """Call a host tool (by name from the kernel's tools, or a callable) with JSON arguments.
 
         An exception in the tool reaches the program as ToolFailed, live and on replay alike.
         """
-        name, fn = (tool, None) if isinstance(tool, str) else self._resolve_tool(tool)
-        ensure_json([list(args), kwargs], f"arguments of tool {name!r}")
-        process = self._process
+        return sys_tools.tool(self._process, tool, *args, **kwargs)
 
-        def target() -> Tool:
-            return fn if fn is not None else self._kernel_tool(name)  # a replay needs no tool
-
-        async def live() -> dict[str, JSON]:
-            call = target()
-            given = {**kwargs, IDEMPOTENCY_KEY: process.idempotency_key(current_slot())} \
-                if takes_idempotency_key(call) else kwargs
-            try:
-                value = await call_tool(call, list(args), given)
-            except Exception as exc:
-                return {"error": {"type": type(exc).__name__, "message": str(exc)}}
-            return {"value": ensure_json(value, f"the result of tool {name!r}")}
-
-        outcome = await process.syscall("tool", {"name": name, "args": list(args), "kwargs": kwargs},
-                                        tool_summary(name, args, kwargs), live, effect=lambda: retry_safe(target()),
-                                        about=lambda: {"gen_ai.tool.name": name})
-        if "in_doubt" in outcome:
-            raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
-        if "error" in outcome:
-            err = outcome["error"]
-            raise ToolFailed(name, str(err["type"]), str(err["message"]))  # type: ignore[index,call-overload]
-        return outcome["value"]
-
-    async def journaled_tool(
+    def journaled_tool(
         self, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]], *,
         retry_safe: bool | Callable[[], bool] = False,
-    ) -> dict[str, JSON]:
+    ) -> Coroutine[Any, Any, dict[str, JSON]]:
         """One tool call as a journaled, budgeted syscall whose result the caller encodes.
 
         For adapters whose tools return framework objects rather than JSON (LangGraph's
@@ -376,13 +227,7 @@ class Context:
         idempotent; or a function that says so, asked only then), when it runs again. ``live``
         may read its key with ``ctx.idempotency_key()``.
         """
-        process = self._process
-        safe = retry_safe if callable(retry_safe) else lambda: retry_safe
-        outcome = await process.syscall("tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
-                                        live, effect=safe, about=lambda: {"gen_ai.tool.name": name})
-        if "in_doubt" in outcome:
-            raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
-        return outcome
+        return sys_tools.journaled_tool(self._process, name, request, live, retry_safe=retry_safe)
 
     def idempotency_key(self) -> str:
         """The idempotency key of the tool call running live here (inside ``journaled_tool``'s
@@ -392,46 +237,11 @@ class Context:
             raise InvalidArgument("idempotency_key() is asked inside a tool call that a syscall runs")
         return self._process.idempotency_key(slot)
 
-    def _gate(self, provider: str) -> LLMGate:
-        """The kernel's gate for ``provider``; where it has none, see ``Process.needs``."""
-        try:
-            return self._process.runtime.gate(provider)
-        except NoProvider as exc:
-            self._process.needs(exc)
-
-    def _kernel_tool(self, name: str) -> Tool:
-        """The kernel's tool ``name``; where it has none, see ``Process.needs``."""
-        tools = self._process.runtime.tools
-        if name not in tools:
-            known = ", ".join(sorted(tools)) or "none"
-            self._process.needs(ToolNotFound(f"no tool named {name!r}; the kernel has: {known}"))
-        return tools[name]
-
-    @staticmethod
-    def _resolve_tool(tool: Tool) -> tuple[str, Tool]:
-        if not callable(tool):
-            raise InvalidArgument(f"ctx.tool() needs a tool name or a callable, not {type(tool).__name__}")
-        return getattr(tool, "__qualname__", repr(tool)), tool
-
     # ------------------------------------------------------------ messages
-    async def send(self, pid: int, message: JSON, *, priority: int = 10) -> None:
+    # ------------------------------------------------------------ messages
+    def send(self, pid: int, message: JSON, *, priority: int = 10) -> Coroutine[Any, Any, None]:
         """Deliver ``message`` to process ``pid``'s mailbox (lower priority numbers first)."""
-        process = self._process
-        runtime = process.runtime
-        runtime.check_message(pid, message, priority)
-        # Whether the target can take it is asked only live: a replayed send was delivered, to a
-        # process that may have ended since. The id is the send's place in program order, the
-        # same when the program is re-run, so a send that was delivered but not yet journaled
-        # when the host died is not delivered twice (``Runtime.deliver``).
-        process.sends += 1
-        mail_id = f"{process.pid}:{process.sends}"
-
-        async def live() -> dict[str, JSON]:
-            await runtime.deliver(pid, message, priority, sender=self.pid, mail_id=mail_id,
-                                  maybe_delivered=process.recovered)
-            return {"value": None}
-
-        await self._process.syscall("send", {"to": pid, "message": message, "priority": priority}, f"to {pid}", live)
+        return sys_family.send(self._process, pid, message, priority=priority)
 
     async def recv(self, timeout: float | None = None) -> JSON:
         """The most urgent message in the mailbox, waiting up to ``timeout`` s (None on timeout)."""
@@ -447,109 +257,30 @@ class Context:
         return None if got is None else got["message"]  # type: ignore[call-overload,index]
 
     # ------------------------------------------------------------ processes
-    async def spawn(
+    def spawn(
         self,
         program: Program,
         *args: JSON,
         name: str | None = None,
         priority: int | None = None,
         limits: Limits | None = None,
-    ) -> ProcessHandle | RemoteProcessHandle:
+    ) -> Coroutine[Any, Any, ProcessHandle | RemoteProcessHandle]:
         """Start a child process with a slice of this one's budget (refunded when it ends).
 
         On a cluster node whose scheduler spreads children (``RayScheduler(children="spread")``)
         the child may run on another node: the handle is then a ``RemoteProcessHandle``, and
         ``ctx.wait``, a kill of this process and the refund work across nodes the same way."""
-        process = self._process
-        runtime = process.runtime
-        runtime.check_program(program, args)
-        child_limits = process.meter.carve(limits)
-        child_priority = process.record.priority if priority is None else priority
+        return sys_family.spawn(self._process, program, *args, name=name, priority=priority, limits=limits)
 
-        created: list[int] = []
-        placed: list[RemoteProcessHandle] = []
-        process.spawns += 1
-        spawn_id = f"{process.pid}:{process.spawns}"
-
-        async def live() -> dict[str, JSON]:
-            orphan = runtime.spawned_before_crash(process, spawn_id)
-            if orphan is not None:  # created before the host died, but the spawn was not journaled
-                return {"value": orphan}
-            if runtime.cluster.child_placement is not None:
-                request = SpawnRequest(program=program_reference(program)[0], args=list(args),
-                                       name=name or program.__name__, priority=child_priority, limits=child_limits)
-                remote = await runtime.cluster.child_placement.place_child(request, parent=process.pid)
-                if remote is not None:
-                    placed.append(remote)
-                    runtime.cluster.adopt_remote_child(process, remote, child_limits)
-                    return {"value": remote.pid}
-            child = await runtime.spawn_process(program, args, name=name, priority=child_priority,
-                                                limits=child_limits, parent=process.pid, spawn_id=spawn_id)
-            created.append(child.pid)  # create() registered it with this process already
-            return {"value": child.pid}
-
-        fp = {"program": program_reference(program)[0], "args": list(args), "name": name,
-              "priority": child_priority, "limits": child_limits.to_dict()}
-        outcome = await process.syscall("spawn", fp, fp["program"], live)  # type: ignore[arg-type]
-        child_pid = int(outcome["value"])  # type: ignore[arg-type]
-        if placed:
-            return placed[0]
-        if not created:  # replayed after a crash: the child was loaded by recover(), or has ended
-            await runtime.adopt(process, child_pid, child_limits)
-        try:
-            handle = await runtime.handle(child_pid)
-        except ProcessNotFound:
-            if runtime.cluster.child_placement is None or created:
-                raise
-            # Replayed, and the child runs on another node: follow it from here.
-            remote = await RemoteProcessHandle(runtime.cluster.child_placement, {"pid": child_pid, "name": "",
-                                                                        "status": "created", "program": ""}).refresh()
-            if child_pid in process.children:
-                runtime.cluster.adopt_remote_child(process, remote, process.children[child_pid])
-            return remote
-        if not created:
-            process.keep_child(process_of(handle))
-        return handle
-
-    async def wait(self, child: ProcessHandle | RemoteProcessHandle | int, timeout: float | None = None) -> JSON:
+    def wait(self, child: ProcessHandle | RemoteProcessHandle | int,
+             timeout: float | None = None) -> Coroutine[Any, Any, JSON]:
         """Wait for another process to end, without holding a run slot, and return its result.
 
         Raises ProcessFailed (BudgetExceeded for a budget stop) if it failed or was killed,
         and TimeoutError after ``timeout`` seconds. Use this, not ``handle.wait()``, inside a
         program: it is journaled, so a resumed parent does not wait again.
         """
-        process = self._process
-        runtime = process.runtime
-
-        if isinstance(child, bool) or not isinstance(child, (int, ProcessHandle, RemoteProcessHandle)):
-            raise InvalidArgument(f"ctx.wait takes a child's handle or pid (a pid is an integer), not {child!r:.60}")
-        pid = child if isinstance(child, int) else child.pid
-        target = child if not isinstance(child, int) else await runtime.any_handle(pid)
-
-        async def live() -> dict[str, JSON]:
-            if isinstance(target, RemoteProcessHandle):
-                ended = await target.ended(timeout)
-                runtime.cluster.settle_remote_child(process, target.pid, ended)  # as a local child's end does
-                status, reason, detail, result = (ProcessStatus(ended["status"]), ended.get("stop_reason"),
-                                                  ended.get("error"), ended.get("result"))
-            else:
-                async with fail_after(timeout):
-                    await shielded(process_of(target).finished)
-                record = process_of(target).record
-                status, result = record.status, record.result
-                reason = None if record.stop_reason is None else record.stop_reason.value
-                detail = dict(record.error) if record.error else None
-            if status is ProcessStatus.EXITED:
-                return {"value": result}
-            return {"error": {"status": status.value, "reason": reason, "detail": detail}}
-
-        outcome = await process.syscall("wait", {"pid": pid}, str(pid), live, waits=True)
-        if "error" in outcome:
-            info: Any = outcome["error"]
-            reason = StopReason(info["reason"]) if info["reason"] else None
-            failed = BudgetExceeded if reason and reason.value.startswith("budget_") else ProcessFailed
-            raise failed(target.pid, info["status"], reason, info["detail"])
-        return outcome["value"]
+        return sys_family.wait(self._process, child, timeout)
 
     async def checkpoint(self) -> None:
         """Save working state (``ctx.state``) and counters now, for ``ps``, ``top`` and handles.
@@ -639,16 +370,6 @@ def _state_prints(state: Mapping[str, JSON]) -> dict[str, JSON]:
     if len(state) > _STATE_PRINTS_KEYS:
         return {"*": fingerprint(state)}
     return {key: fingerprint(value) for key, value in state.items()}
-
-
-def _provider_error(info: Mapping[str, Any]) -> ProviderError:
-    cls = getattr(errors, str(info.get("type")), None)
-    message = str(info.get("message", ""))
-    if cls is errors.RateLimited:
-        return errors.RateLimited(message, info.get("retry_after"))
-    if isinstance(cls, type) and issubclass(cls, ProviderError):
-        return cls(message)
-    return ProviderError(message)
 
 
 def enter(ctx: Context) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ringzero.core.process import Process
 
-__all__ = ["RUNNING_LIVE", "SLOT", "current_slot", "running_live"]
+__all__ = ["NESTED_COST", "RUNNING_LIVE", "SLOT", "current_slot", "running_live"]
 
 RUNNING_LIVE: contextvars.ContextVar[Process | None] = contextvars.ContextVar("ringzero_running_live", default=None)
 """The process whose syscall is running live in this context: a syscall it makes from there (an
@@ -29,3 +29,7 @@ def running_live() -> bool:
 def current_slot() -> str:
     """The slot of the effect syscall running live here ("" outside one)."""
     return SLOT.get()
+
+
+NESTED_COST: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("ringzero_nested", default=None)
+"""What nested LLM calls made during the running exec cost, so that its record can carry it."""

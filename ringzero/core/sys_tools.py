@@ -1,0 +1,160 @@
+"""The tool and code syscalls (``ctx.tool``, ``ctx.journaled_tool``, ``ctx.exec``): each records its
+intent before it runs, so a call in flight at a crash is in doubt on resume, never repeated
+silently; a tool called from sandboxed code is journaled under its exec's slot."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core.effects import (
+    IDEMPOTENCY_KEY,
+    NESTED_CALLS,
+    NestedCalls,
+    retry_safe,
+    takes_idempotency_key,
+    tool_summary,
+)
+from ringzero.core.errors import InvalidArgument, ToolFailed, ToolInDoubt, ToolNotFound
+from ringzero.core.host_tools import call_tool
+from ringzero.core.journal import trimmed
+from ringzero.core.live import NESTED_COST, current_slot
+from ringzero.core.protocols import Tool
+from ringzero.core.types import JSON, ExecLimits, ExecResult, ensure_json
+
+if TYPE_CHECKING:
+    from ringzero.core.process import Process
+
+__all__ = ["exec_code", "journaled_tool", "kernel_tool", "resolve_tool", "tool"]
+
+
+async def exec_code(
+    process: Process,
+    code: str,
+    *,
+    inputs: Mapping[str, JSON] | None = None,
+    tools: Mapping[str, Tool] | None = None,
+    limits: ExecLimits | None = None,
+) -> ExecResult:
+    """Run code in the kernel's executor; the user's exceptions come back in ``error``."""
+    if not isinstance(code, str):
+        raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
+    inputs = dict(inputs or {})
+    ensure_json(inputs, "exec inputs")
+    left = process.meter.remaining("exec_seconds")
+    if left is not None:  # the run may not outlast what is left of the exec budget
+        limits = limits or ExecLimits()
+        wall = max(0.0, left) if limits.wall_seconds is None else min(limits.wall_seconds, left)
+        limits = dataclasses.replace(limits, wall_seconds=wall)
+
+    ran_live = False
+
+    async def live() -> dict[str, JSON]:
+        nonlocal ran_live
+        ran_live = True
+        nested: dict[str, float] = {}
+        slot = current_slot()
+        calls = NestedCalls(process.journal, process.pid, slot, process.idempotency_key(""))
+        token, calls_token = NESTED_COST.set(nested), NESTED_CALLS.set(calls)
+        try:
+            result = await process.runtime.executor.run(code, inputs=inputs, tools=tools, limits=limits)
+        finally:
+            NESTED_CALLS.reset(calls_token)
+            NESTED_COST.reset(token)
+        if isinstance(calls.problem, ToolInDoubt):  # the program decides, now and on every replay
+            return {"in_doubt": {"slot": calls.problem.slot, "tool": calls.problem.tool,
+                                 "summary": str(calls.problem)}}
+        if calls.problem is not None:  # diverged from its recorded calls, or the store failed
+            raise calls.problem
+        extra: dict[str, JSON] = {"nested": nested} if nested else {}  # type: ignore[dict-item]
+        if calls.served or calls.rerun:
+            extra["calls"] = {"served": calls.served, "rerun": calls.rerun}
+        return {"value": result.to_dict(), **extra}
+
+    args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
+    executor = process.runtime.executor
+    first_line = code.strip().partition("\n")[0]
+    outcome = await process.syscall("exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
+                                    needs=(("exec_seconds", 1e-9),), slotted=True,
+                                    about=lambda: {"ringzero.executor": type(executor).__name__,
+                                                   "ringzero.isolation": executor.capabilities.isolation})
+    if "in_doubt" in outcome:
+        doubt: Any = outcome["in_doubt"]
+        raise ToolInDoubt(process.pid, str(doubt["tool"]), str(doubt["slot"]))
+    result = ExecResult.from_dict(outcome["value"])  # type: ignore[arg-type]
+    if not ran_live and isinstance(outcome.get("nested"), dict):  # replayed: charge what its nested calls cost
+        process.meter.charge(**{str(k): float(v) for k, v in outcome["nested"].items()})  # type: ignore[union-attr,arg-type]
+    process.meter.charge(exec_seconds=result.duration)
+    process.check_budget()
+    return result
+
+
+async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> JSON:
+    """Call a host tool (by name from the kernel's tools, or a callable) with JSON arguments.
+
+    An exception in the tool reaches the program as ToolFailed, live and on replay alike.
+    """
+    name, fn = (tool, None) if isinstance(tool, str) else resolve_tool(tool)
+    ensure_json([list(args), kwargs], f"arguments of tool {name!r}")
+
+    def target() -> Tool:
+        return fn if fn is not None else kernel_tool(process, name)  # a replay needs no tool
+
+    async def live() -> dict[str, JSON]:
+        call = target()
+        given = {**kwargs, IDEMPOTENCY_KEY: process.idempotency_key(current_slot())} \
+            if takes_idempotency_key(call) else kwargs
+        try:
+            value = await call_tool(call, list(args), given)
+        except Exception as exc:
+            return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+        return {"value": ensure_json(value, f"the result of tool {name!r}")}
+
+    outcome = await process.syscall("tool", {"name": name, "args": list(args), "kwargs": kwargs},
+                                    tool_summary(name, args, kwargs), live, effect=lambda: retry_safe(target()),
+                                    about=lambda: {"gen_ai.tool.name": name})
+    if "in_doubt" in outcome:
+        raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
+    if "error" in outcome:
+        err = outcome["error"]
+        raise ToolFailed(name, str(err["type"]), str(err["message"]))  # type: ignore[index,call-overload]
+    return outcome["value"]
+
+
+async def journaled_tool(
+    process: Process, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]], *,
+    retry_safe: bool | Callable[[], bool] = False,
+) -> dict[str, JSON]:
+    """One tool call as a journaled, budgeted syscall whose result the caller encodes.
+
+    For adapters whose tools return framework objects rather than JSON (LangGraph's
+    ``ToolMessage`` and ``Command``, CrewAI's tool output): ``live`` runs the call and
+    returns the outcome to record, a JSON object; ``request`` identifies the call (a replay
+    must ask for the same one). A recorded outcome is returned without calling ``live``. An
+    exception from ``live`` is not recorded. Its intent is: a call in flight at a crash is
+    in doubt on resume and raises ``ToolInDoubt`` there, unless ``retry_safe`` (the tool is
+    idempotent; or a function that says so, asked only then), when it runs again. ``live``
+    may read its key with ``ctx.idempotency_key()``.
+    """
+    safe = retry_safe if callable(retry_safe) else lambda: retry_safe
+    outcome = await process.syscall("tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
+                                    live, effect=safe, about=lambda: {"gen_ai.tool.name": name})
+    if "in_doubt" in outcome:
+        raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
+    return outcome
+
+
+def kernel_tool(process: Process, name: str) -> Tool:
+    """The kernel's tool ``name``; where it has none, see ``Process.needs``."""
+    tools = process.runtime.tools
+    if name not in tools:
+        known = ", ".join(sorted(tools)) or "none"
+        process.needs(ToolNotFound(f"no tool named {name!r}; the kernel has: {known}"))
+    return tools[name]
+
+
+def resolve_tool(tool: Tool) -> tuple[str, Tool]:
+    if not callable(tool):
+        raise InvalidArgument(f"ctx.tool() needs a tool name or a callable, not {type(tool).__name__}")
+    return getattr(tool, "__qualname__", repr(tool)), tool
