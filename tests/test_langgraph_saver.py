@@ -114,8 +114,8 @@ def test_a_sync_call_from_the_savers_own_loop_is_refused_not_deadlocked() -> Non
     async def inside() -> None:
         saver.get_tuple(config)
 
-    assert saver._home.loop is not None
-    future = asyncio.run_coroutine_threadsafe(inside(), saver._home.loop)
+    assert saver.home.loop is not None
+    future = asyncio.run_coroutine_threadsafe(inside(), saver.home.loop)
     with pytest.raises(WrongEventLoop, match="synchronously on the event loop it runs on"):
         future.result(timeout=5)
     saver.close()

@@ -44,6 +44,7 @@ async def holds_big_state(ctx: Context) -> int:
     return 1
 
 
+@pytest.mark.perf
 async def test_a_transition_writes_a_small_row_whatever_the_size_of_ctx_state() -> None:
     store = CountsWrites()
     async with Kernel(checkpointer=store) as kernel:
@@ -63,6 +64,7 @@ async def chatty(ctx: Context, calls: int) -> int:
     return calls
 
 
+@pytest.mark.perf
 async def test_finished_processes_leave_their_llm_replies_in_the_store_not_in_memory() -> None:
     replies = itertools.count()
 
@@ -200,6 +202,7 @@ async def idles(ctx: Context) -> object:
     return await ctx.recv()
 
 
+@pytest.mark.perf
 async def test_the_transitions_of_many_processes_in_one_turn_go_in_a_few_writes() -> None:
     """300 processes that go idle in the same turns write their way there (a transitions row
     and a status row each) in a write per 128 of them where the store puts many at once, not
@@ -247,6 +250,7 @@ async def test_transitions_a_grouped_write_failed_to_store_are_written_with_each
                              ("waiting", "ready"), ("ready", "running"), ("running", "exited")], steps
 
 
+@pytest.mark.perf
 async def test_an_idle_durable_process_holds_few_objects_for_the_garbage_collector(tmp_path: Path) -> None:
     """Every object an idle process holds is walked by every full collection: at 10,000 idle
     processes those collections took 0.3-0.5 s of each start (``benchmarks/idle_processes.py``).
@@ -298,6 +302,7 @@ async def receives_twice(ctx: Context) -> list[object]:
     return [await ctx.recv(), await ctx.recv()]
 
 
+@pytest.mark.perf
 async def test_a_mailbox_emptied_by_recv_lets_its_line_go() -> None:
     """An idle process that got mail and read it all holds no priority line (its heap, its
     counter): three objects fewer for the garbage collector, as for one that never got mail."""

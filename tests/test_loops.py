@@ -127,7 +127,7 @@ def test_twenty_savers_used_synchronously_leave_no_thread_after_close(tmp_path: 
     assert set(_ringzero_threads()) - set(before) <= {"ringzero-runtime"}, "the savers started threads of their own"
     assert _ringzero_threads().count("ringzero-runtime") == 1, "twenty savers used from sync code share one loop"
     for saver in savers:
-        saver._run(saver.checkpointer.aclose())  # the checkpointers are the caller's to close
+        saver.home.run_sync(saver.checkpointer.aclose(), "closing")  # the checkpointers are the caller's to close
         saver.close()
     assert _ringzero_threads() == before
     with pytest.raises(Closed, match="KernelSaver is closed"):

@@ -183,7 +183,7 @@ async def test_each_run_is_one_fork_of_the_fork_server_born_as_the_init_of_its_o
     server (its warm inits) is pid 1 of a PID namespace of its own, and the server's own next
     children are still born in the server's namespace (it points them back after each fork)."""
     assert (await process.run("import os\nos.getpid()")).value == 1
-    [server] = process._servers  # type: ignore[attr-defined]
+    [server] = process.servers  # type: ignore[attr-defined]
     server_pid = str(server.process.pid)
 
     def children() -> dict[str, dict[str, str]]:
@@ -261,24 +261,23 @@ async def test_a_pool_of_fork_servers_grows_only_while_runs_overlap_and_never_pa
     try:
         for n in range(3):
             assert (await executor.run(f"{n} + 1")).value == n + 1
-        assert len(executor._servers) == 1 and executor._growing is None
+        assert len(executor.servers) == 1 and not executor.growing
         first = asyncio.create_task(executor.run("hold()", tools={"hold": hold}))
-        await until(lambda: executor._servers[0].runs == 1)
+        await until(lambda: executor.servers[0].runs == 1)
         assert (await executor.run("2 * 3")).value == 6  # served by the busy server meanwhile
-        growing = executor._growing
-        assert growing is not None, "no second server was started while the first had a run in flight"
-        await growing
-        assert len(executor._servers) == 2 and all(s.alive for s in executor._servers)
+        assert executor.growing, "no second server was started while the first had a run in flight"
+        await until(lambda: not executor.growing)
+        assert len(executor.servers) == 2 and all(s.alive for s in executor.servers)
         second = asyncio.create_task(executor.run("hold()", tools={"hold": hold}))
-        await until(lambda: [s.runs for s in executor._servers] == [1, 1])  # the new server took it
+        await until(lambda: [s.runs for s in executor.servers] == [1, 1])  # the new server took it
         assert (await executor.run("40 + 2")).value == 42
-        assert executor._growing is None and len(executor._servers) == 2
+        assert not executor.growing and len(executor.servers) == 2
         release.set()
         assert [(await first).value, (await second).value] == [7, 7]
-        servers = list(executor._servers)
+        servers = list(executor.servers)
     finally:
         await executor.aclose()
-    assert executor._servers == [] and all(s.process.returncode is not None for s in servers)
+    assert executor.servers == () and all(s.process.returncode is not None for s in servers)
 
 
 def test_fork_servers_must_be_a_whole_number_of_at_least_one() -> None:

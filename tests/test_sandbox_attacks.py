@@ -263,11 +263,11 @@ async def test_6_a_fork_server_that_dies_is_restarted() -> None:
     executor = ProcessExecutor(warm=1)
     try:
         assert (await executor.run("1")).value == 1
-        [server] = executor._servers
+        [server] = executor.servers
         os.kill(server.process.pid, signal.SIGKILL)
         await server.process.wait()
         assert (await executor.run("21 * 2")).value == 42
-        assert [s.alive for s in executor._servers] == [True] and executor._servers[0] is not server
+        assert [s.alive for s in executor.servers] == [True] and executor.servers[0] is not server
     finally:
         await executor.aclose()
 
@@ -451,7 +451,7 @@ async def test_the_process_sandbox_environment_is_the_documented_one_plus_env(
     executor = ProcessExecutor(warm=1, env={"REPORT_STYLE": "short"})
     try:
         seen = (await executor.run("import os\ndict(os.environ)")).value
-        [server] = executor._servers  # every run is a fork of it: its memory is theirs
+        [server] = executor.servers  # every run is a fork of it: its memory is theirs
         raw = Path(f"/proc/{server.process.pid}/environ").read_bytes().decode()  # noqa: ASYNC240
     finally:
         await executor.aclose()

@@ -241,6 +241,7 @@ async def test_writes_keep_off_the_write_lock_while_a_restart_checkpoint_wants_i
     await store.aclose()
 
 
+@pytest.mark.perf
 async def test_writers_go_back_to_the_fast_path_once_a_held_lock_is_let_go(tmp_path: Path) -> None:
     """While another connection holds the write lock, writes wait in line on the waiting thread;
     once it lets go, they commit on the loop's thread again, even under steady load from many

@@ -78,7 +78,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
         ``write()`` each into its append log, folded in one commit once the appends pause, or
         before this saver's next read of the thread; another process sees them once folded)."""
-        self._home = LoopHome("KernelSaver")
+        self.home = LoopHome("KernelSaver")
         self._owns_checkpointer = False
         self._outlives_processes = not lives_in_memory(self)
         """Whether a graph run here from inside a kernel process is refused, at its first read
@@ -96,18 +96,18 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
     def close(self) -> None:
         """Close what the saver opened: its private loop thread, and its checkpointer if it
         opened that too. Later calls raise ``Closed``."""
-        if self._home.closed:
+        if self.home.closed:
             return
         if self._owns_checkpointer:
-            self._home.run_sync(self.checkpointer.aclose(), "KernelSaver.close")
-        self._home.close()
+            self.home.run_sync(self.checkpointer.aclose(), "KernelSaver.close")
+        self.home.close()
 
     async def aclose(self) -> None:
-        if self._home.closed:
+        if self.home.closed:
             return
         if self._owns_checkpointer:
-            await self._home.run(self.checkpointer.aclose())
-        await self._home.aclose()
+            await self.home.run(self.checkpointer.aclose())
+        await self.home.aclose()
 
     # ------------------------------------------------------------------ encoding
     def _encode(self, value: Any) -> bytes:
@@ -238,7 +238,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if self._outlives_processes:
             refuse_in_process(self, config)  # a graph's first call: before any of its nodes runs
-        return await self._home.run(self._get_tuple(config))
+        return await self.home.run(self._get_tuple(config))
 
     async def alist(
         self,
@@ -248,7 +248,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        home = self._home.target()
+        home = self.home.target()
         if home is None:
             async for found in self._records(config, filter=filter, before=before, limit=limit):
                 yield found
@@ -263,30 +263,30 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
                    new_versions: ChannelVersions) -> RunnableConfig:
         if self._outlives_processes:
             refuse_in_process(self)
-        return await self._home.run(self._put(config, checkpoint, metadata, new_versions))
+        return await self.home.run(self._put(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
         if self._outlives_processes:
             refuse_in_process(self)
-        await self._home.run(self._put_writes(config, writes, task_id, task_path))
+        await self.home.run(self._put_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._home.run(self._delete_thread(thread_id))
+        await self.home.run(self._delete_thread(thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._home.run(self._delete_for_runs(run_ids))
+        await self.home.run(self._delete_for_runs(run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._home.run(self._copy_thread(source_thread_id, target_thread_id))
+        await self.home.run(self._copy_thread(source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._home.run(self._prune(thread_ids, strategy=strategy))
+        await self.home.run(self._prune(thread_ids, strategy=strategy))
 
     # ------------------------------------------------------------------ sync API
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the saver's loop and wait for it."""
-        return self._home.run_sync(coro, "a KernelSaver sync method")
+        return self.home.run_sync(coro, "a KernelSaver sync method")
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if self._outlives_processes:

@@ -178,6 +178,16 @@ class ProcessExecutor:
                                     network="namespaces" not in self._controls and bool(self._servers))
 
     @property
+    def servers(self) -> tuple[ForkServer, ...]:
+        """The fork servers of the pool now (each with its process and its runs in flight)."""
+        return tuple(self._servers)
+
+    @property
+    def growing(self) -> bool:
+        """Whether a fork server is being added to the pool now."""
+        return self._growing is not None
+
+    @property
     def servers_running(self) -> int:
         """How many fork servers the pool holds now (at most ``fork_servers``)."""
         return sum(server.alive for server in self._servers)
