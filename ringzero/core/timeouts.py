@@ -6,9 +6,9 @@ good, even one that loses a cancellation.
 
 On Python 3.11+ it is ``asyncio.timeout``; on 3.10, which has none, ``anyio.fail_after``
 (anyio comes with httpx). Both raise the built-in ``TimeoutError`` (on 3.10 ``asyncio.wait_for``
-raised another class, which is why nothing in ringzero uses it). Why not anyio everywhere:
-measured on this machine, ``anyio.fail_after`` costs 18.4 µs a use and ``asyncio.timeout``
-5.1 µs, and the LLM gate enters one on every call.
+raised another class, which is why nothing in ringzero uses it). Not anyio everywhere:
+``anyio.fail_after`` costs several times what ``asyncio.timeout`` does, and the LLM gate enters
+one on every call.
 
 ``started_eagerly`` starts a coroutine in the caller's turn, as Python 3.12's eager tasks do,
 on every Python this project supports.
@@ -51,11 +51,11 @@ class SharedTimeout:
     timeout per attempt): ``async with shared():``.
 
     Their deadlines come in the order the calls start, so one loop timer, set for the earliest
-    deadline still pending, serves them all, and a call costs an append and a flag. Measured
-    inside ``ctx.llm`` (``benchmarks/llm_syscall_overhead.py``): ``asyncio.timeout`` cost about
-    9 µs a call, most of it its own timer, which, cancelled, stays in the loop's heap until it
-    comes due. A call on another loop than the first one's (or on Python 3.10) gets
-    ``fail_after`` instead.
+    deadline still pending, serves them all, and a call costs an append and a flag, where
+    ``asyncio.timeout`` arms a timer per call (which, cancelled, stays in the loop's heap until
+    it comes due): about four times the cost, in every ``ctx.llm``
+    (``benchmarks/llm_syscall_overhead.py``). A call on another loop than the first one's (or
+    on Python 3.10) gets ``fail_after`` instead.
     """
 
     def __init__(self, seconds: float) -> None:

@@ -1,8 +1,7 @@
 """The append log beside a SqliteCheckpointer's file: a record durable in one ``write()``.
 
-A commit in SQLite's WAL mode costs six lock calls, two writes and the B-tree's work, about
-15 µs alone and over 30 µs between the kernel's own work; the kernel's journal wrote one at
-every syscall. ``SqliteCheckpointer.append`` writes the record into this log instead, one
+A commit in SQLite's WAL mode costs six lock calls, two writes and the B-tree's work, and the
+kernel's journal writes a record at every syscall. ``SqliteCheckpointer.append`` writes the record into this log instead, one
 ``write()`` of a checksummed frame, and returns: once in the operating system's page cache
 the record survives the host process being killed, which is what ``synchronous=NORMAL``
 promises for a commit too. A record holds rows of one table (its kind: ``CHECKPOINT`` from
