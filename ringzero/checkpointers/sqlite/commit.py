@@ -176,16 +176,18 @@ class Turns:
     other tasks join its batch: one commit for them all. The mark is cleared by a callback,
     which asyncio runs in the next turn."""
 
-    __slots__ = ("_taker",)
+    __slots__ = ("_loop", "_taker")
 
     def __init__(self) -> None:
         self._taker: object = _FREE
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def first(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Whether the running task may commit at once."""
+        """Whether the running task may commit at once. A mark left by another loop (one that
+        stopped before its next turn cleared it) does not count."""
         task = asyncio.current_task(loop)
-        if self._taker is _FREE:
-            self._taker = task
+        if self._taker is _FREE or self._loop is not loop:
+            self._taker, self._loop = task, loop
             loop.call_soon(self._clear)
             return True
         return self._taker is task and task is not None
