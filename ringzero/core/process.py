@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
@@ -26,11 +26,12 @@ from ringzero.core.errors import (
     RingzeroError,
     ToolNotFound,
 )
-from ringzero.core.journal import Journal, fingerprint
-from ringzero.core.live import RUNNING_LIVE, SLOT
+from ringzero.core.journal import Journal
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.new_run import ContinueAsNew, begin_new_run
 from ringzero.core.store import ProcessRecord
+from ringzero.core.syscall import Outcome
+from ringzero.core.syscall import syscall as run_syscall
 from ringzero.core.timeouts import RECANCEL_EVERY, shielded
 from ringzero.core.types import (
     JSON,
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["Process", "Program"]
 
 Program = Callable[..., Awaitable[Any]]
-Outcome = dict[str, JSON]
 
 
 class Process:
@@ -472,7 +472,7 @@ class Process:
         if self.record.stop_reason is not None:
             self.request_stop(self.record.stop_reason)
 
-    def _stop(self, reason: StopReason) -> NoReturn:
+    def stop_now(self, reason: StopReason) -> NoReturn:
         """Stop the process from inside its own task, at a syscall."""
         if self.record.stop_reason is None:
             self.record.stop_reason = reason
@@ -515,7 +515,7 @@ class Process:
             raise ProcessStateError(f"cannot {what} pid {self.pid}: it has already {self.status.value}")
 
     # ------------------------------------------------------------------ syscalls
-    async def syscall(
+    def syscall(
         self,
         kind: str,
         args: Any,
@@ -528,118 +528,15 @@ class Process:
         about: Callable[[], dict[str, Any]] | None = None,
         effect: Callable[[], bool] | None = None,
         slotted: bool = False,
-    ) -> Outcome:
-        """Run one syscall through the boundary, the journal and the budgets.
+    ) -> Coroutine[Any, Any, Outcome]:
+        """Run one syscall through the boundary, the journal and the budgets (``ringzero.core.syscall``)."""
+        return run_syscall(self, kind, args, summary, live, needs=needs, waits=waits, fp=fp, about=about,
+                           effect=effect, slotted=slotted)
 
-        ``needs`` are (resource, amount) that must be left before the call; ``waits`` marks
-        syscalls that block on an event (recv, sleep), which give their run slot back; ``fp``
-        is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``);
-        ``about`` gives the attributes of the syscall's span, called only where telemetry is on.
-        ``effect`` marks a call with an effect on the world (a tool): its intent is recorded
-        before it runs, and on resume one in flight at the crash is in doubt; ``effect()`` says
-        whether it may run again (else the outcome is ``{"in_doubt": ...}``, recorded, and the
-        caller raises ``ToolInDoubt``). ``slotted``: ``live`` reads its slot (``current_slot``),
-        as ``effect`` syscalls can.
-        """
-        if self.fenced is not None:
-            raise asyncio.CancelledError("fenced")
-        if self.record.stop_reason is not None:
-            self._stop(self.record.stop_reason)
-        self._charge_step()
-        if self.meter.limited:
-            for resource, amount in needs:
-                reason = self.meter.crossed(resource, about_to_add=amount)
-                if reason is not None:
-                    self._stop(reason)
-        if RUNNING_LIVE.get() is self:
-            # Made from inside another syscall's live run (a tool that asks the model): the
-            # enclosing record holds its effect, so it takes no slot and a replay, which serves
-            # that record, never makes it. Journaling it too would shift every later slot.
-            return await live()
-        # The journal slot is taken before the first await: program order, not finishing order.
-        if fp is None:
-            fp = fingerprint(args)
-        seq, outcome = self.journal.take_slot(kind, fp, summary)
-        if outcome is None:
-            if effect is not None or slotted:
-                live = self._as_effect(str(seq), kind, fp, summary, live, effect)
-            if self._resumed is not None or self.runtime.scheduler.should_yield(self.pid, self.record.priority):
-                await self._boundary()
-            self.in_syscall = current = (kind, summary, time.monotonic())
-            try:
-                if self.journal.owner is not None:
-                    await self.journal.check_owner()
-                # Live, inside its span where telemetry is on. A waiting syscall (recv, sleep,
-                # wait) runs the kernel's own code, which makes no syscall, so it is not marked
-                # as running live (a token less held by every idle process).
-                telemetry = self.runtime.telemetry
-                opened = telemetry.syscall_opened(self, kind, seq, summary, about)
-                try:
-                    if waits:
-                        await self._wait_begins()
-                        waiting = live()
-                        del live  # the bound method (``Mailbox.receive``): an object less per idle process
-                        outcome = await waiting
-                        await self._wait_ends()
-                    else:
-                        token = RUNNING_LIVE.set(self)
-                        try:
-                            outcome = await live()
-                        finally:
-                            RUNNING_LIVE.reset(token)
-                except BaseException as exc:
-                    telemetry.syscall_closed(opened, self, kind, None, exc)
-                    raise
-                telemetry.syscall_closed(opened, self, kind, outcome, None)
-                outcome = await self.journal.record(seq, kind, fp, summary, outcome)
-            except CheckpointerError as exc:
-                # The store could not record the syscall (or what it needed): the program must not
-                # go on as if it had happened. It stops unfinished, for recover() to resume.
-                self.leave_unfinished(exc)
-            except Fenced as exc:
-                # Another kernel owns the process now; whatever the program would do next is
-                # its to do. Unwound as a cancellation, which a program does not catch.
-                self.fenced = exc
-                raise asyncio.CancelledError("fenced") from exc
-            finally:
-                if self.in_syscall is current:
-                    self.in_syscall = None
-        elif self.span is not None:
-            self.runtime.telemetry.replayed(self.span, kind, seq)
-        return outcome
-
-    def _as_effect(self, slot: str, kind: str, fp: str, summary: str, live: Callable[[], Awaitable[Outcome]],
-                   effect: Callable[[], bool] | None) -> Callable[[], Awaitable[Outcome]]:
-        """``live`` with its intent recorded first (an ``effect``), and its slot readable inside."""
-        journal = self.journal
-
-        async def run() -> Outcome:
-            rerun = False
-            if effect is not None:
-                if await journal.in_doubt(slot):
-                    if not effect():  # the program decides: the outcome says so, live and replayed
-                        return {"in_doubt": {"slot": slot, "summary": summary}}
-                    rerun = True
-                await journal.record_intent(slot, kind, fp, summary)
-            token = SLOT.set(slot)
-            try:
-                outcome = await live()
-            finally:
-                SLOT.reset(token)
-            return {**outcome, "rerun": "in_doubt"} if rerun else outcome
-
-        return run
-
-    def _charge_step(self) -> None:
-        meter = self.meter
-        if not meter.limited:
-            meter.charge_one("steps", 1)
-            return
-        reason = meter.crossed("steps", about_to_add=1)
-        if reason is not None:
-            self._stop(reason)
-        meter.charge_one("steps", 1)
-        self.check_budget()
+    @property
+    def pause_pending(self) -> bool:
+        """Asked to pause, and not resumed yet: the next syscall boundary pauses it."""
+        return self._resumed is not None
 
     def check_budget(self) -> None:
         """Warn at 90% and stop the process once a budget is crossed."""
@@ -649,9 +546,9 @@ class Process:
             self.runtime.emit("budget_warning", self.pid, {"resource": resource, "used": used, "limit": limit})
         reason = self.meter.first_crossed()
         if reason is not None:
-            self._stop(reason)
+            self.stop_now(reason)
 
-    async def _boundary(self) -> None:
+    async def boundary(self) -> None:
         """Where pause takes effect and equal-or-higher-priority processes get their turn."""
         resumed = self._resumed
         if resumed is not None:
@@ -667,14 +564,14 @@ class Process:
             await self._acquire()
             await self._set(ProcessStatus.RUNNING)
 
-    async def _wait_begins(self) -> None:
+    async def wait_begins(self) -> None:
         """Before a syscall that blocks on an event (``waits``): the run slot goes back. Awaited
         before the wait, not around it, so no coroutine of its own sits in the await chain of
         every idle process."""
         self._release()
         await self._set(ProcessStatus.WAITING)
 
-    async def _wait_ends(self) -> None:
+    async def wait_ends(self) -> None:
         """After it: ready, then running once a slot is free again."""
         await self._set(ProcessStatus.READY)
         await self._acquire()

@@ -1,11 +1,11 @@
 """The append log beside a SqliteCheckpointer's file: a record durable in one ``write()``.
 
 A commit in SQLite's WAL mode costs six lock calls, two writes and the B-tree's work, and the
-kernel's journal writes a record at every syscall. ``SqliteCheckpointer.append`` writes the record into this log instead, one
-``write()`` of a checksummed frame, and returns: once in the operating system's page cache
-the record survives the host process being killed, which is what ``synchronous=NORMAL``
-promises for a commit too. A record holds rows of one table (its kind: ``CHECKPOINT`` from
-``append``, ``WRITE`` from ``append_writes``). The checkpointer folds the log's records into
+kernel's journal writes a record at every syscall. ``SqliteCheckpointer.append`` writes the
+record into this log instead, one ``write()`` of a checksummed frame, and returns: once in the
+operating system's page cache the record survives the host process being killed, which is
+what ``synchronous=NORMAL`` promises for a commit too. A record holds rows of one table (its
+kind: ``CHECKPOINT`` from ``append``, ``WRITE`` from ``append_writes``). The checkpointer folds the log's records into
 the SQLite file in one transaction every ``FOLD_EVERY`` records, a moment after the last one,
 before any other write of its own and before a read of a thread they hold; the log starts
 over once it is all folded and past ``RESTART_AFTER`` bytes (a folded record left in it is

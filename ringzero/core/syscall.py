@@ -1,0 +1,154 @@
+"""The syscall boundary: every effect a program has passes here.
+
+A syscall takes its journal slot in program order before its first await; a recorded one is
+served from the journal (a resumed program makes no call twice), a live one passes the
+process's boundary (pause, the scheduler's turn), its budgets and, for an effect (a tool), the
+record of its intent, runs inside its span, and is recorded before the program sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core.errors import CheckpointerError, Fenced
+from ringzero.core.journal import Journal, fingerprint
+from ringzero.core.live import RUNNING_LIVE, SLOT
+from ringzero.core.types import JSON
+
+if TYPE_CHECKING:
+    from ringzero.core.process import Process
+
+__all__ = ["Outcome", "syscall"]
+
+Outcome = dict[str, JSON]
+
+
+async def syscall(
+    process: Process,
+    kind: str,
+    args: Any,
+    summary: str,
+    live: Callable[[], Awaitable[Outcome]],
+    *,
+    needs: tuple[tuple[str, float], ...] = (),
+    waits: bool = False,
+    fp: str | None = None,
+    about: Callable[[], dict[str, Any]] | None = None,
+    effect: Callable[[], bool] | None = None,
+    slotted: bool = False,
+) -> Outcome:
+    """Run one syscall through the boundary, the journal and the budgets.
+
+    ``needs`` are (resource, amount) that must be left before the call; ``waits`` marks
+    syscalls that block on an event (recv, sleep), which give their run slot back; ``fp``
+    is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``);
+    ``about`` gives the attributes of the syscall's span, called only where telemetry is on.
+    ``effect`` marks a call with an effect on the world (a tool): its intent is recorded
+    before it runs, and on resume one in flight at the crash is in doubt; ``effect()`` says
+    whether it may run again (else the outcome is ``{"in_doubt": ...}``, recorded, and the
+    caller raises ``ToolInDoubt``). ``slotted``: ``live`` reads its slot (``current_slot``),
+    as ``effect`` syscalls can.
+    """
+    if process.fenced is not None:
+        raise asyncio.CancelledError("fenced")
+    if process.record.stop_reason is not None:
+        process.stop_now(process.record.stop_reason)
+    _charge_step(process)
+    if process.meter.limited:
+        for resource, amount in needs:
+            reason = process.meter.crossed(resource, about_to_add=amount)
+            if reason is not None:
+                process.stop_now(reason)
+    if RUNNING_LIVE.get() is process:
+        # Made from inside another syscall's live run (a tool that asks the model): the
+        # enclosing record holds its effect, so it takes no slot and a replay, which serves
+        # that record, never makes it. Journaling it too would shift every later slot.
+        return await live()
+    # The journal slot is taken before the first await: program order, not finishing order.
+    if fp is None:
+        fp = fingerprint(args)
+    seq, outcome = process.journal.take_slot(kind, fp, summary)
+    if outcome is None:
+        if effect is not None or slotted:
+            live = _as_effect(process.journal, str(seq), kind, fp, summary, live, effect)
+        if process.pause_pending or process.runtime.scheduler.should_yield(process.pid, process.record.priority):
+            await process.boundary()
+        process.in_syscall = current = (kind, summary, time.monotonic())
+        try:
+            if process.journal.owner is not None:
+                await process.journal.check_owner()
+            # Live, inside its span where telemetry is on. A waiting syscall (recv, sleep,
+            # wait) runs the kernel's own code, which makes no syscall, so it is not marked
+            # as running live (a token less held by every idle process).
+            telemetry = process.runtime.telemetry
+            opened = telemetry.syscall_opened(process, kind, seq, summary, about)
+            try:
+                if waits:
+                    await process.wait_begins()
+                    waiting = live()
+                    del live  # the bound method (``Mailbox.receive``): an object less per idle process
+                    outcome = await waiting
+                    await process.wait_ends()
+                else:
+                    token = RUNNING_LIVE.set(process)
+                    try:
+                        outcome = await live()
+                    finally:
+                        RUNNING_LIVE.reset(token)
+            except BaseException as exc:
+                telemetry.syscall_closed(opened, process, kind, None, exc)
+                raise
+            telemetry.syscall_closed(opened, process, kind, outcome, None)
+            outcome = await process.journal.record(seq, kind, fp, summary, outcome)
+        except CheckpointerError as exc:
+            # The store could not record the syscall (or what it needed): the program must not
+            # go on as if it had happened. It stops unfinished, for recover() to resume.
+            process.leave_unfinished(exc)
+        except Fenced as exc:
+            # Another kernel owns the process now; whatever the program would do next is
+            # its to do. Unwound as a cancellation, which a program does not catch.
+            process.fenced = exc
+            raise asyncio.CancelledError("fenced") from exc
+        finally:
+            if process.in_syscall is current:
+                process.in_syscall = None
+    elif process.span is not None:
+        process.runtime.telemetry.replayed(process.span, kind, seq)
+    return outcome
+
+
+def _as_effect(journal: Journal, slot: str, kind: str, fp: str, summary: str, live: Callable[[], Awaitable[Outcome]],
+               effect: Callable[[], bool] | None) -> Callable[[], Awaitable[Outcome]]:
+    """``live`` with its intent recorded first (an ``effect``), and its slot readable inside."""
+
+    async def run() -> Outcome:
+        rerun = False
+        if effect is not None:
+            if await journal.in_doubt(slot):
+                if not effect():  # the program decides: the outcome says so, live and replayed
+                    return {"in_doubt": {"slot": slot, "summary": summary}}
+                rerun = True
+            await journal.record_intent(slot, kind, fp, summary)
+        token = SLOT.set(slot)
+        try:
+            outcome = await live()
+        finally:
+            SLOT.reset(token)
+        return {**outcome, "rerun": "in_doubt"} if rerun else outcome
+
+    return run
+
+
+def _charge_step(process: Process) -> None:
+    meter = process.meter
+    if not meter.limited:
+        meter.charge_one("steps", 1)
+        return
+    reason = meter.crossed("steps", about_to_add=1)
+    if reason is not None:
+        process.stop_now(reason)
+    meter.charge_one("steps", 1)
+    process.check_budget()
