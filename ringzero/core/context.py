@@ -31,6 +31,7 @@ from ringzero.core.new_run import ContinueAsNew
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.remote import RemoteProcessHandle
 from ringzero.core.tokens import estimate_message_tokens
+from ringzero.core.transitions import write_status
 from ringzero.core.types import (
     JSON,
     ExecLimits,
@@ -296,7 +297,7 @@ class Context:
         prints = _state_prints(state)
 
         async def live() -> dict[str, JSON]:
-            await process.write_status((runtime.store.state_row(process.record),))  # one commit with the status
+            await write_status(process, (runtime.store.state_row(process.record),))  # one commit with the status
             return {"value": None, "state": prints}
 
         runtime = process.runtime

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 from ringzero.core.errors import CheckpointerError, Fenced
 from ringzero.core.journal import Journal, fingerprint
 from ringzero.core.live import RUNNING_LIVE, SLOT
-from ringzero.core.types import JSON
+from ringzero.core.transitions import set_status
+from ringzero.core.types import JSON, ProcessStatus
 
 if TYPE_CHECKING:
     from ringzero.core.process import Process
 
-__all__ = ["Outcome", "syscall"]
+__all__ = ["Outcome", "syscall", "wait_begins", "wait_ends"]
 
 Outcome = dict[str, JSON]
 
@@ -75,7 +76,7 @@ async def syscall(
         if effect is not None or slotted:
             live = _as_effect(process.journal, str(seq), kind, fp, summary, live, effect)
         if process.pause_pending or process.runtime.scheduler.should_yield(process.pid, process.record.priority):
-            await process.boundary()
+            await _boundary(process)
         process.in_syscall = current = (kind, summary, time.monotonic())
         try:
             if process.journal.owner is not None:
@@ -87,11 +88,11 @@ async def syscall(
             opened = telemetry.syscall_opened(process, kind, seq, summary, about)
             try:
                 if waits:
-                    await process.wait_begins()
+                    await wait_begins(process)
                     waiting = live()
                     del live  # the bound method (``Mailbox.receive``): an object less per idle process
                     outcome = await waiting
-                    await process.wait_ends()
+                    await wait_ends(process)
                 else:
                     token = RUNNING_LIVE.set(process)
                     try:
@@ -152,3 +153,33 @@ def _charge_step(process: Process) -> None:
         process.stop_now(reason)
     meter.charge_one("steps", 1)
     process.check_budget()
+
+
+async def _boundary(process: Process) -> None:
+    """Where pause takes effect and equal-or-higher-priority processes get their turn."""
+    resumed = process.resumed
+    if resumed is not None:
+        process.release_slot()
+        await set_status(process, ProcessStatus.PAUSED)
+        await resumed.wait()
+        await set_status(process, ProcessStatus.READY, "resumed")
+        await process.acquire_slot()
+        await set_status(process, ProcessStatus.RUNNING)
+    elif process.runtime.scheduler.should_yield(process.pid, process.record.priority):
+        process.release_slot()
+        await set_status(process, ProcessStatus.READY, "yielded")
+        await process.acquire_slot()
+        await set_status(process, ProcessStatus.RUNNING)
+
+async def wait_begins(process: Process) -> None:
+    """Before a syscall that blocks on an event (``waits``): the run slot goes back. Awaited
+    before the wait, not around it, so no coroutine of its own sits in the await chain of
+    every idle process."""
+    process.release_slot()
+    await set_status(process, ProcessStatus.WAITING)
+
+async def wait_ends(process: Process) -> None:
+    """After it: ready, then running once a slot is free again."""
+    await set_status(process, ProcessStatus.READY)
+    await process.acquire_slot()
+    await set_status(process, ProcessStatus.RUNNING)
