@@ -21,6 +21,7 @@ from ringzero.core.errors import CheckpointerError
 from ringzero.core.records import new_row
 from ringzero.core.timeouts import fail_after
 from ringzero.core.types import Checkpoint
+from ringzero.core.waitline import PriorityLine
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
 
 
@@ -311,7 +312,9 @@ async def test_a_mailbox_emptied_by_recv_lets_its_line_go() -> None:
         process = kernel.runtime.process(handle.pid)
         await handle.send("first")
         await kernel_idle(kernel)
-        assert process.status is ProcessStatus.WAITING and process.mailbox._line is None
+        assert process.status is ProcessStatus.WAITING
+        held = [o for r in gc.get_referents(process.mailbox) for o in [r, *gc.get_referents(r)]]
+        assert not any(isinstance(o, PriorityLine) for o in held), "the emptied mailbox still holds its line"
         await handle.send("second", priority=5)
         await handle.send("third", priority=1)  # more urgent: read first
         assert await handle.wait() == ["first", "third"]
