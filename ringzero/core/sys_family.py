@@ -20,7 +20,7 @@ __all__ = ["send", "spawn", "wait"]
 
 
 async def send(process: Process, pid: int, message: JSON, *, priority: int = 10) -> None:
-    """Deliver ``message`` to process ``pid``'s mailbox (lower priority numbers first)."""
+    """``Context.send`` (see there), for ``process``."""
     runtime = process.runtime
     runtime.check_message(pid, message, priority)
     # Whether the target can take it is asked only live: a replayed send was delivered, to a
@@ -46,11 +46,7 @@ async def spawn(
     priority: int | None = None,
     limits: Limits | None = None,
 ) -> ProcessHandle | RemoteProcessHandle:
-    """Start a child process with a slice of this one's budget (refunded when it ends).
-
-    On a cluster node whose scheduler spreads children (``RayScheduler(children="spread")``)
-    the child may run on another node: the handle is then a ``RemoteProcessHandle``, and
-    ``ctx.wait``, a kill of this process and the refund work across nodes the same way."""
+    """``Context.spawn`` (see there), for ``process``."""
     runtime = process.runtime
     runtime.check_program(program, args)
     child_limits = process.meter.carve(limits)
@@ -104,12 +100,7 @@ async def spawn(
 
 async def wait(process: Process, child: ProcessHandle | RemoteProcessHandle | int,
                timeout: float | None = None) -> JSON:
-    """Wait for another process to end, without holding a run slot, and return its result.
-
-    Raises ProcessFailed (BudgetExceeded for a budget stop) if it failed or was killed,
-    and TimeoutError after ``timeout`` seconds. Use this, not ``handle.wait()``, inside a
-    program: it is journaled, so a resumed parent does not wait again.
-    """
+    """``Context.wait`` (see there), for ``process``."""
     runtime = process.runtime
 
     if isinstance(child, bool) or not isinstance(child, (int, ProcessHandle, RemoteProcessHandle)):

@@ -32,7 +32,7 @@ async def llm(
     stop: Sequence[str] = (),
     provider: str = "default",
 ) -> LLMResponse:
-    """Ask the model, through the provider's gate. Raises the ProviderError it ends with."""
+    """``Context.llm`` (see there), for ``process``."""
     request = LLMRequest(
         messages=coerce_messages(messages),
         tools=tuple(t if isinstance(t, ToolSchema) else ToolSchema(**t) for t in tools) if tools else (),
@@ -75,12 +75,7 @@ async def llm(
 
 async def nested_llm(process: Process, messages: Sequence[Message | Mapping[str, Any]] | str, *,
                      provider: str = "default", max_tokens: int | None = None) -> LLMResponse:
-    """An LLM call made from inside another syscall, such as a host tool that sandboxed code
-    calls (``ask_llm``): it passes the gate and is charged to this process's budget, but is
-    not journaled on its own, since the enclosing syscall's record already holds its effect
-    (a resumed program gets that record and makes no nested call at all). Inside ``exec``,
-    its cost goes into the exec's record too, so a resumed program's budget counts it again.
-    The budget is checked when the enclosing syscall returns."""
+    """``Context.nested_llm`` (see there), for ``process``."""
     request = LLMRequest(messages=coerce_messages(messages), max_tokens=max_tokens)
     response = await gate_of(process, provider).complete(request, pid=process.pid, priority=process.record.priority)
     charge = {"tokens": float(response.usage.total_tokens), "llm_calls": 1.0, "cost": response.usage.cost or 0.0}

@@ -37,7 +37,7 @@ async def exec_code(
     tools: Mapping[str, Tool] | None = None,
     limits: ExecLimits | None = None,
 ) -> ExecResult:
-    """Run code in the kernel's executor; the user's exceptions come back in ``error``."""
+    """``Context.exec`` (see there), for ``process``."""
     if not isinstance(code, str):
         raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
     inputs = dict(inputs or {})
@@ -91,10 +91,7 @@ async def exec_code(
 
 
 async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> JSON:
-    """Call a host tool (by name from the kernel's tools, or a callable) with JSON arguments.
-
-    An exception in the tool reaches the program as ToolFailed, live and on replay alike.
-    """
+    """``Context.tool`` (see there), for ``process``."""
     name, fn = (tool, None) if isinstance(tool, str) else resolve_tool(tool)
     ensure_json([list(args), kwargs], f"arguments of tool {name!r}")
 
@@ -126,17 +123,7 @@ async def journaled_tool(
     process: Process, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]], *,
     retry_safe: bool | Callable[[], bool] = False,
 ) -> dict[str, JSON]:
-    """One tool call as a journaled, budgeted syscall whose result the caller encodes.
-
-    For adapters whose tools return framework objects rather than JSON (LangGraph's
-    ``ToolMessage`` and ``Command``, CrewAI's tool output): ``live`` runs the call and
-    returns the outcome to record, a JSON object; ``request`` identifies the call (a replay
-    must ask for the same one). A recorded outcome is returned without calling ``live``. An
-    exception from ``live`` is not recorded. Its intent is: a call in flight at a crash is
-    in doubt on resume and raises ``ToolInDoubt`` there, unless ``retry_safe`` (the tool is
-    idempotent; or a function that says so, asked only then), when it runs again. ``live``
-    may read its key with ``ctx.idempotency_key()``.
-    """
+    """``Context.journaled_tool`` (see there), for ``process``."""
     safe = retry_safe if callable(retry_safe) else lambda: retry_safe
     outcome = await process.syscall("tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
                                     live, effect=safe, about=lambda: {"gen_ai.tool.name": name})

@@ -22,6 +22,7 @@ from ringzero.core.handles import ProcessHandle, process_of
 from ringzero.core.references import import_reference
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.types import JSON, Limits
+from ringzero.providers.schedulers.ray_nodes import NodeOwner
 
 if TYPE_CHECKING:
     from ringzero.core.kernel import Kernel
@@ -252,14 +253,15 @@ class _PeerPlacement:
         return _PeerOwner(self._worker)
 
 
-class _PeerOwner:
+class _PeerOwner(NodeOwner):
     """``ProcessOwner`` from a node: each call goes to the node the store names as the owner,
     waiting out a failover in progress (the driver's scheduler moves processes off dead nodes)."""
 
     def __init__(self, worker: NodeWorker) -> None:
+        super().__init__(self._at_owner)
         self._worker = worker
 
-    async def _call(self, pid: int, method: str, *args: Any) -> dict[str, Any]:
+    async def _at_owner(self, pid: int, method: str, *args: Any) -> dict[str, Any]:
         from ray.exceptions import RayActorError
 
         kernel = await self._worker._get_kernel()
@@ -277,20 +279,3 @@ class _PeerOwner:
             return unwrap(answer)  # type: ignore[no-any-return]
         raise ProcessNotFound(pid)
 
-    async def wait_for(self, pid: int, timeout: float | None) -> dict[str, Any]:
-        return await self._call(pid, "wait_for", timeout)
-
-    async def pause(self, pid: int) -> dict[str, Any]:
-        return await self._call(pid, "pause")
-
-    async def resume(self, pid: int) -> dict[str, Any]:
-        return await self._call(pid, "resume")
-
-    async def kill(self, pid: int) -> dict[str, Any]:
-        return await self._call(pid, "kill")
-
-    async def send(self, pid: int, message: JSON, priority: int) -> dict[str, Any]:
-        return await self._call(pid, "send", message, priority)
-
-    async def snapshot(self, pid: int) -> dict[str, Any]:
-        return await self._call(pid, "snapshot")
