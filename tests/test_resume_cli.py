@@ -70,8 +70,13 @@ async def read_process(db: str) -> tuple[Any, list[Any]]:
         await store.aclose()
 
 
-async def test_resume_refuses_a_script_without_a_main_guard_and_starts_nothing(tmp_path: Path) -> None:
-    (tmp_path / "ex2.py").write_text(SCRIPT)
+@pytest.mark.parametrize("opened", ["async with", "spawn first"])
+async def test_resume_refuses_a_script_without_a_main_guard_and_starts_nothing(tmp_path: Path, opened: str) -> None:
+    by_hand = '    kernel = make_kernel("state.db")  # never started by hand\n    if True:\n'
+    script = SCRIPT if opened == "async with" else \
+        SCRIPT.replace('    async with make_kernel("state.db") as kernel:\n', by_hand)
+    assert script != SCRIPT or opened == "async with"
+    (tmp_path / "ex2.py").write_text(script)
     first = await asyncio.to_thread(run, "ex2.py", cwd=tmp_path)
     assert first.returncode == 0 and first.stdout.strip() == "hi", first.stderr
     out = await asyncio.to_thread(run, "-m", "ringzero.cli", "resume", "--db", "state.db", "--kernel",

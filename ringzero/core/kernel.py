@@ -264,6 +264,7 @@ class Kernel:
             if owner.status.terminal:
                 raise ProcessStateError(f"pid {parent} has {owner.status.value}; it cannot have new children")
             child_limits = owner.meter.carve(limits)  # as ctx.spawn does: a slice of the parent's budget
+        await self.start()  # its store open, its monitor ticking (and refused inside an import: see start)
         process = await runtime.spawn_process(program, args, name=name, priority=priority, limits=child_limits,
                                               parent=parent)
         return ProcessHandle(runtime, process)
@@ -334,6 +335,7 @@ class Kernel:
 
         Raises ProcessNotFound for a pid the store does not know and ProcessStateError for one
         that has ended."""
+        await self.start()
         await self.runtime.send(pid, message, priority)
 
     async def recover(
@@ -356,6 +358,7 @@ class Kernel:
         ``from_node`` it takes only processes that node still owns (the failover of a dead node:
         one another survivor took meanwhile is left to it).
         """
+        await self.start()
         return await recover(self.runtime, programs, pids=pids, from_node=from_node)
 
 

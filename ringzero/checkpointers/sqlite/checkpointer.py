@@ -101,7 +101,7 @@ class SqliteCheckpointer:
                     with self.writer.errors("preparing"):
                         await self.appends.fold_orphans()
                 except BaseException:
-                    await self.writer.close()
+                    await self.writer.close(for_good=False)
                     raise
         assert self.writer.db is not None
         return self.writer.db

@@ -118,10 +118,13 @@ class Writer:
             with self._pending_lock:
                 self.slow -= 1
 
-    async def close(self) -> None:
+    async def close(self, *, for_good: bool = True) -> None:
+        """Close the connections; ``for_good=False`` (an open that failed half-way) leaves the
+        WAL checkpoints usable for the next open."""
         db, self.db = self.db, None
         self._close_fast()
-        self.wal.close()
+        if for_good:
+            self.wal.close()
         if db is not None:
             await db.close()
 
