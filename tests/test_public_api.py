@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,55 @@ async def test_a_checkpointer_declaring_append_without_its_methods_is_refused_wh
     with pytest.raises(InvalidArgument, match=r"declares capabilities.append but has no append, append_many, "
                                               r"append_writes: implement ringzero.core.protocols.Appending"):
         ringzero.Kernel(checkpointer=Promises(), state_dir=tmp_path)
+
+
+async def test_a_checkpointer_named_by_a_string_is_the_one_the_name_says(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``memory`` keeps nothing after the process (no file called ``memory``); ``sqlite:///path``
+    is that file; another scheme is refused with the list, rather than taken for a file path."""
+    from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer, open_checkpointer
+    from ringzero.core.errors import InvalidArgument
+
+    monkeypatch.chdir(tmp_path)
+
+    async def hello(ctx: ringzero.Context) -> str:
+        return "hi"
+
+    async with ringzero.Kernel(checkpointer="memory", state_dir=tmp_path / "state") as kernel:
+        assert isinstance(kernel.checkpointer, MemoryCheckpointer)
+        assert await (await kernel.spawn(hello)).wait() == "hi"
+    assert sorted(os.listdir(tmp_path)) == [], "a file was made for an in-memory store"
+
+    db = tmp_path / "urls" / "x.db"
+    os.mkdir(db.parent)
+    store = open_checkpointer(f"sqlite://{db}")
+    assert isinstance(store, SqliteCheckpointer) and store.path == db
+    async with ringzero.Kernel(checkpointer=store) as kernel:
+        assert await (await kernel.spawn(hello)).wait() == "hi"
+    assert "x.db" in os.listdir(db.parent)
+
+    for name in ("redis://localhost/0", "mysql://db/x"):
+        with pytest.raises(InvalidArgument, match=r"no checkpointer for \w+://.*memory.*sqlite:///.*postgresql://"):
+            ringzero.Kernel(checkpointer=name)
+    with pytest.raises(InvalidArgument, match="a SQLite URL names an absolute path"):
+        open_checkpointer("sqlite://relative.db")
+    assert sorted(os.listdir(tmp_path)) == ["urls"], "a refused name made a file"
+
+
+async def test_ctx_send_takes_the_handle_ctx_spawn_returned(tmp_path: Path) -> None:
+    """As ``ctx.wait`` does: a program keeps the handle, not the pid."""
+    from ringzero.testing import MemoryCheckpointer
+
+    async def child(ctx: ringzero.Context) -> object:
+        return await ctx.recv()
+
+    async def parent(ctx: ringzero.Context) -> object:
+        handle = await ctx.spawn(child)
+        await ctx.send(handle, {"hello": "child"})
+        return await ctx.wait(handle)
+
+    async with ringzero.Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        assert await (await kernel.spawn(parent)).wait() == {"hello": "child"}
+        waiting = await kernel.spawn(child)
+        await kernel.send(waiting, "from outside")  # the kernel's send takes a handle too
+        assert await waiting.wait() == "from outside"

@@ -87,7 +87,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
     @classmethod
     def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None) -> KernelSaver:
         """A saver over a checkpointer it opens and closes itself, as LangGraph's savers'
-        ``from_conn_string``: a ``postgresql://`` DSN, ``:memory:``, or a SQLite file path.
+        ``from_conn_string``: a ``postgresql://`` DSN, ``memory`` (or ``:memory:``), or a SQLite
+        file (``sqlite:///abs/path.db``, or the path).
         Use it as ``with`` or ``async with`` (or call ``close()``/``aclose()``)."""
         saver = cls(open_checkpointer(conn_string), serde=serde)
         saver._owns_checkpointer = True

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,12 +17,18 @@ if TYPE_CHECKING:
     from ringzero.checkpointers.postgres import PostgresCheckpointer
     from ringzero.core.protocols import Checkpointer
 
-__all__ = ["MemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer", "open_checkpointer"]
+__all__ = ["NAMES", "MemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer", "open_checkpointer"]
+
+
+NAMES = ("memory (or :memory:)", "sqlite:///absolute/path.db", "a file path", "postgresql://...")
+"""What a checkpointer may be named by (``open_checkpointer``, ``Kernel(checkpointer=...)``)."""
 
 
 def open_checkpointer(target: str | Path) -> Checkpointer:
-    """The checkpointer a connection string names: ``postgresql://...`` (or ``postgres://``),
-    ``:memory:`` for one that keeps nothing after the process, else a SQLite file path."""
+    """The checkpointer a connection string names: ``memory`` (or ``:memory:``) for one that
+    keeps nothing after the process; ``postgresql://...`` (or ``postgres://``); a SQLite file,
+    as ``sqlite:///path`` (a URL: ``sqlite:///tmp/x.db`` is ``/tmp/x.db``) or a plain path.
+    Another scheme (``redis://``...) is refused with the list, rather than taken for a path."""
     if isinstance(target, Path):
         return SqliteCheckpointer(target)
     if not isinstance(target, str) or not target:
@@ -30,8 +37,18 @@ def open_checkpointer(target: str | Path) -> Checkpointer:
         from ringzero.checkpointers.postgres import PostgresCheckpointer
 
         return PostgresCheckpointer(target)
-    if target == ":memory:":
+    if target in (":memory:", "memory"):
         return MemoryCheckpointer()
+    if target.startswith("sqlite://"):
+        path = target[len("sqlite://"):]
+        if not path.startswith("/") or path == "/":
+            raise InvalidArgument(f"{target!r}: a SQLite URL names an absolute path, as sqlite:///tmp/state.db "
+                                  "(or give the path itself)")
+        return SqliteCheckpointer(path)
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", target)
+    if scheme is not None:
+        raise InvalidArgument(f"no checkpointer for {scheme.group(1)}:// ({target!r}); a checkpointer is named by "
+                              + ", ".join(NAMES))
     return SqliteCheckpointer(target)
 
 

@@ -240,9 +240,11 @@ class Context:
 
     # ------------------------------------------------------------ messages
     # ------------------------------------------------------------ messages
-    def send(self, pid: int, message: JSON, *, priority: int = 10) -> Coroutine[Any, Any, None]:
-        """Deliver ``message`` to process ``pid``'s mailbox (lower priority numbers first)."""
-        return sys_family.send(self._process, pid, message, priority=priority)
+    def send(self, to: int | ProcessHandle | RemoteProcessHandle, message: JSON, *,
+             priority: int = 10) -> Coroutine[Any, Any, None]:
+        """Deliver ``message`` to a process's mailbox (lower priority numbers first): ``to`` is
+        its pid or its handle (what ``ctx.spawn`` returned)."""
+        return sys_family.send(self._process, to, message, priority=priority)
 
     async def recv(self, timeout: float | None = None) -> JSON:
         """The most urgent message in the mailbox, waiting up to ``timeout`` s (None on timeout)."""

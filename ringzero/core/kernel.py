@@ -326,17 +326,20 @@ class Kernel:
                 return {}
         return waits
 
-    async def send(self, pid: int, message: JSON, *, priority: int = DEFAULT_PRIORITY) -> None:
-        """Put ``message`` in the mailbox of process ``pid``, wherever it is: run by this kernel,
-        by a kernel in another OS process or on another node on this store (which delivers it
-        within a second of its next monitor tick), or in no host at all (a process waiting in the
-        store after a crash, or between the wake-ups of ``ringzero serve``), where the message is
-        stored and the process gets it when it is next resumed. Durable when this returns.
+    async def send(self, pid: int | ProcessHandle | RemoteProcessHandle, message: JSON, *,
+                   priority: int = DEFAULT_PRIORITY) -> None:
+        """Put ``message`` in the mailbox of process ``pid`` (a pid, or its handle), wherever it
+        is: run by this kernel, by a kernel in another OS process or on another node on this store
+        (which delivers it within a second of its next monitor tick), or in no host at all (a
+        process waiting in the store after a crash, or between the wake-ups of ``ringzero
+        serve``), where the message is stored and the process gets it when it is next resumed.
+        Durable when this returns.
 
         Raises ProcessNotFound for a pid the store does not know and ProcessStateError for one
         that has ended."""
         await self.start()
-        await self.runtime.send(pid, message, priority)
+        await self.runtime.send(pid.pid if isinstance(pid, (ProcessHandle, RemoteProcessHandle)) else pid, message,
+                                priority)
 
     async def recover(
         self, programs: Mapping[str, Program] | None = None, *, pids: Collection[int] | None = None,

@@ -283,7 +283,7 @@ class Runtime:
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
             raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
         if isinstance(pid, bool) or not isinstance(pid, int):
-            raise InvalidArgument(f"a pid is an integer, not {pid!r}")
+            raise InvalidArgument(f"a message goes to a pid (an integer) or a process's handle, not {pid!r:.80}")
 
     async def send(self, pid: int, message: JSON, priority: int = DEFAULT_PRIORITY) -> None:
         """Deliver to ``pid`` wherever it is (see ``Kernel.send``)."""

@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 __all__ = ["send", "spawn", "wait"]
 
 
-async def send(process: Process, pid: int, message: JSON, *, priority: int = 10) -> None:
+async def send(process: Process, to: int | ProcessHandle | RemoteProcessHandle, message: JSON, *,
+               priority: int = 10) -> None:
     """``Context.send`` (see there), for ``process``."""
+    pid = to.pid if isinstance(to, (ProcessHandle, RemoteProcessHandle)) else to
     runtime = process.runtime
     runtime.check_message(pid, message, priority)
     # Whether the target can take it is asked only live: a replayed send was delivered, to a
