@@ -100,3 +100,38 @@ def test_doctor_reports_each_executor_as_probed(tmp_path: Path) -> None:
     monty_row = next(line for line in out.stdout.splitlines() if "MontyExecutor" in line)
     assert "works" in monty_row
     assert "workers' second wall:" in out.stdout
+
+
+async def _in_a_slow_tool(ctx: ringzero.Context, gate: str) -> str:
+    return str(await ctx.tool("slow", gate))
+
+
+async def test_a_process_paused_mid_syscall_is_paused_in_ps_as_in_top(tmp_path: Path) -> None:
+    """Paused while its tool runs, it stops at the next syscall boundary; ``kernel.ps()`` and
+    ``ringzero ps`` (another OS process, reading the store) say paused at once, as ``top`` does."""
+    import asyncio
+
+    from ringzero.core.types import ProcessStatus
+
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def slow(gate: str) -> str:
+        started.set()
+        await release.wait()
+        return gate
+
+    db = tmp_path / "state.db"
+    async with ringzero.Kernel(checkpointer=SqliteCheckpointer(db), tools={"slow": slow}) as kernel:
+        handle = await kernel.spawn(_in_a_slow_tool, "done")
+        await asyncio.wait_for(started.wait(), 10)
+        await handle.pause()
+        [row] = await kernel.ps()
+        assert row.status is ProcessStatus.PAUSED and handle.syscall_now == "tool", (row, handle.syscall_now)
+        await kernel.flush()
+        listing = await asyncio.to_thread(ringzero_cli, "ps", "--db", str(db), cwd=tmp_path)
+        assert listing.returncode == 0 and "paused" in listing.stdout and "running" not in listing.stdout, \
+            listing.stdout
+        release.set()
+        await handle.resume()
+        assert await handle.wait(timeout=10) == "done"

@@ -53,10 +53,14 @@ class ProcessInfo:
 
     @classmethod
     def of(cls, record: ProcessRecord) -> ProcessInfo:
+        """The row of ``record``. A process asked to pause shows as paused at once, as in
+        ``ringzero top``, though it stops only at its next syscall boundary (one in the middle of
+        a model call finishes that call first)."""
         spent = record.spent
+        status = ProcessStatus.PAUSED if record.paused and not record.status.terminal else record.status
         return cls(
             pid=record.pid, name=record.name, parent=record.parent, priority=record.priority,
-            status=record.status, stop_reason=record.stop_reason,
+            status=status, stop_reason=record.stop_reason,
             tokens=int(spent.get("tokens") or 0), llm_calls=int(spent.get("llm_calls") or 0),  # type: ignore[arg-type]
             steps=int(spent.get("steps") or 0), cost=float(spent.get("cost") or 0.0),  # type: ignore[arg-type]
             wall_seconds=record.wall_seconds,
