@@ -393,3 +393,14 @@ async def test_a_tool_span_is_named_by_the_tool_and_no_span_quotes_a_call_unless
     spans = otel.named("")
     assert spans and not any("secret" in str(span.attributes) or "21" in str(dict(span.attributes or {}).get(
         "ringzero.syscall.summary", "")) for span in spans), "the prompt and the arguments stay out of the spans"
+
+
+async def test_a_tool_that_code_calls_is_named_by_the_name_the_code_calls_it(otel: Telemetry) -> None:
+    """``tools={"t": lambda ...}``: the span is ``execute_tool t``, not ``execute_tool <lambda>``."""
+    async def calls_a_lambda(ctx: Context) -> object:
+        return (await ctx.exec("t(20) + 1", tools={"t": lambda x: x * 2})).value
+
+    async with otel.kernel(llm=ScriptedProvider(answer), checkpointer=MemoryCheckpointer()) as kernel:
+        assert await (await kernel.spawn(calls_a_lambda)).wait() == 41
+    [tool] = otel.named("execute_tool")
+    assert tool.name == "execute_tool t" and (tool.attributes or {})["gen_ai.tool.name"] == "t"

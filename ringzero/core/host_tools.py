@@ -42,12 +42,13 @@ async def call_tool(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, name
     calls = NESTED_CALLS.get()
     if calls is not None:
         return await calls.call(name or str(getattr(tool, "__qualname__", None) or repr(tool)), tool, args, kwargs,
-                                functools.partial(_live, pool=pool))
-    return await _live(tool, args, kwargs, pool)
+                                functools.partial(_live, pool=pool, name=name))
+    return await _live(tool, args, kwargs, pool, name)
 
 
-async def _live(tool: Tool, args: list[Any], kwargs: dict[str, Any], pool: ToolPool | None = None) -> Any:
-    span = exec_tool_span(tool)
+async def _live(tool: Tool, args: list[Any], kwargs: dict[str, Any], pool: ToolPool | None = None,
+                name: str | None = None) -> Any:
+    span = exec_tool_span(tool, name)
     if span is None:
         return await _call(tool, args, kwargs, pool)
     with span:

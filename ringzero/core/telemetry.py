@@ -359,14 +359,15 @@ def gate_failed(error: Exception, attempt: int, retry_in: float | None) -> None:
     telemetry._trace.get_current_span().add_event(name, attributes)
 
 
-def exec_tool_span(tool: Any) -> Any:
+def exec_tool_span(tool: Any, name: str | None = None) -> Any:
     """A span for a host tool that code run by ``ctx.exec`` calls (``execute_tool {name}``, under
     the ``exec`` span), as a context manager; None outside a traced exec (``ctx.tool`` has its
-    own syscall span)."""
+    own syscall span). ``name`` is what the code calls it (``tools={"t": lambda ...}`` is ``t``);
+    without it, the function's own name."""
     serving = _SERVING.get()
     if serving is None or serving[1] != "exec" or serving[0].tracer is None:
         return None
-    name = getattr(tool, "__name__", None) or getattr(getattr(tool, "func", None), "__name__", None) \
+    name = name or getattr(tool, "__name__", None) or getattr(getattr(tool, "func", None), "__name__", None) \
         or type(tool).__name__
     return serving[0].tracer.start_as_current_span(
         f"execute_tool {name}", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name})
