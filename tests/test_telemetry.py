@@ -113,7 +113,7 @@ async def test_the_span_tree_of_a_process_that_is_killed(otel: Telemetry) -> Non
     assert c["gen_ai.operation.name"] == "chat" and c["gen_ai.provider.name"] == "ringzero.scripted"
     assert c["gen_ai.request.model"] == "scripted-1" and c["gen_ai.response.model"] == "scripted-1"
     assert c["gen_ai.usage.input_tokens"] == 11 and c["gen_ai.usage.output_tokens"] == 7
-    assert tuple(c["gen_ai.response.finish_reasons"]) == ("end_turn",)  # type: ignore[arg-type]
+    assert tuple(c["gen_ai.response.finish_reasons"]) == ("stop",)  # type: ignore[arg-type]  # the conventions' name
     assert "gen_ai.input.messages" not in c and "gen_ai.output.messages" not in c, "content only when asked"
 
     [run] = otel.named("exec ")
@@ -404,3 +404,20 @@ async def test_a_tool_that_code_calls_is_named_by_the_name_the_code_calls_it(ote
         assert await (await kernel.spawn(calls_a_lambda)).wait() == 41
     [tool] = otel.named("execute_tool")
     assert tool.name == "execute_tool t" and (tool.attributes or {})["gen_ai.tool.name"] == "t"
+
+
+async def test_finish_reasons_are_the_conventions_names(otel: Telemetry) -> None:
+    """A reply that asks for a tool finishes with ``tool_call``, one that ends with ``stop``: the
+    GenAI conventions' values, not the provider's (``tool_use``, ``end_turn``)."""
+    from ringzero.core.types import Message, ToolCall
+
+    replies = [Message("assistant", "", tool_calls=(ToolCall("c1", "lookup", {"q": "x"}),)), "done"]
+
+    async def asks_twice(ctx: Context) -> None:
+        await ctx.llm("first")
+        await ctx.llm("second")
+
+    async with otel.kernel(llm=ScriptedProvider(replies), checkpointer=MemoryCheckpointer()) as kernel:
+        await (await kernel.spawn(asks_twice)).wait()
+    reasons = [tuple((span.attributes or {})["gen_ai.response.finish_reasons"]) for span in otel.named("chat")]
+    assert sorted(reasons) == [("stop",), ("tool_call",)], reasons

@@ -48,6 +48,12 @@ CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """The GenAI instrumentations' switch for recording prompts and completions (off by default)."""
 
 _SCOPE = "ringzero"
+FINISH_REASONS = {
+    "end_turn": "stop", "stop_sequence": "stop", "stop": "stop", "max_tokens": "length", "length": "length",
+    "tool_use": "tool_call", "tool_calls": "tool_call", "refusal": "content_filter", "content_filter": "content_filter",
+}
+"""A response's stop reason (ringzero's, the Anthropic API's) as the GenAI conventions name it
+(``stop``, ``length``, ``tool_call``, ``content_filter``); a reason they do not name passes as it is."""
 
 _SERVING: ContextVar[tuple[Telemetry, str] | None] = ContextVar("ringzero_telemetry_serving", default=None)
 """The telemetry and kind of the syscall being made live in this context (the gate, and the
@@ -282,7 +288,8 @@ class Telemetry(NoTelemetry):
                 span.set_attribute("ringzero.llm.cost", float(usage["cost"]))  # type: ignore[arg-type]
         if value.get("model"):
             span.set_attribute("gen_ai.response.model", str(value["model"]))
-        span.set_attribute("gen_ai.response.finish_reasons", [str(value.get("stop_reason"))])
+        reason = str(value.get("stop_reason"))
+        span.set_attribute("gen_ai.response.finish_reasons", [FINISH_REASONS.get(reason, reason)])
         if self.capture_content:
             span.set_attribute("gen_ai.output.messages", json.dumps([value.get("message")]))
 
