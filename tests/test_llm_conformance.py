@@ -25,7 +25,15 @@ from ringzero.core.protocols import LLMProvider
 from ringzero.core.types import LLMRequest, LLMResponse, Message, Usage
 from ringzero.testing import ScriptedProvider
 from tests.test_llm_providers import ERRORS, provider_for, rate_limit
-from tests.vendor_servers import Reply, anthropic_answer, openai_answer, vendor_server
+from tests.vendor_servers import (
+    Reply,
+    Stream,
+    anthropic_answer,
+    anthropic_stream,
+    openai_answer,
+    openai_stream,
+    vendor_server,
+)
 
 ProviderFor = Callable[[str], AbstractAsyncContextManager[LLMProvider]]
 
@@ -41,23 +49,32 @@ def last_text(vendor: str, body: dict[str, Any]) -> str:
     return inner if isinstance(inner, str) else "".join(part.get("text", "") for part in inner)
 
 
-def vendor_reply(vendor: str, scenario: str) -> Reply | Callable[[dict[str, Any]], Reply]:
+def vendor_reply(vendor: str, scenario: str) -> Reply | Callable[[dict[str, Any]], Reply | Stream]:
+    stream = openai_stream if vendor == "openai" else anthropic_stream
+    if scenario in ("answer", "tool_call"):  # streamed where the request asks for a stream
+        whole = whole_reply(vendor, scenario)
+        pieces = stream(["po", "ng"], usage=(11, 7)) if scenario == "answer" else \
+            stream([], [("call_1", "weather", {"city": "Paris"})])
+        return lambda body: pieces if body.get("stream") else whole
+    if scenario == "echo":
+        make = openai_answer if vendor == "openai" else anthropic_answer
+        return lambda body: make(last_text(vendor, body))
+    return whole_reply(vendor, scenario)
+
+
+def whole_reply(vendor: str, scenario: str) -> Reply:
     pick = 0 if vendor == "openai" else 1
     if scenario == "answer":
         return openai_answer("pong", usage=(11, 7)) if vendor == "openai" else anthropic_answer("pong", usage=(11, 7))
     if scenario == "tool_call":
         call = [("call_1", "weather", {"city": "Paris"})]
         return openai_answer(None, call) if vendor == "openai" else anthropic_answer("", call)
-    if scenario == "echo":
-        make = openai_answer if vendor == "openai" else anthropic_answer
-        return lambda body: make(last_text(vendor, body))
     if scenario == "rate_limited_retry_after":
         return rate_limit(vendor, {"retry-after": "2"})
     if scenario == "rate_limited":
         return rate_limit(vendor, {})
     if scenario == "timeout":
-        slow = vendor_reply(vendor, "answer")
-        assert isinstance(slow, Reply)
+        slow = whole_reply(vendor, "answer")
         slow.delay = 2.0
         return slow
     case = {"server_error": "server overloaded", "context_overflow": "context overflow",

@@ -37,13 +37,27 @@ class Reply:
 
 
 @dataclass
+class Stream:
+    """A streamed answer: server-sent events written one at a time. After ``hold_after`` of them
+    the server waits for ``release`` (the test sets it once it has the text so far) for up to
+    10 s, and notes in ``waited_out`` whether it had to give up waiting; ``reset_after`` resets
+    the connection after that many events instead of finishing."""
+
+    events: list[tuple[str | None, Any]]
+    hold_after: int | None = None
+    release: threading.Event = field(default_factory=threading.Event)
+    waited_out: bool = False
+    reset_after: int | None = None
+
+
+@dataclass
 class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
 
 
-Script = list[Reply | Callable[[dict[str, Any]], Reply]]
+Script = list[Reply | Stream | Callable[[dict[str, Any]], Reply | Stream]]
 
 
 # ---------------------------------------------------------------- answers in each vendor's shape
@@ -58,6 +72,61 @@ def openai_answer(content: str | None = "", tool_calls: list[tuple[str, str, dic
                                     "finish_reason": finish or ("tool_calls" if tool_calls else "stop")}],
                        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
                                  "total_tokens": sum(usage)}})
+
+
+def openai_stream(pieces: list[str], tool_calls: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
+                  usage: tuple[int, int] = (12, 5), **options: Any) -> Stream:
+    """OpenAI's chunks: a role chunk, a chunk per piece of text, each tool call's name and then its
+    arguments in two halves, the finish reason, the usage in a chunk of its own, and ``[DONE]``."""
+    def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        return {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
+                "choices": choices, **extra}
+
+    events: list[tuple[str | None, Any]] = [(None, chunk({"role": "assistant", "content": ""}))]
+    events += [(None, chunk({"content": piece})) for piece in pieces]
+    for index, (call_id, name, arguments) in enumerate(tool_calls):
+        raw = json.dumps(arguments)
+        events.append((None, chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                                     "function": {"name": name, "arguments": raw[:5]}}]})))
+        events.append((None, chunk({"tool_calls": [{"index": index, "function": {"arguments": raw[5:]}}]})))
+    events.append((None, chunk({}, "tool_calls" if tool_calls else "stop")))
+    events.append((None, chunk(None, usage={"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                                           "total_tokens": sum(usage)})))
+    events.append((None, "[DONE]"))
+    return Stream(events, **options)
+
+
+def anthropic_stream(pieces: list[str], tool_uses: list[tuple[str, str, dict[str, Any]]] = (),  # type: ignore[assignment]
+                     usage: tuple[int, int] = (12, 5), **options: Any) -> Stream:
+    """Anthropic's events: message_start, a text block delta by delta (a ping among them), each
+    tool_use block with its input JSON in two halves, message_delta with the stop reason and
+    output tokens, message_stop."""
+    events: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": {
+        "id": "msg_9", "type": "message", "role": "assistant", "model": "claude-test", "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": usage[0], "output_tokens": 1}}})]
+    index = 0
+    if pieces:
+        events.append(("content_block_start", {"type": "content_block_start", "index": 0,
+                                               "content_block": {"type": "text", "text": ""}}))
+        events.append(("ping", {"type": "ping"}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                            "delta": {"type": "text_delta", "text": piece}}) for piece in pieces]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        index = 1
+    for offset, (call_id, name, arguments) in enumerate(tool_uses):
+        at, raw = index + offset, json.dumps(arguments)
+        events.append(("content_block_start", {"type": "content_block_start", "index": at, "content_block": {
+            "type": "tool_use", "id": call_id, "name": name, "input": {}}}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": at,
+                                            "delta": {"type": "input_json_delta", "partial_json": half}})
+                   for half in (raw[:5], raw[5:])]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": at}))
+    events.append(("message_delta", {"type": "message_delta", "delta": {
+        "stop_reason": "tool_use" if tool_uses else "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": usage[1]}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return Stream(events, **options)
 
 
 def openai_error(status: int, message: str, kind: str, code: str | None = None, headers: dict[str, str] | None = None,
@@ -174,7 +243,7 @@ class VendorServer:
             return Reply(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
         return (openai_problem if self.vendor == "openai" else anthropic_problem)(headers, body)
 
-    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply:
+    def answer(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply | Stream:
         problem = self.refusal(path, headers, body)
         if problem is not None:
             return problem
@@ -183,7 +252,16 @@ class VendorServer:
             if not self.script:
                 return Reply(500, {"error": {"message": "the test's script is exhausted", "type": "api_error"}})
             step = self.script.pop(0)
-        return step(body) if callable(step) else step
+        reply = step(body) if callable(step) else step
+        if isinstance(reply, Stream) != bool(body.get("stream")) and (isinstance(reply, Stream) or reply.status < 400):
+            return Reply(400, {"error": {"message": f"the test's script answers stream={isinstance(reply, Stream)}"
+                                         f" here, the request asked stream={body.get('stream')}",
+                                         "type": "invalid_request_error"}})
+        if isinstance(reply, Stream) and self.vendor == "openai" and \
+                not (body.get("stream_options") or {}).get("include_usage"):
+            return Reply(400, {"error": {"message": "a streamed request here must ask for its usage",
+                                         "type": "invalid_request_error"}})
+        return reply
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -202,7 +280,11 @@ class VendorServer:
                 except ValueError:
                     reply = Reply(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
                 else:
-                    reply = server.answer(self.path, headers, body)
+                    answer = server.answer(self.path, headers, body)
+                    if isinstance(answer, Stream):
+                        self.stream(answer)
+                        return
+                    reply = answer
                 time.sleep(reply.delay)
                 data = json.dumps(reply.body).encode()
                 length = len(data)
@@ -227,6 +309,31 @@ class VendorServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
+
+            def stream(self, stream: Stream) -> None:
+                """Write the events one chunk each, flushed, with the waits ``stream`` asks for."""
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream; charset=utf-8")
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for sent, (name, data) in enumerate(stream.events):
+                        if sent == stream.hold_after:
+                            stream.waited_out = not stream.release.wait(10)
+                        if sent == stream.reset_after:
+                            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                            self.close_connection = True
+                            self.connection.close()
+                            return
+                        text = data if isinstance(data, str) else json.dumps(data)
+                        frame = (f"event: {name}\n" if name else "") + f"data: {text}\n\n"
+                        raw = frame.encode()
+                        self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up
 
             def finish(self) -> None:
                 with contextlib.suppress(OSError, ValueError):  # a connection reset on purpose (``Reply.cut``)

@@ -9,7 +9,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextvars
+import json
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, ClassVar
 
 from ringzero.adapters import _unseen  # noqa: F401 - the warning for models and tools the kernel cannot see
@@ -18,8 +23,8 @@ from ringzero.core import errors
 from ringzero.core.context import Context
 from ringzero.core.errors import MissingExtra
 from ringzero.core.gate import LLMGate
-from ringzero.core.loops import Closing, LoopHome
-from ringzero.core.protocols import LLMProvider, ProviderCapabilities
+from ringzero.core.loops import Closing, LoopHome, on_this_loop, running_loop
+from ringzero.core.protocols import LLMProvider, ProviderCapabilities, TextSink
 from ringzero.core.routing import route, route_sync
 from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
 from ringzero.providers.llm._http import provider_error
@@ -27,8 +32,16 @@ from ringzero.providers.llm._http import provider_error
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
     from langchain_core.language_models import BaseChatModel
-    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.messages import (
+        AIMessage,
+        AIMessageChunk,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
+    from langchain_core.messages.tool import tool_call_chunk
+    from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from pydantic import ConfigDict, Field, PrivateAttr
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -122,31 +135,36 @@ class KernelChatModel(Closing, BaseChatModel):
             temperature=kwargs.get("temperature", self.temperature), stop=tuple(stop or ()),
         )
 
-    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
-                         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        request = self._request(messages, stop, **kwargs)
+    def _check(self) -> None:
+        """Refuse a call that cannot be made, before anything is sent."""
         ctx = Context.current()
         if ctx is not None:
             refuse_persistent_checkpointer(ctx.pid)  # here, where the graph's config is the current one
         elif self.gate is None:
             raise errors.NoProvider("KernelChatModel has no provider and is not running inside a kernel process")
 
+    async def _respond(self, request: LLMRequest, on_text: TextSink | None = None) -> LLMResponse:
+        """The answer: inside a kernel process a ``ctx.llm`` syscall, outside one through the gate."""
+
         async def in_process(ctx: Context) -> LLMResponse:
             return await ctx.llm(list(request.messages), tools=request.tools, model=request.model,
                                  max_tokens=request.max_tokens, temperature=request.temperature,
-                                 stop=request.stop, provider=self.kernel_provider)
+                                 stop=request.stop, provider=self.kernel_provider, on_text=on_text)
 
         async def elsewhere() -> LLMResponse:
             assert self.gate is not None
-            return await self.gate.complete(request, priority=self.priority)  # on the gate's own loop
+            return await self.gate.complete(request, priority=self.priority, on_text=on_text)  # on its own loop
 
-        response = await route(in_process, elsewhere)
+        return await route(in_process, elsewhere)
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        self._check()
+        response = await self._respond(self._request(messages, stop, **kwargs))
         reply = to_langchain(response.message)
         assert isinstance(reply, AIMessage)
-        usage = response.usage
-        reply.usage_metadata = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                                "total_tokens": usage.total_tokens}
-        reply.response_metadata = {"stop_reason": response.stop_reason, "model_name": response.model}
+        reply.usage_metadata = _usage(response)
+        reply.response_metadata = _metadata(response)
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
@@ -157,9 +175,94 @@ class KernelChatModel(Closing, BaseChatModel):
                           lambda: self._agenerate(messages, stop, **kwargs), lambda: self._gate_home(),
                           "KernelChatModel.invoke")
 
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        """The answer's text as the provider streams it, then a last chunk with the tool calls,
+        usage and any text not streamed: all of it where the call was replayed from the journal
+        or the provider does not stream."""
+        self._check()
+        request = self._request(messages, stop, **kwargs)
+        pieces: asyncio.Queue[str | None] = asyncio.Queue()
+        call = asyncio.ensure_future(self._respond(request, on_this_loop(pieces.put_nowait)))
+        call.add_done_callback(lambda _: pieces.put_nowait(None))
+        streamed: list[str] = []
+        try:
+            while (piece := await pieces.get()) is not None:
+                streamed.append(piece)
+                yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+            yield _last_chunk(await call, "".join(streamed))
+        finally:
+            if not call.done():
+                call.cancel()
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        """``_astream`` for sync callers: the call runs where ``invoke``'s would, from a helper
+        thread, and its text comes to this thread as it arrives."""
+        if running_loop() is not None:  # blocking here would block the loop the call may need
+            result = self._generate(messages, stop, **kwargs)  # raises WrongEventLoop where it must
+            yield ChatGenerationChunk(message=_as_chunk(result.generations[0].message))
+            return
+        self._check()
+        request = self._request(messages, stop, **kwargs)
+        pieces: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        answer: list[LLMResponse | BaseException] = []
+
+        def call() -> None:
+            try:
+                answer.append(route_sync(lambda ctx: self._respond(request, pieces.put),
+                                         lambda: self._respond(request, pieces.put), lambda: self._gate_home(),
+                                         "KernelChatModel.stream"))
+            except BaseException as exc:  # handed to the caller's thread below
+                answer.append(exc)
+            finally:
+                pieces.put(None)
+
+        helper = threading.Thread(target=contextvars.copy_context().run, args=(call,), daemon=True,
+                                  name="ringzero-chat-stream")
+        helper.start()
+        streamed: list[str] = []
+        while (piece := pieces.get()) is not None:
+            streamed.append(piece)
+            yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+        helper.join()
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        yield _last_chunk(answer[0], "".join(streamed))
+
     def _gate_home(self) -> LoopHome:
         assert self.gate is not None
         return self.gate.home
+
+
+def _usage(response: LLMResponse) -> Any:
+    usage = response.usage
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens}
+
+
+def _metadata(response: LLMResponse) -> dict[str, Any]:
+    return {"stop_reason": response.stop_reason, "model_name": response.model}
+
+
+def _last_chunk(response: LLMResponse, streamed: str) -> ChatGenerationChunk:
+    """The chunk that ends a stream: the text not streamed yet, the tool calls, usage and metadata."""
+    content = response.content
+    rest = content[len(streamed):] if content.startswith(streamed) else ""
+    calls = [tool_call_chunk(name=c.name, args=json.dumps(c.arguments), id=c.id, index=i)
+             for i, c in enumerate(response.tool_calls)]
+    return ChatGenerationChunk(message=AIMessageChunk(
+        content=rest, tool_call_chunks=calls, usage_metadata=_usage(response),
+        response_metadata=_metadata(response), chunk_position="last"))
+
+
+def _as_chunk(message: BaseMessage) -> AIMessageChunk:
+    assert isinstance(message, AIMessage)
+    return AIMessageChunk(content=message.content, tool_call_chunks=[
+        tool_call_chunk(name=c["name"], args=json.dumps(c["args"]), id=c["id"], index=i)
+        for i, c in enumerate(message.tool_calls)], usage_metadata=message.usage_metadata,
+        response_metadata=message.response_metadata, chunk_position="last")
 
 
 class ChatModelProvider:

@@ -33,7 +33,7 @@ from ringzero.core.errors import (
     ProviderUnavailable,
     RateLimited,
 )
-from ringzero.core.protocols import LLMProvider
+from ringzero.core.protocols import LLMProvider, Streaming
 from ringzero.core.types import LLMRequest, Message, ToolCall, ToolSchema
 
 __all__ = ["SCENARIOS", "WEATHER", "LLMProviderConformance"]
@@ -53,7 +53,10 @@ SCENARIOS: dict[str, str] = {
     "context_overflow": "refuse with the vendor's context-length error",
     "auth_failed": "refuse the credentials (HTTP 401)",
 }
-"""Each scenario the ``provider_for`` fixture must act out, and what its backend does."""
+"""Each scenario the ``provider_for`` fixture must act out, and what its backend does. A provider
+that declares ``capabilities.streaming`` is also asked to ``stream`` ``answer``, ``tool_call`` and
+``rate_limited_retry_after``: its backend streams the answer (in pieces) where the request asks
+for a stream, and refuses as before."""
 
 ProviderFor = Callable[[str], AbstractAsyncContextManager[LLMProvider]]
 
@@ -63,6 +66,15 @@ ASK = LLMRequest(messages=(Message("user", "ping"),), tools=(WEATHER,))
 async def _complete(provider_for: ProviderFor, scenario: str, request: LLMRequest = ASK) -> Any:
     async with provider_for(scenario) as provider:
         return await provider.complete(request)
+
+
+async def _stream(provider_for: ProviderFor, scenario: str, pieces: list[str]) -> Any:
+    async with provider_for(scenario) as provider:
+        if not provider.capabilities.streaming:
+            pytest.skip(f"{type(provider).__name__} does not declare streaming (capabilities.streaming)")
+        if not isinstance(provider, Streaming):
+            raise AssertionError(f"{type(provider).__name__} declares streaming but has no stream(request, on_text)")
+        return await provider.stream(ASK, pieces.append)
 
 
 async def _refusal(provider_for: ProviderFor, scenario: str) -> ProviderError:
@@ -112,3 +124,18 @@ class LLMProviderConformance:
 
     async def test_refused_credentials_are_authentication_failed(self, provider_for: ProviderFor) -> None:
         assert type(await _refusal(provider_for, "auth_failed")) is AuthenticationFailed
+
+    async def test_a_streamed_answer_is_the_whole_answer_in_pieces(self, provider_for: ProviderFor) -> None:
+        pieces: list[str] = []
+        response = await _stream(provider_for, "answer", pieces)
+        assert response.content == "pong" and "".join(pieces) == "pong"
+        assert (response.usage.input_tokens, response.usage.output_tokens) == (11, 7)
+
+    async def test_a_streamed_tool_call_comes_back_parsed(self, provider_for: ProviderFor) -> None:
+        response = await _stream(provider_for, "tool_call", [])
+        assert response.tool_calls == (ToolCall("call_1", "weather", {"city": "Paris"}),)
+
+    async def test_a_streamed_call_refused_is_the_same_typed_error(self, provider_for: ProviderFor) -> None:
+        with pytest.raises(RateLimited) as refused:
+            await _stream(provider_for, "rate_limited_retry_after", [])
+        assert refused.value.retry_after == 2.0

@@ -176,12 +176,16 @@ class Context:
         temperature: float | None = None,
         stop: Sequence[str] = (),
         provider: str = "default",
+        on_text: Callable[[str], None] | None = None,
     ) -> Coroutine[Any, Any, LLMResponse]:
-        """Ask the model, through the provider's gate. Raises the ProviderError it ends with."""
-        return sys_llm.llm(self._process, messages, tools=tools, model=model, max_tokens=max_tokens,
-                           temperature=temperature, stop=stop, provider=provider)
+        """Ask the model, through the provider's gate. Raises the ProviderError it ends with.
 
-    # --------------------------------------------------------------------- exec
+        ``on_text`` gets the answer's text piece by piece as it arrives, where the provider
+        streams (OpenAI-compatible and Anthropic do). The answer journaled is the whole one: a
+        replayed call returns it without calling ``on_text``, as it makes no other effect twice."""
+        return sys_llm.llm(self._process, messages, tools=tools, model=model, max_tokens=max_tokens,
+                           temperature=temperature, stop=stop, provider=provider, on_text=on_text)
+
     # --------------------------------------------------------------------- exec
     def nested_llm(self, messages: Sequence[Message | Mapping[str, Any]] | str, *,
                    provider: str = "default", max_tokens: int | None = None) -> Coroutine[Any, Any, LLMResponse]:

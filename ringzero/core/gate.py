@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import replace
+from typing import cast
 
 from ringzero.core.errors import InvalidArgument, ProviderError, ProviderUnavailable, RateLimited
 from ringzero.core.gate_settings import (
@@ -24,8 +25,8 @@ from ringzero.core.gate_settings import (
     TokenBucket,
     estimate_tokens,
 )
-from ringzero.core.loops import LoopHome, forward
-from ringzero.core.protocols import LLMProvider
+from ringzero.core.loops import LoopHome, forward, on_this_loop
+from ringzero.core.protocols import LLMProvider, Streaming, TextSink
 from ringzero.core.telemetry import gate_failed, gate_waited
 from ringzero.core.timeouts import Clock, MonotonicClock, SharedTimeout
 from ringzero.core.types import LLMRequest, LLMResponse, Usage
@@ -84,6 +85,8 @@ class LLMGate:
         self.permits: PermitSource | None = None
         """A rate limit shared with other machines' gates, checked after this gate's own (set by
         a cluster worker: ``RayScheduler(rate_limits=...)``)."""
+        self.streams = bool(getattr(provider.capabilities, "streaming", False)) and isinstance(provider, Streaming)
+        """Whether the provider hands over text as it arrives (``complete(on_text=...)``)."""
         self.home = LoopHome(f"the LLM gate of {type(provider).__name__}", self._idle)
         """The one event loop the gate's waiting line lives on: calls from other loops and
         from threads (``home.run_sync(gate.complete(...))``) are run there."""
@@ -122,8 +125,14 @@ class LLMGate:
         process's spend stays on its own record."""
         self._usage_by_pid.pop(pid, None)
 
-    async def complete(self, request: LLMRequest, *, pid: int = 0, priority: int = 10) -> LLMResponse:
+    async def complete(self, request: LLMRequest, *, pid: int = 0, priority: int = 10,
+                       on_text: TextSink | None = None) -> LLMResponse:
         """Send ``request`` when the gate allows, retrying what is worth retrying.
+
+        With ``on_text``, a provider that streams (``capabilities.streaming``) hands the answer's
+        text to it as it arrives, on the caller's loop; one that does not answers whole, and
+        ``on_text`` is not called. A failed attempt's text was handed over all the same: a
+        retried call's text starts again from its beginning.
 
         Raises the provider's last ProviderError when retries run out or the error is final.
         Called from a loop other than the gate's home, the call runs on the home loop.
@@ -132,7 +141,8 @@ class LLMGate:
         if home is None or home is not asyncio.get_running_loop() or self.home.closed:  # else: at home, as usual
             home = self.home.target()
             if home is not None:
-                return await forward(home, self.complete(request, pid=pid, priority=priority))
+                return await forward(home, self.complete(request, pid=pid, priority=priority,
+                                                         on_text=on_text and on_this_loop(on_text)))
         self.stats.calls += 1
         # The estimate paces only a tokens bucket (this gate's or the cluster's): skipped without one.
         estimate = estimate_tokens(request) if self._tokens is not None or self.permits is not None else 0
@@ -154,7 +164,7 @@ class LLMGate:
                 raise
             self.stats.attempts += 1
             try:
-                response = await self._attempt(request)
+                response = await self._attempt(request, on_text)
             except ProviderError as exc:
                 delay = self._on_failure(exc, attempt)
                 final = not exc.retryable or attempt == policy.max_retries
@@ -174,15 +184,18 @@ class LLMGate:
             await self.clock.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, request: LLMRequest) -> LLMResponse:
+    async def _attempt(self, request: LLMRequest, on_text: TextSink | None) -> LLMResponse:
         timeout = self.retry.timeout
+        provider = self.provider
+        call = (cast(Streaming, provider).stream(request, on_text) if on_text is not None and self.streams
+                else provider.complete(request))
         try:
             if timeout is None:
-                return await self.provider.complete(request)
+                return await call
             shared = self._timeouts
             if shared is None or shared.seconds != timeout:  # the first call, or a new policy
                 shared = self._timeouts = SharedTimeout(timeout)
-            return await shared.run(self.provider.complete(request))
+            return await shared.run(call)
         except TimeoutError as exc:
             raise ProviderUnavailable(f"the provider did not answer within {timeout} s") from exc
 

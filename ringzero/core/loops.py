@@ -34,7 +34,8 @@ from typing import Any, TypeVar
 from ringzero.core.errors import Closed, WrongEventLoop
 from ringzero.core.timeouts import cancel_and_wait
 
-__all__ = ["RUNTIME_LOOP", "Closing", "LoopHome", "LoopThread", "RuntimeLoop", "forward", "run_on", "running_loop"]
+__all__ = ["RUNTIME_LOOP", "Closing", "LoopHome", "LoopThread", "RuntimeLoop", "forward", "on_this_loop", "run_on",
+           "running_loop"]
 
 T = TypeVar("T")
 Self_ = TypeVar("Self_", bound="Closing")
@@ -88,6 +89,21 @@ async def forward(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T])
     """Run ``coro`` on ``loop`` (running in another thread) and await its result from this
     loop; cancelling the awaiting task cancels it there too."""
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+
+
+def on_this_loop(callback: Callable[[T], None]) -> Callable[[T], None]:
+    """``callback``, made to run on the loop running here whichever thread calls it: what a
+    call forwarded to another loop (``forward``) hands over as it goes arrives where the caller
+    is, in order, and before the call's result (the result is handed back the same way)."""
+    loop = asyncio.get_running_loop()
+
+    def there(value: T) -> None:
+        if running_loop() is loop:
+            callback(value)
+        else:
+            loop.call_soon_threadsafe(callback, value)
+
+    return there
 
 
 class LoopThread:

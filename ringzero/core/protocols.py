@@ -26,6 +26,8 @@ __all__ = [
     "ProviderCapabilities",
     "Scheduler",
     "SchedulerCapabilities",
+    "Streaming",
+    "TextSink",
     "Tool",
     "check_checkpointer_parts",
 ]
@@ -41,6 +43,7 @@ class ProviderCapabilities:
 
     tool_calls: bool = True
     streaming: bool = False
+    """True when the provider also has ``stream`` (see ``Streaming``): text as it arrives."""
     counts_tokens: bool = False
     """True when usage comes from the provider's own tokenizer, not an estimate."""
 
@@ -60,6 +63,23 @@ class LLMProvider(Protocol):
         Raises: RateLimited (with retry_after when known), ProviderUnavailable,
         ContextTooLong, BadRequest, AuthenticationFailed. Nothing else escapes.
         """
+        ...
+
+
+TextSink = Callable[[str], None]
+"""Where a streamed answer's text goes, piece by piece, as it arrives."""
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """An LLMProvider that can hand over its answer's text while the answer is still arriving
+    (it declares ``capabilities.streaming``). The gate calls ``stream`` instead of ``complete``
+    when the caller gave somewhere for the text to go."""
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        """Answer ``request`` as ``complete`` does, the same errors included, calling ``on_text``
+        with each piece of the answer's text as it arrives: the pieces joined are the answer's
+        ``content``. The whole answer (tool calls, usage) is the return value."""
         ...
 
 

@@ -10,6 +10,7 @@ from ringzero.core import errors
 from ringzero.core.errors import NoProvider, ProviderError
 from ringzero.core.journal import llm_fingerprint, trimmed
 from ringzero.core.live import NESTED_COST
+from ringzero.core.protocols import TextSink
 from ringzero.core.types import JSON, LLMRequest, LLMResponse, Message, ToolSchema, coerce_messages
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ async def llm(
     temperature: float | None = None,
     stop: Sequence[str] = (),
     provider: str = "default",
+    on_text: TextSink | None = None,
 ) -> LLMResponse:
     """``Context.llm`` (see there), for ``process``."""
     request = LLMRequest(
@@ -46,7 +48,8 @@ async def llm(
     async def live() -> dict[str, JSON]:
         gate = gate_of(process, provider)  # only a live call needs the provider: a replay does not
         try:
-            response = await gate.complete(request, pid=process.pid, priority=process.record.priority)
+            response = await gate.complete(request, pid=process.pid, priority=process.record.priority,
+                                           on_text=on_text)
         except ProviderError as exc:
             return {"error": {"type": type(exc).__name__, "message": str(exc),
                               "retry_after": getattr(exc, "retry_after", None)}}

@@ -1,4 +1,5 @@
-"""What the HTTP LLM providers share: one JSON POST, and the vendors' failures as typed errors.
+"""What the HTTP LLM providers share: one JSON POST, one streamed POST (server-sent events),
+and the vendors' failures as typed errors.
 
 Both vendors answer an error with a status code and a JSON body; the status decides the
 kernel's error (429 is RateLimited with its Retry-After, 5xx and 529 are ProviderUnavailable,
@@ -11,14 +12,14 @@ from __future__ import annotations
 import email.utils
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
 
 from ringzero.core import errors
 
-__all__ = ["post_json", "provider_error", "retry_after_seconds"]
+__all__ = ["event_json", "post_events", "post_json", "provider_error", "retry_after_seconds"]
 
 _CONTEXT_OVERFLOW = ("context_length_exceeded", "maximum context length", "context window",
                      "prompt is too long", "too many tokens", "reduce the length")
@@ -90,3 +91,50 @@ async def post_json(client: httpx.AsyncClient, url: str, headers: Mapping[str, s
     if not isinstance(data, dict):
         raise errors.ProviderUnavailable(f"{vendor} answered with JSON that is not an object: {data!r:.200}")
     return data
+
+
+async def post_events(client: httpx.AsyncClient, url: str, headers: Mapping[str, str], payload: dict[str, Any],
+                      vendor: str) -> AsyncIterator[tuple[str, str]]:
+    """POST ``payload`` and yield the server-sent events of the answer as ``(event, data)``, each
+    as soon as its blank line arrives (``event`` is ``message`` where the server names none).
+
+    A refusal (an HTTP error status) is the typed error of ``post_json``; a connection that
+    breaks or times out mid-answer is ProviderUnavailable, as a call that got no answer."""
+    try:
+        async with client.stream("POST", url, json=payload, headers=dict(headers)) as response:
+            if response.status_code >= 400:
+                body = (await response.aread()).decode("utf-8", "replace")
+                raise provider_error(response.status_code, response.headers, body, vendor)
+            kind = response.headers.get("content-type", "")
+            if not kind.startswith("text/event-stream"):
+                body = (await response.aread()).decode("utf-8", "replace")
+                raise errors.ProviderUnavailable(f"{vendor} answered a streamed request with {kind or 'no type'}, "
+                                                 f"not server-sent events: {body[:200]!r}")
+            event, data = "message", list[str]()
+            async for line in response.aiter_lines():
+                if not line:  # a blank line ends the event
+                    if data:
+                        yield event, "\n".join(data)
+                    event, data = "message", []
+                elif line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                elif line.startswith("event:"):
+                    event = line[6:].strip()
+                # ``id:``, ``retry:`` and ``:`` comments (keep-alives) carry nothing for a model's answer
+            if data:
+                yield event, "\n".join(data)
+    except httpx.TimeoutException as exc:
+        raise errors.ProviderUnavailable(f"{vendor} stopped answering in time ({url}): {exc!r}") from exc
+    except httpx.TransportError as exc:
+        raise errors.ProviderUnavailable(f"the stream from {vendor} at {url} broke: {exc!r}") from exc
+
+
+def event_json(data: str, vendor: str) -> dict[str, Any]:
+    """One event's data as the JSON object it must be."""
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise errors.ProviderUnavailable(f"{vendor} streamed an event that is not JSON: {data[:200]!r}") from exc
+    if not isinstance(value, dict):
+        raise errors.ProviderUnavailable(f"{vendor} streamed JSON that is not an object: {data[:200]!r}")
+    return value

@@ -18,15 +18,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringzero.core.errors import InvalidArgument, ProviderUnavailable
-from ringzero.core.protocols import ProviderCapabilities
+from ringzero.core.protocols import ProviderCapabilities, TextSink
 from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.providers.llm._client import ClientPerLoop
-from ringzero.providers.llm._http import post_json
+from ringzero.providers.llm._http import event_json, post_events, post_json, provider_error
 
 __all__ = ["AnthropicProvider"]
 
 OFFICIAL_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
+_ERROR_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                 "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
+                 "overloaded_error": 529}
+"""The HTTP status each of Anthropic's error types stands for, for an error sent mid-stream."""
 
 
 class AnthropicProvider:
@@ -40,7 +44,7 @@ class AnthropicProvider:
     provider_name = "anthropic"
     """``gen_ai.provider.name`` on this provider's spans (OpenTelemetry GenAI conventions)."""
 
-    capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=True)
+    capabilities = ProviderCapabilities(tool_calls=True, streaming=True, counts_tokens=True)
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  max_tokens: int = 4096, timeout: float = 120.0, headers: Mapping[str, str] | None = None) -> None:
@@ -61,6 +65,17 @@ class AnthropicProvider:
         url = f"{self.base_url}/v1/messages"
         data = await post_json(self._clients.get(), url, self.headers, self.payload(request), "Anthropic")
         return self.parse(data, request)
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        """``complete``, with the answer's text handed to ``on_text`` as its deltas arrive."""
+        url = f"{self.base_url}/v1/messages"
+        answer = _Events()
+        async for event, data in post_events(self._clients.get(), url, self.headers,
+                                             {**self.payload(request), "stream": True}, "Anthropic"):
+            text = answer.add(event, event_json(data, "Anthropic"))
+            if text:
+                on_text(text)
+        return self.parse(answer.whole(), request)
 
     async def aclose(self) -> None:
         await self._clients.aclose()
@@ -105,6 +120,57 @@ class AnthropicProvider:
             stop_reason=str(data.get("stop_reason") or "end_turn"),
             model=data.get("model") or request.model or self.model,
         )
+
+
+class _Events:
+    """A streamed message's events, put back together as the message the API would have sent whole."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.json: dict[int, list[str]] = {}
+        self.ended = False
+
+    def add(self, event: str, data: dict[str, Any]) -> str:
+        """Take in one event; the text it adds to the answer."""
+        kind = data.get("type", event)
+        if kind == "error":
+            error = data.get("error") or {}
+            status = _ERROR_STATUS.get(str(error.get("type")), 500)
+            raise provider_error(status, {}, json.dumps(data), "Anthropic (mid-stream)")
+        if kind == "message_start":
+            self.message = dict(data.get("message") or {})
+        elif kind == "content_block_start":
+            self.blocks[int(data["index"])] = dict(data.get("content_block") or {})
+        elif kind == "content_block_delta":
+            block, delta = self.blocks.setdefault(int(data["index"]), {"type": "text", "text": ""}), data["delta"]
+            step = delta.get("type")
+            if step == "text_delta":
+                block["text"] = block.get("text", "") + delta["text"]
+                return str(delta["text"])
+            if step == "input_json_delta":
+                self.json.setdefault(int(data["index"]), []).append(delta.get("partial_json", ""))
+            elif step == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            elif step == "signature_delta":
+                block["signature"] = block.get("signature", "") + delta.get("signature", "")
+        elif kind == "message_delta":
+            self.message.update({k: v for k, v in (data.get("delta") or {}).items() if v is not None})
+            self.message["usage"] = {**(self.message.get("usage") or {}), **(data.get("usage") or {})}
+        elif kind == "message_stop":
+            self.ended = True
+        return ""
+
+    def whole(self) -> dict[str, Any]:
+        if not self.message or not self.ended:
+            raise ProviderUnavailable("Anthropic's stream ended before its message_stop")
+        for index, parts in self.json.items():
+            try:
+                self.blocks[index]["input"] = json.loads("".join(parts) or "{}")
+            except ValueError as exc:
+                raise ProviderUnavailable(f"Anthropic streamed tool input that is not JSON: {''.join(parts)[:200]!r}"
+                                          ) from exc
+        return {**self.message, "content": [self.blocks[i] for i in sorted(self.blocks)]}
 
 
 def _turns(messages: tuple[Message, ...]) -> list[dict[str, Any]]:

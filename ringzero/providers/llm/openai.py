@@ -21,15 +21,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ringzero.core.errors import InvalidArgument, ProviderUnavailable
-from ringzero.core.protocols import ProviderCapabilities
+from ringzero.core.protocols import ProviderCapabilities, TextSink
 from ringzero.core.tokens import MESSAGE_FRAMING
 from ringzero.core.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.providers.llm._client import ClientPerLoop
-from ringzero.providers.llm._http import post_json
+from ringzero.providers.llm._http import event_json, post_events, post_json
 
 __all__ = ["OpenAIProvider"]
 
 OFFICIAL_URL = "https://api.openai.com/v1"
+VENDOR = "the OpenAI server"
 _STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
 
 
@@ -46,7 +47,7 @@ class OpenAIProvider:
     provider_name = "openai"
     """``gen_ai.provider.name`` on this provider's spans (OpenTelemetry GenAI conventions)."""
 
-    capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=True)
+    capabilities = ProviderCapabilities(tool_calls=True, streaming=True, counts_tokens=True)
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float = 120.0, headers: Mapping[str, str] | None = None,
@@ -69,8 +70,24 @@ class OpenAIProvider:
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         url = f"{self.base_url}/chat/completions"
-        data = await post_json(self._clients.get(), url, self.headers, self.payload(request), "the OpenAI server")
+        data = await post_json(self._clients.get(), url, self.headers, self.payload(request), VENDOR)
         return self.parse(data, request)
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        """``complete``, with the answer's text handed to ``on_text`` as its chunks arrive.
+
+        Asks for the usage in a last chunk (``stream_options.include_usage``), so the gate
+        counts the server's own tokens as for a whole answer."""
+        url = f"{self.base_url}/chat/completions"
+        body = {**self.payload(request), "stream": True, "stream_options": {"include_usage": True}}
+        answer = _Chunks()
+        async for _event, data in post_events(self._clients.get(), url, self.headers, body, VENDOR):
+            if data.strip() == "[DONE]":
+                break
+            text = answer.add(event_json(data, VENDOR))
+            if text:
+                on_text(text)
+        return self.parse(answer.whole(), request)
 
     async def aclose(self) -> None:
         await self._clients.aclose()
@@ -107,6 +124,53 @@ class OpenAIProvider:
             stop_reason=_STOP_REASONS.get(finish, finish),
             model=data.get("model") or request.model or self.model,
         )
+
+
+class _Chunks:
+    """A streamed answer's chunks, put back together as the whole answer the server would have sent."""
+
+    def __init__(self) -> None:
+        self.head: dict[str, Any] = {}
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> str:
+        """Take in one chunk; the text it adds to the answer."""
+        if "error" in chunk:  # a server that fails mid-answer says so in a chunk of its own
+            raise ProviderUnavailable(f"{VENDOR} failed mid-answer: {json.dumps(chunk['error'])[:300]}")
+        for key in ("id", "model", "created"):
+            if chunk.get(key) is not None:
+                self.head.setdefault(key, chunk[key])
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        text = ""
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            text = _text(delta.get("content"))
+            if text:
+                self.text.append(text)
+            for part in delta.get("tool_calls") or ():
+                call = self.calls.setdefault(int(part.get("index", len(self.calls))),
+                                             {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                call["id"] = part.get("id") or call["id"]
+                function = part.get("function") or {}
+                call["function"]["name"] += function.get("name") or ""
+                call["function"]["arguments"] += function.get("arguments") or ""
+            self.finish = choice.get("finish_reason") or self.finish
+        return text
+
+    def whole(self) -> dict[str, Any]:
+        if not self.head and not self.text and not self.calls:
+            raise ProviderUnavailable(f"{VENDOR} ended its stream without an answer")
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text)}
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return {**self.head, "choices": [{"index": 0, "message": message, "finish_reason": self.finish or "stop"}],
+                "usage": self.usage or {}}
 
 
 def _tokenizer(model: str) -> Callable[[Sequence[Message]], int] | None:
