@@ -10,10 +10,15 @@ One kit per protocol, each a base class to subclass with one fixture:
 This package is also a pytest plugin: ``pytest -p ringzero.compat tests/`` checks that what the
 kits need is there (pytest-asyncio), and ends the run with a line per kit saying how many of its
 tests passed and failed for each of your classes. Importing this package needs pytest.
+
+The kits work under pytest-asyncio's default (strict) mode: an async fixture is declared with
+``@pytest_asyncio.fixture`` (in ``asyncio_mode = "auto"`` a plain ``@pytest.fixture`` does too).
+A kit test whose async fixture no plugin ran gets a line saying so.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from typing import Any
 
@@ -34,9 +39,21 @@ def _kit_of(item: pytest.Item) -> tuple[str, str] | None:
     return None
 
 
+_UNHANDLED_ASYNC_FIXTURE = "requested an async fixture"
+"""The start of pytest's words for an async fixture that no plugin ran (strict mode)."""
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("asyncio"):
         raise pytest.UsageError("the ringzero conformance kits need pytest-asyncio: pip install pytest-asyncio")
+    if not config.getini("asyncio_default_fixture_loop_scope"):
+        # pytest-asyncio warns, on every run of a project that leaves this unset, that the loop
+        # of an async fixture will one day default to "function" scope. A kit's fixtures are
+        # function-scoped, where that day changes nothing; the warning is left out of a run
+        # that loads the kits (set the option to hear it about your own fixtures).
+        warnings.filterwarnings("ignore", message='The configuration option "asyncio_default_fixture_loop_scope" '
+                                "is unset", category=pytest.PytestDeprecationWarning)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -48,7 +65,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    report.ringzero_kit = _kit_of(item)
+    report.ringzero_kit = kit = _kit_of(item)
+    if kit is not None and report.failed and _UNHANDLED_ASYNC_FIXTURE in str(report.longrepr):
+        report.sections.append(("ringzero", f"{kit[1]}: under pytest-asyncio's strict mode (its default) an async "
+                                "fixture is declared with @pytest_asyncio.fixture, not @pytest.fixture"))
     return report
 
 

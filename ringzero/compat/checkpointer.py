@@ -4,7 +4,7 @@ Subclass ``CheckpointerConformance`` and provide a ``checkpointer`` fixture that
 fresh, empty instance of your backend (and closes it afterwards)::
 
     class TestMyCheckpointer(CheckpointerConformance):
-        @pytest.fixture
+        @pytest_asyncio.fixture
         async def checkpointer(self):
             store = MyCheckpointer()
             yield store

@@ -3,18 +3,18 @@
 Subclass ``ExecutorConformance`` in your tests and provide an ``executor`` fixture that
 yields a fresh instance of your backend (and closes it afterwards)::
 
-    import pytest
+    import pytest_asyncio
     from ringzero.compat.executor import ExecutorConformance
 
     class TestMyExecutor(ExecutorConformance):
-        @pytest.fixture
+        @pytest_asyncio.fixture
         async def executor(self):
             instance = MyExecutor()
             yield instance
             await instance.aclose()
 
-The tests need pytest-asyncio (``asyncio_mode = "auto"``, or the class's own marker). They
-check what ``capabilities`` declares: the tool tests run only where ``tools`` is True.
+The tests need pytest-asyncio (``pytest -p ringzero.compat`` checks it is there). They check
+what ``capabilities`` declares: the tool tests run only where ``tools`` is True.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ answers every request as that scenario says::
                     yield MyProvider(base_url=url, timeout=0.5)
             return start
 
-Needs pytest-asyncio (``pytest -p ringzero.compat.plugin`` sets the kits up).
+Needs pytest-asyncio (``pytest -p ringzero.compat`` checks it is there).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ instance with exactly **one** run slot (so that the order in which waiters get i
         def scheduler(self):
             return MyScheduler(slots=1)
 
-Needs pytest-asyncio (``pytest -p ringzero.compat.plugin`` sets the kits up). Priority order is
+Needs pytest-asyncio (``pytest -p ringzero.compat`` checks it is there). Priority order is
 tested only where ``capabilities.priorities`` declares it.
 """
 
