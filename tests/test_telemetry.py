@@ -103,6 +103,7 @@ async def test_the_span_tree_of_a_process_that_is_killed(otel: Telemetry) -> Non
     assert root.parent is None and root.kind is trace.SpanKind.INTERNAL
     attrs = root.attributes or {}
     assert attrs["gen_ai.operation.name"] == "invoke_agent" and attrs["gen_ai.agent.name"] == "planner"
+    assert attrs["gen_ai.provider.name"] == "ringzero.scripted"  # required on an agent span
     assert attrs["ringzero.process.pid"] == process.pid and attrs["ringzero.process.priority"] == 3
     assert attrs["ringzero.process.status"] == "killed" and attrs["ringzero.process.stop_reason"] == "killed"
 
@@ -421,3 +422,52 @@ async def test_finish_reasons_are_the_conventions_names(otel: Telemetry) -> None
         await (await kernel.spawn(asks_twice)).wait()
     reasons = [tuple((span.attributes or {})["gen_ai.response.finish_reasons"]) for span in otel.named("chat")]
     assert sorted(reasons) == [("stop",), ("tool_call",)], reasons
+
+
+async def test_a_vendor_call_s_span_has_the_conventions_parts_response_id_and_server(otel: Telemetry) -> None:
+    """Against an OpenAI-compatible server: the messages in the parts form (text, tool_call,
+    tool_call_response; the output with its finish_reason), the response's id, the server's
+    address and port, and the provider's name on the agent span too."""
+    import json
+
+    from ringzero.core.types import ToolCall
+    from ringzero.providers.llm import OpenAIProvider
+    from tests.vendor_servers import openai_answer, vendor_server
+
+    history = [Message("system", "Be brief."), Message("user", "Weather in Paris?"),
+               Message("assistant", "", tool_calls=(ToolCall("call_1", "weather", {"city": "Paris"}),)),
+               Message("tool", "sunny", tool_call_id="call_1", name="weather")]
+
+    async def asks(ctx: Context) -> None:
+        await ctx.llm(history)
+
+    with vendor_server("openai", [openai_answer("It is sunny.")]) as server:
+        provider = OpenAIProvider("gpt-test", base_url=server.url, api_key="sk-test")
+        async with otel.kernel(llm=provider, checkpointer=MemoryCheckpointer(), capture_content=True) as kernel:
+            await (await kernel.spawn(asks, name="weather")).wait()
+        port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+    [agent] = otel.named("invoke_agent weather")
+    assert (agent.attributes or {})["gen_ai.provider.name"] == "openai"
+    [chat] = otel.named("chat")
+    attrs = chat.attributes or {}
+    assert attrs["gen_ai.response.id"] == "chatcmpl-1"
+    assert (attrs["server.address"], attrs["server.port"]) == ("127.0.0.1", port)
+    assert json.loads(str(attrs["gen_ai.input.messages"])) == [
+        {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+        {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1", "name": "weather",
+                                         "arguments": {"city": "Paris"}}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_1", "response": "sunny"}],
+         "name": "weather"}]
+    assert json.loads(str(attrs["gen_ai.output.messages"])) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "It is sunny."}], "finish_reason": "stop"}]
+
+
+async def test_a_kernel_without_a_model_names_ringzero_as_its_agents_provider(otel: Telemetry) -> None:
+    async def idle(ctx: Context) -> int:
+        return 1
+
+    async with otel.kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        await (await kernel.spawn(idle, name="plain")).wait()
+    [agent] = otel.named("invoke_agent plain")
+    assert (agent.attributes or {})["gen_ai.provider.name"] == "ringzero"

@@ -142,6 +142,8 @@ class LLMResponse:
     usage: Usage = field(default_factory=Usage)
     stop_reason: str = "end_turn"
     model: str | None = None
+    id: str | None = None
+    """The provider's id for this answer (``gen_ai.response.id``), where it gave one."""
 
     @property
     def content(self) -> str:
@@ -152,7 +154,7 @@ class LLMResponse:
         return self.message.tool_calls
 
     def to_dict(self) -> dict[str, JSON]:
-        return {
+        out: dict[str, JSON] = {
             "message": self.message.to_dict(),
             "usage": {
                 "input_tokens": self.usage.input_tokens,
@@ -162,6 +164,9 @@ class LLMResponse:
             "stop_reason": self.stop_reason,
             "model": self.model,
         }
+        if self.id is not None:
+            out["id"] = self.id
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LLMResponse:
@@ -171,6 +176,7 @@ class LLMResponse:
             usage=Usage(int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)), usage.get("cost")),
             stop_reason=str(data.get("stop_reason", "end_turn")),
             model=data.get("model"),
+            id=data.get("id"),
         )
 
 

@@ -10,12 +10,15 @@ nothing: one syscall path either way.
 What is recorded:
 
 - a span per process, ``invoke_agent {name}`` (GenAI conventions' agent span), from its
-  start to its end, with pid, name, priority, final status and stop reason; it is the current
-  span inside the process's task, so spans a graph or a crew makes there nest under it;
+  start to its end, with the default provider's ``gen_ai.provider.name``, pid, name,
+  priority, final status and stop reason; it is the current span inside the process's task,
+  so spans a graph or a crew makes there nest under it;
 - a child span per syscall made live: ``chat {model}`` for ``ctx.llm`` (GenAI attributes:
   ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model``,
-  ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``/``output_tokens``,
-  ``gen_ai.response.finish_reasons``; the messages only with ``capture_content``),
+  ``gen_ai.response.model``, ``gen_ai.response.id``, ``gen_ai.usage.input_tokens``/
+  ``output_tokens``, ``gen_ai.response.finish_reasons``, ``server.address``/``server.port`` for
+  a provider with a ``base_url``; the messages, in the conventions' parts form, only with
+  ``capture_content``: see ``ringzero.core.genai``),
   ``execute_tool {name}`` for tools, ``exec {executor}`` for code runs, ``ringzero.{kind}``
   for memory, messages, spawn, sleep and the rest; time waiting in line at the LLM gate, 429s
   and retries are events on the ``chat`` span;
@@ -38,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from ringzero.core.genai import finish_reason, input_messages, output_messages, provider_name, server_of
 from ringzero.core.no_telemetry import NoTelemetry
 from ringzero.core.types import JSON
 
@@ -48,13 +52,6 @@ CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """The GenAI instrumentations' switch for recording prompts and completions (off by default)."""
 
 _SCOPE = "ringzero"
-FINISH_REASONS = {
-    "end_turn": "stop", "stop_sequence": "stop", "stop": "stop", "max_tokens": "length", "length": "length",
-    "tool_use": "tool_call", "tool_calls": "tool_call", "refusal": "content_filter", "content_filter": "content_filter",
-}
-"""A response's stop reason (ringzero's, the Anthropic API's) as the GenAI conventions name it
-(``stop``, ``length``, ``tool_call``, ``content_filter``); a reason they do not name passes as it is."""
-
 _SERVING: ContextVar[tuple[Telemetry, str] | None] = ContextVar("ringzero_telemetry_serving", default=None)
 """The telemetry and kind of the syscall being made live in this context (the gate, and the
 host tools code calls from ``exec``, report to it)."""
@@ -141,6 +138,7 @@ class Telemetry(NoTelemetry):
         record = process.record
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": record.name,
+            "gen_ai.provider.name": self._agent_provider(process),
             "gen_ai.agent.id": str(record.pid), "ringzero.process.pid": record.pid,
             "ringzero.process.name": record.name, "ringzero.process.priority": record.priority,
             "ringzero.process.program": record.program, "ringzero.process.recovered": process.recovered,
@@ -152,6 +150,12 @@ class Telemetry(NoTelemetry):
 
         context.attach(self._trace.set_span_in_context(span))  # this task's context only
         return span
+
+    @staticmethod
+    def _agent_provider(process: Process) -> str:
+        """The provider a process's model calls go to by default (``ringzero`` where it has none)."""
+        gate = process.runtime.gates.get("default")
+        return "ringzero" if gate is None else provider_name(gate.provider)
 
     def process_ended(self, span: Any, process: Process) -> None:
         if span is None:
@@ -288,10 +292,12 @@ class Telemetry(NoTelemetry):
                 span.set_attribute("ringzero.llm.cost", float(usage["cost"]))  # type: ignore[arg-type]
         if value.get("model"):
             span.set_attribute("gen_ai.response.model", str(value["model"]))
-        reason = str(value.get("stop_reason"))
-        span.set_attribute("gen_ai.response.finish_reasons", [FINISH_REASONS.get(reason, reason)])
-        if self.capture_content:
-            span.set_attribute("gen_ai.output.messages", json.dumps([value.get("message")]))
+        if value.get("id"):
+            span.set_attribute("gen_ai.response.id", str(value["id"]))
+        span.set_attribute("gen_ai.response.finish_reasons", [finish_reason(value.get("stop_reason"))])
+        if self.capture_content and isinstance(value.get("message"), Mapping):
+            span.set_attribute("gen_ai.output.messages",
+                               json.dumps(output_messages(value["message"], value.get("stop_reason"))))  # type: ignore[arg-type]
 
     def _llm_metrics(self, process: Process, outcome: Mapping[str, JSON], seconds: float,
                      about: Mapping[str, Any], error: Any) -> None:
@@ -318,19 +324,15 @@ class Telemetry(NoTelemetry):
         provider = getattr(gate, "provider", None)
         about: dict[str, Any] = {"gen_ai.operation.name": "chat",
                                  "gen_ai.provider.name": name if provider is None else provider_name(provider),
-                                 "gen_ai.request.model": request.model or getattr(provider, "model", None) or ""}
+                                 "gen_ai.request.model": request.model or getattr(provider, "model", None) or "",
+                                 **server_of(provider)}
         if request.max_tokens is not None:
             about["gen_ai.request.max_tokens"] = request.max_tokens
         if request.temperature is not None:
             about["gen_ai.request.temperature"] = request.temperature
         if self.capture_content:
-            about["gen_ai.input.messages"] = json.dumps([m.to_dict() for m in request.messages])
+            about["gen_ai.input.messages"] = json.dumps(input_messages(m.to_dict() for m in request.messages))
         return about
-
-
-def provider_name(provider: Any) -> str:
-    """``gen_ai.provider.name`` of an LLM provider: its ``provider_name``, else its class's name."""
-    return str(getattr(provider, "provider_name", None) or type(provider).__name__)
 
 
 def gate_waited(seconds: float, priority: int) -> None:

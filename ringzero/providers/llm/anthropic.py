@@ -119,6 +119,7 @@ class AnthropicProvider:
             usage=Usage(read, int(usage.get("output_tokens") or 0)),
             stop_reason=str(data.get("stop_reason") or "end_turn"),
             model=data.get("model") or request.model or self.model,
+            id=str(data["id"]) if data.get("id") else None,
         )
 
 

@@ -123,6 +123,7 @@ class OpenAIProvider:
             usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
             stop_reason=_STOP_REASONS.get(finish, finish),
             model=data.get("model") or request.model or self.model,
+            id=str(data["id"]) if data.get("id") else None,
         )
 
 
