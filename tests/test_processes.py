@@ -13,6 +13,7 @@ import pytest
 from ringzero import Context, Kernel, Limits, ProcessStatus, StopReason
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import (
+    BudgetExceeded,
     InvalidLimits,
     NotAProgram,
     NotSerializable,
@@ -90,6 +91,38 @@ async def test_pause_takes_effect_at_the_next_syscall_and_resume_continues(kerne
     assert p.status in (ProcessStatus.WAITING, ProcessStatus.RUNNING, ProcessStatus.READY)
     await p.kill()
     assert "paused" in [t["to"] for t in await kernel.store.transitions(p.pid)]
+
+
+async def test_wall_time_stands_still_while_paused_in_top_in_the_record_and_for_the_wall_budget(
+        tmp_path: Path) -> None:
+    """Paused, a process's WALL stops (top's live row and the saved record agree, so a host that
+    goes away mid-pause loses nothing and top's WALL does not jump back); the wall budget's clock
+    stops too; resumed, both count on from where they stood."""
+    from ringzero.top import read_snapshot
+
+    db = tmp_path / "k.db"
+    first = Kernel(checkpointer=SqliteCheckpointer(db), monitor_interval=0.05)
+    p = await first.spawn(ticker, 100_000, limits=Limits(wall_seconds=1.0))
+    await until(lambda: p.state.get("ticks", 0) > 0)
+    await p.pause()
+    await until(lambda: p.status is ProcessStatus.PAUSED)
+    at_pause = (await first.handle(p.pid)).info().wall_seconds
+    await asyncio.sleep(1.5)  # past the whole wall budget: a pause spends none of it
+    assert p.status is ProcessStatus.PAUSED, "the wall budget ran out while the process was paused"
+    [row] = [r for r in (await read_snapshot(first.checkpointer)).rows if r.pid == p.pid]
+    assert row.live and row.wall == pytest.approx(at_pause, abs=0.02), "top's WALL went on while paused"
+    await first.aclose()  # the host goes away mid-pause
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db), monitor_interval=0.05) as again:
+        [row] = [r for r in (await read_snapshot(again.checkpointer)).rows if r.pid == p.pid]
+        assert row.wall == pytest.approx(at_pause, abs=0.02), "the saved WALL differs from what top showed"
+        [handle] = await again.recover()
+        await handle.resume()
+        with pytest.raises(BudgetExceeded):
+            await asyncio.wait_for(handle.wait(), 5)
+        info = handle.info()
+    assert info.stop_reason is StopReason.WALL_SECONDS
+    assert 1.0 <= info.wall_seconds < 1.5, "the wall budget counted the pause, or not the time after it"
 
 
 async def test_resume_of_a_process_that_is_not_paused_is_refused(kernel: Kernel) -> None:

@@ -16,14 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
 from ringzero.core.context import Context
-from ringzero.core.errors import (
-    Fenced,
-    NoProvider,
-    NotResumed,
-    ProcessStateError,
-    RingzeroError,
-    ToolNotFound,
-)
+from ringzero.core.errors import Fenced, NoProvider, NotResumed, ProcessStateError, RingzeroError, ToolNotFound
 from ringzero.core.journal import Journal
 from ringzero.core.lifecycle import run, run_in_span
 from ringzero.core.mailbox import Mailbox
@@ -32,12 +25,7 @@ from ringzero.core.syscall import Outcome
 from ringzero.core.syscall import syscall as run_syscall
 from ringzero.core.timeouts import RECANCEL_EVERY
 from ringzero.core.transitions import write_status
-from ringzero.core.types import (
-    JSON,
-    Limits,
-    ProcessStatus,
-    StopReason,
-)
+from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason
 
 if TYPE_CHECKING:
     from ringzero.core.remote import RemoteProcessHandle
@@ -51,7 +39,7 @@ Program = Callable[..., Awaitable[Any]]
 class Process:
     """The kernel's live view of one process (the program sees only its Context).
 
-    Slots: with its 36 attributes, past the 30 an instance keeps without a dict of its own,
+    Slots: with its 38 attributes, past the 30 an instance keeps without a dict of its own,
     each process held one more object for the garbage collector to walk (at 10,000 and
     100,000 idle processes, every full collection walks them all)."""
 
@@ -77,6 +65,8 @@ class Process:
         "mailbox",
         "meter",
         "offspring",
+        "parked_at",
+        "paused_for",
         "program",
         "record",
         "recovered",
@@ -148,6 +138,10 @@ class Process:
         self.finishing = False  # recording its end (lifecycle.finish): a stop is not repeated now
         self._started = time.monotonic()
         self.ended_at: float | None = None
+        self.parked_at: float | None = None
+        """When it stopped paused at a boundary (``syscall.park``); None while it is not parked."""
+        self.paused_for = 0.0
+        """Seconds it has spent parked in this kernel: no part of its wall time."""
         self._watchdog: asyncio.TimerHandle | None = None
         self.span: Any = None
         """The process's OpenTelemetry span while it runs (``ringzero.core.telemetry``)."""
@@ -186,9 +180,13 @@ class Process:
 
     @property
     def wall_seconds(self) -> float:
-        """Wall time alive in any kernel; it stops counting when the process ends."""
+        """Wall time alive in any kernel, less the time it was paused: it stands still while the
+        process is parked paused (as the record saved at that moment says, so a host that goes
+        away then loses none of it) and stops counting when the process ends."""
         end = self.ended_at if self.ended_at is not None else time.monotonic()
-        return self.meter.wall_before + (end - self._started)
+        if self.parked_at is not None:
+            end = min(end, self.parked_at)
+        return self.meter.wall_before + (end - self._started) - self.paused_for
 
     @property
     def finished(self) -> asyncio.Future[None]:
@@ -312,8 +310,10 @@ class Process:
         raise asyncio.CancelledError(reason.value)
 
     def arm_watchdog(self) -> None:
+        """Stop the process when its wall budget runs out (from now: what it has not spent)."""
         left = self.meter.remaining("wall_seconds")
         if left is not None:
+            left -= self.wall_seconds - self.meter.wall_before
             loop = asyncio.get_running_loop()
             self._watchdog = loop.call_later(max(0.0, left), self.request_stop, StopReason.WALL_SECONDS)
 

@@ -160,8 +160,12 @@ async def _boundary(process: Process) -> None:
     resumed = process.resumed
     if resumed is not None:
         process.release_slot()
-        await set_status(process, ProcessStatus.PAUSED)
-        await resumed.wait()
+        park(process)  # before the PAUSED record is written, so it holds the wall time that stands still
+        try:
+            await set_status(process, ProcessStatus.PAUSED)
+            await resumed.wait()
+        finally:
+            unpark(process)
         await set_status(process, ProcessStatus.READY, "resumed")
         await process.acquire_slot()
         await set_status(process, ProcessStatus.RUNNING)
@@ -170,6 +174,23 @@ async def _boundary(process: Process) -> None:
         await set_status(process, ProcessStatus.READY, "yielded")
         await process.acquire_slot()
         await set_status(process, ProcessStatus.RUNNING)
+
+def park(process: Process) -> None:
+    """Paused at a boundary: its wall time (``Process.wall_seconds``) and the wall budget's
+    watchdog stop."""
+    process.parked_at = time.monotonic()
+    process.disarm_watchdog()
+
+
+def unpark(process: Process) -> None:
+    """Resumed (or stopped) where it was parked: its wall time counts again."""
+    if process.parked_at is None:
+        return
+    process.paused_for += time.monotonic() - process.parked_at
+    process.parked_at = None
+    if process.ended_at is None:
+        process.arm_watchdog()
+
 
 async def wait_begins(process: Process) -> None:
     """Before a syscall that blocks on an event (``waits``): the run slot goes back. Awaited
