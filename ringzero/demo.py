@@ -136,6 +136,8 @@ async def run_demo(state_dir: Path, console: Console) -> int:
                 f"429s absorbed by the gate {stats.rate_limited} · ", ("failed calls ", "bold"),
                 (str(stats.failures), "bold green" if stats.failures == 0 else "bold red"),
             )
+            if not console.is_terminal:  # a log got each event as it happened (below): not again here
+                return Group(process_table(rows), line)
             return Group(process_table(rows), line, Text("\n".join(events[-6:]), style="dim"))
 
         writer_p = await kernel.spawn(writer, name="writer", priority=3)

@@ -45,6 +45,8 @@ def test_demo_runs_every_scenario_with_zero_failed_llm_calls(tmp_path: Path) -> 
                      "0 recorded model call(s) made again, 0 payment(s) charged twice (5 payments of 5)",
                      "every agent finished: True"):
         assert expected in " ".join(out.stdout.split()), expected
+    for event in ("pause pid ", "kill pid ", "resume pid "):  # a log (no terminal) tells the timeline once
+        assert out.stdout.count(event) == 1, out.stdout
     listing = ringzero_cli("ps", "--db", ".ringzero/demo/state.db", cwd=tmp_path)
     assert listing.returncode == 0
     for name in ("writer", "researcher", "analyst", "batch-labeler", "runaway", "flaky", "capped"):
