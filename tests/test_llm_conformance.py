@@ -97,6 +97,25 @@ class TestVendorProviders(LLMProviderConformance):
         return start
 
 
+class TestCrewLLMProvider(LLMProviderConformance):
+    """A real CrewAI LLM (``crewai.LLM``, the openai SDK) on the OpenAI vendor server. CrewAI
+    retries a 429 three times itself, so those scenarios answer three times."""
+
+    @pytest.fixture
+    def provider_for(self) -> ProviderFor:
+        from crewai import LLM
+
+        from ringzero.adapters.crewai import CrewLLMProvider
+
+        @asynccontextmanager
+        async def start(scenario: str) -> AsyncIterator[LLMProvider]:
+            replies = [vendor_reply("openai", scenario)] * (3 if scenario.startswith("rate_limited") else 1)
+            with vendor_server("openai", replies) as server:  # type: ignore[arg-type]
+                yield CrewLLMProvider(LLM(model="openai/gpt-test", base_url=server.url, api_key="sk-test",
+                                          timeout=0.3, max_retries=0))
+        return start
+
+
 def scripted_backend(scenario: str) -> Callable[[LLMRequest], Any]:
     def answer(request: LLMRequest) -> Any:
         if scenario == "answer":

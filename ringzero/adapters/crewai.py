@@ -48,8 +48,10 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ringzero.adapters.crewai_flows import KernelFlowPersistence
 from ringzero.adapters.crewai_llm import KernelLLM
+from ringzero.adapters.crewai_provider import CrewLLMProvider
 
-__all__ = ["CodeExecutionTool", "KernelFlowPersistence", "KernelLLM", "SandboxedTool", "kickoff", "sandboxed"]
+__all__ = ["CodeExecutionTool", "CrewLLMProvider", "KernelFlowPersistence", "KernelLLM", "SandboxedTool", "kickoff",
+           "sandboxed"]
 
 
 # ---------------------------------------------------------------- tools

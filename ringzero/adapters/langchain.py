@@ -27,7 +27,7 @@ from ringzero.core.loops import Closing, LoopHome, on_this_loop, running_loop
 from ringzero.core.protocols import LLMProvider, ProviderCapabilities, TextSink
 from ringzero.core.routing import route, route_sync
 from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
-from ringzero.providers.llm._http import provider_error
+from ringzero.providers.llm._http import error_of_exception
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -281,38 +281,10 @@ class ChatModelProvider:
         try:
             reply = await model.ainvoke([to_langchain(m) for m in request.messages], **kwargs)
         except Exception as exc:
-            raise _provider_error(exc) from exc
+            raise error_of_exception(exc, "the chat model") from exc
         usage = getattr(reply, "usage_metadata", None) or {}
         message = from_langchain(reply)
         return LLMResponse(message=message, usage=Usage(int(usage.get("input_tokens", 0)),
                                                         int(usage.get("output_tokens", 0))),
                            stop_reason="tool_use" if message.tool_calls else "end_turn",
                            model=(getattr(reply, "response_metadata", None) or {}).get("model_name"))
-
-
-_TRANSIENT = ("timeout", "connection", "connect", "unavailable", "overloaded", "internalserver", "network")
-"""Words in an exception class's name (or its bases') that mark a failure worth retrying."""
-
-
-def _provider_error(exc: Exception) -> errors.ProviderError:
-    """A chat model's failure as the kernel's typed error, by kind.
-
-    An HTTP status the exception carries decides first (429 is RateLimited with its
-    Retry-After, 5xx ProviderUnavailable, other 4xx BadRequest and friends). Without one, a
-    connection or timeout failure (by the standard library's types, or by the vendor SDK's
-    class names: ``APIConnectionError``, ``APITimeoutError``, ``ServiceUnavailableError``) may
-    pass on retry, so it is ProviderUnavailable. Anything else (a ``TypeError`` in the model,
-    a bad argument) would fail the same way again: a plain ProviderError, never retried."""
-    if isinstance(exc, errors.ProviderError):
-        return exc
-    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
-    message = f"{type(exc).__name__}: {exc}"
-    if isinstance(status, int):
-        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-        return provider_error(status, headers, message, "the chat model")
-    names = " ".join(cls.__name__.lower() for cls in type(exc).__mro__)
-    if "ratelimit" in names:
-        return errors.RateLimited(message)
-    if isinstance(exc, (ConnectionError, TimeoutError)) or any(word in names for word in _TRANSIENT):
-        return errors.ProviderUnavailable(message)
-    return errors.ProviderError(message)

@@ -19,7 +19,7 @@ import httpx
 
 from ringzero.core import errors
 
-__all__ = ["event_json", "post_events", "post_json", "provider_error", "retry_after_seconds"]
+__all__ = ["error_of_exception", "event_json", "post_events", "post_json", "provider_error", "retry_after_seconds"]
 
 _CONTEXT_OVERFLOW = ("context_length_exceeded", "maximum context length", "context window",
                      "prompt is too long", "too many tokens", "reduce the length")
@@ -138,3 +138,35 @@ def event_json(data: str, vendor: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise errors.ProviderUnavailable(f"{vendor} streamed JSON that is not an object: {data[:200]!r}")
     return value
+
+
+_TRANSIENT = ("timeout", "connection", "connect", "unavailable", "overloaded", "internalserver", "network")
+"""Words in an exception class's name (or its bases') that mark a failure worth retrying."""
+
+
+def error_of_exception(exc: Exception, who: str) -> errors.ProviderError:
+    """A model library's failure (a LangChain chat model's, a CrewAI LLM's, its vendor SDK's) as
+    the kernel's typed error, by kind; ``who`` names the model in the message.
+
+    An HTTP status the exception carries decides first (429 is RateLimited with its
+    Retry-After, 5xx ProviderUnavailable, other 4xx BadRequest and friends). Without one, a
+    connection or timeout failure (by the standard library's types, or by the vendor SDK's
+    class names: ``APIConnectionError``, ``APITimeoutError``, ``ServiceUnavailableError``) may
+    pass on retry, so it is ProviderUnavailable; a context overflow by its type's name or the
+    vendors' words is ContextTooLong. Anything else (a ``TypeError`` in the model,
+    a bad argument) would fail the same way again: a plain ProviderError, never retried."""
+    if isinstance(exc, errors.ProviderError):
+        return exc
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(status, int):
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        return provider_error(status, headers, message, who)
+    names = " ".join(cls.__name__.lower() for cls in type(exc).__mro__)
+    if "ratelimit" in names:
+        return errors.RateLimited(message)
+    if "contextlength" in names or "contextwindow" in names or any(m in message.lower() for m in _CONTEXT_OVERFLOW):
+        return errors.ContextTooLong(message)  # a library that re-raises the 400 as its own type (CrewAI)
+    if isinstance(exc, (ConnectionError, TimeoutError)) or any(word in names for word in _TRANSIENT):
+        return errors.ProviderUnavailable(message)
+    return errors.ProviderError(message)
