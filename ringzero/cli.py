@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     send.add_argument("--priority", type=int, default=10, help="lower numbers are received first (default: 10)")
     send.add_argument("pid", type=int, help="the process to send to")
     send.add_argument("message", help="the message as JSON, e.g. '{\"approved\": true}' or '\"yes\"'")
+    postgres = commands.add_parser("postgres", help="a PostgreSQL server of your own on 127.0.0.1, for "
+                                                    "PostgresCheckpointer and demo --ray: start prints its DSN")
+    postgres.add_argument("action", choices=("start", "stop", "status"))
+    postgres.add_argument("--dir", type=Path, default=Path(".ringzero") / "postgres",
+                          help="where the server keeps its data (default: %(default)s)")
     mcp = commands.add_parser("mcp", help="serve the kernel over MCP (stdio, or streamable HTTP on 127.0.0.1)")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     mcp.add_argument("--port", type=_port, default=8765, help="HTTP port on 127.0.0.1 (default: %(default)s)")
@@ -211,6 +216,22 @@ async def _resume(db: Path | str, factory: Callable[[Path | str], Kernel], conso
     return code
 
 
+def _postgres(action: str, folder: Path) -> int:
+    """``start`` prints only the DSN on stdout, for ``--db "$(ringzero postgres start)"``."""
+    from ringzero.local_postgres import LocalPostgres
+
+    server = LocalPostgres(folder)
+    if action == "start":
+        print(server.start())
+        print(f"PostgreSQL runs on 127.0.0.1:{server.port} with its data in {server.folder}; "
+              f"ringzero postgres stop --dir {folder} stops it", file=sys.stderr)
+    elif action == "stop":
+        server.stop()
+    else:
+        print(f"{server.dsn} {'running' if server.running() else 'stopped'}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console()
@@ -248,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_top(db, console, args))
         if args.command == "mcp":
             return _serve_mcp(args)
+        if args.command == "postgres":
+            return _postgres(args.action, args.dir)
         assert db is not None
         if args.command == "send":
             from ringzero import Kernel

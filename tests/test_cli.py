@@ -137,3 +137,38 @@ async def test_a_process_paused_mid_syscall_is_paused_in_ps_as_in_top(tmp_path: 
         release.set()
         await handle.resume()
         assert await handle.wait(timeout=10) == "done"
+
+
+async def test_ringzero_postgres_start_prints_a_dsn_a_checkpointer_uses_and_stop_stops_it(tmp_path: Path) -> None:
+    """One command for a PostgreSQL server: ``--db "$(ringzero postgres start)"`` is a store."""
+    import shutil
+    import tempfile
+
+    from ringzero.checkpointers.postgres import PostgresCheckpointer
+    from ringzero.core.types import Checkpoint
+    from ringzero.local_postgres import server_programs
+    from tests.debian import apt_install
+
+    if server_programs() is None and not apt_install("postgresql"):
+        pytest.skip("PostgreSQL's server programs are not installed and cannot be installed here (apt-get "
+                    "needs root)")
+    folder = tempfile.mkdtemp(prefix="ringzero-pg-cli-")  # where the postgres user can reach it, as root
+    try:
+        started = ringzero_cli("postgres", "start", "--dir", folder, cwd=tmp_path, timeout=120)
+        assert started.returncode == 0, started.stdout + started.stderr
+        dsn = started.stdout.strip()
+        assert dsn.startswith("postgresql://postgres@127.0.0.1:") and "\n" not in dsn, started.stdout
+        assert "ringzero postgres stop" in started.stderr
+        again = ringzero_cli("postgres", "start", "--dir", folder, cwd=tmp_path, timeout=120)
+        assert again.stdout.strip() == dsn, "a second start is the same server"
+        store = PostgresCheckpointer(dsn)
+        await store.put(Checkpoint("t", "", "c1", b"payload"))
+        found = await store.get("t")
+        await store.aclose()
+        assert found is not None and found.payload == b"payload"
+        assert ringzero_cli("postgres", "status", "--dir", folder, cwd=tmp_path).stdout.split() == [dsn, "running"]
+        assert ringzero_cli("postgres", "stop", "--dir", folder, cwd=tmp_path, timeout=120).returncode == 0
+        assert ringzero_cli("postgres", "status", "--dir", folder, cwd=tmp_path).stdout.split() == [dsn, "stopped"]
+    finally:
+        ringzero_cli("postgres", "stop", "--dir", folder, cwd=tmp_path, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)
