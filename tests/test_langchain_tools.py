@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 import pytest
-from langchain_core.tools import ToolException
+from langchain_core.callbacks import CallbackManagerForToolRun
 
 from ringzero.adapters.langgraph import code_tool, sandboxed
 from ringzero.core.errors import InvalidArgument
@@ -33,7 +34,7 @@ async def test_the_tool_body_provably_runs_in_the_sandbox(tool_executor: Executo
     secret.write_text("the host's secret")
     assert read_file(str(secret)) == "the host's secret"  # on the host it works
     tool = sandboxed(read_file, executor=tool_executor)
-    with pytest.raises(ToolException, match=r"PermissionError|FileNotFoundError"):
+    with pytest.raises((PermissionError, FileNotFoundError)):  # as the function raises them, from the sandbox
         await tool.ainvoke({"path": str(secret)})
 
 
@@ -84,3 +85,43 @@ async def test_type_annotations_are_not_shipped(tool_executor: Executor) -> None
 
     tool = sandboxed(annotated, executor=tool_executor)
     assert await tool.ainvoke({"values": [1, 2, 3]}) == {"total": 6}
+
+
+def test_a_sandboxed_tool_is_a_copy_of_the_original_with_every_field() -> None:
+    """Its class, schema (a dict one too), return_direct, response_format and func are the
+    original's; a single-input Tool takes its string; the artifact pair comes back a pair."""
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import StructuredTool, Tool
+
+    from tests.tool_bodies import echo_line, split_words
+
+    pair = StructuredTool.from_function(split_words, response_format="content_and_artifact", return_direct=True,
+                                        metadata={"team": "search"}, tags=["t"])
+    wrapped = sandboxed(pair)
+    assert type(wrapped).__name__ == "StructuredTool" and isinstance(wrapped, StructuredTool)
+    assert (wrapped.return_direct, wrapped.metadata, wrapped.tags, wrapped.func) == (True, {"team": "search"}, ["t"],
+                                                                                     split_words)
+    message = wrapped.invoke({"type": "tool_call", "name": pair.name, "id": "c1", "args": {"text": "a b c"}})
+    assert isinstance(message, ToolMessage) and message.content == "3 words" and message.artifact == ["a", "b", "c"]
+    single = sandboxed(Tool(name="echo", func=echo_line, description="Echo a line."))
+    assert type(single).__name__ == "Tool" and single.invoke("hi") == "echo hi"
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    by_dict = sandboxed(StructuredTool(name="echo2", description="d", func=echo_line, args_schema=schema))
+    assert by_dict.args_schema == schema and by_dict.invoke({"line": "x"}) == "echo x"
+    with pytest.raises(InvalidArgument, match="sandboxed already"):
+        sandboxed(single)
+    for tool in (wrapped, single, by_dict):
+        tool.close()
+
+
+def test_a_function_that_needs_host_objects_or_non_json_arguments_is_refused_by_cause() -> None:
+    def with_run_manager(text: str, run_manager: CallbackManagerForToolRun | None = None) -> str:
+        return text
+
+    def with_date(when: datetime.date) -> str:
+        return str(when)
+
+    with pytest.raises(InvalidArgument, match="takes run_manager, which its framework fills with a host object"):
+        sandboxed(with_run_manager)
+    with pytest.raises(InvalidArgument, match="takes when of type date, which is not JSON"):
+        sandboxed(with_date)

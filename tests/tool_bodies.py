@@ -63,3 +63,14 @@ def crew_read_file(path: str) -> str:
     """Read a file."""
     with open(path) as f:
         return f.read()
+
+
+def split_words(text: str) -> tuple[str, list[str]]:
+    """Split a text: the count for the model, the words as the artifact."""
+    words = text.split()
+    return f"{len(words)} words", words
+
+
+def echo_line(line: str) -> str:
+    """Echo one line (a single-input Tool's function)."""
+    return "echo " + line

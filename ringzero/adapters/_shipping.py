@@ -12,7 +12,9 @@ import ast
 import builtins
 import inspect
 import textwrap
-from collections.abc import Callable, Coroutine, Mapping
+import types
+import typing
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ringzero.core.context import Context
@@ -21,12 +23,17 @@ from ringzero.core.loops import LoopHome
 from ringzero.core.protocols import Executor
 from ringzero.core.routing import route, route_sync
 
-__all__ = ["ExecutorChoice", "call_code", "run_shipped", "shippable_source"]
+__all__ = ["ExecutorChoice", "call_code", "check_parameters", "run_shipped", "shippable_source"]
 
 T = TypeVar("T")
 
 ARGUMENTS = "ringzero_tool_arguments"
 """The input that carries a sandboxed call's keyword arguments into the sandbox."""
+POSITIONAL = "ringzero_tool_positional"
+"""The input that carries its positional arguments (a single-input tool's one string)."""
+
+HOST_PARAMETERS = ("callbacks", "run_manager")
+"""Parameter names LangChain fills with its own host objects at call time."""
 
 
 class ExecutorChoice:
@@ -85,14 +92,21 @@ class ExecutorChoice:
         await self.home.aclose()
 
 
-def call_code(source: str, function_name: str) -> str:
-    """The code a sandbox runs for one call: the function, then the call with the shipped arguments."""
+def call_code(source: str, function_name: str, *, positional: bool = False) -> str:
+    """The code a sandbox runs for one call: the function, then the call with the shipped
+    arguments (keyword ones, and with ``positional`` the positional ones before them)."""
+    if positional:
+        return f"{source}\n{function_name}(*{POSITIONAL}, **{ARGUMENTS})"
     return f"{source}\n{function_name}(**{ARGUMENTS})"
 
 
-async def run_shipped(executor: Executor, code: str, arguments: Mapping[str, Any], tool: str) -> Any:
+async def run_shipped(executor: Executor, code: str, arguments: Mapping[str, Any], tool: str,
+                      positional: Sequence[Any] = ()) -> Any:
     """Run a shipped call; an exception inside the sandbox comes back as ToolFailed naming its type."""
-    result = await executor.run(code, inputs={ARGUMENTS: dict(arguments)})
+    inputs: dict[str, Any] = {ARGUMENTS: dict(arguments)}
+    if "*" + POSITIONAL in code:
+        inputs[POSITIONAL] = list(positional)
+    result = await executor.run(code, inputs=inputs)
     if result.error is not None:
         raise ToolFailed(tool, result.error.type, result.error.message)
     return result.value
@@ -169,3 +183,63 @@ def _module_level_names(func: ast.FunctionDef, module_globals: dict[str, Any]) -
 def _defines_a_name(node: ast.AST) -> bool:
     definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler)
     return isinstance(node, definitions) and bool(getattr(node, "name", None))
+
+
+_JSON_LEAVES = (str, int, float, bool, type(None), list, dict, tuple)
+_JSON_CONTAINERS = (list, dict, tuple, set, frozenset, typing.Union, types.UnionType, typing.Literal)
+
+
+def check_parameters(fn: Callable[..., Any], host_types: tuple[Any, ...] = ()) -> None:
+    """Refuse, when wrapping, a function whose arguments could not cross into a sandbox: one that
+    takes a framework's host object (callbacks or a run manager: ``HOST_PARAMETERS``; a config,
+    an injected runtime or store: an annotation, or ``Annotated`` marker, among ``host_types``),
+    or an argument whose type is not JSON (a pydantic model, an enum, a class of yours): the
+    sandbox gets JSON, and the body would find a dict where it expects an object."""
+    name = getattr(fn, "__name__", repr(fn))
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # annotations that do not resolve here: the names are still checked
+        hints = {}
+    for parameter in inspect.signature(fn).parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        hint = hints.get(parameter.name, Any)
+        markers = typing.get_args(hint)[1:] if typing.get_origin(hint) is typing.Annotated else ()
+        base = typing.get_args(hint)[0] if markers else hint
+        if parameter.name in HOST_PARAMETERS or _among(base, host_types) or any(_among(m, host_types)
+                                                                                for m in markers):
+            raise InvalidArgument(f"{name} takes {parameter.name}, which its framework fills with a host object "
+                                  "at call time; such an object cannot enter the sandbox")
+        if not _json_type(base):
+            raise InvalidArgument(f"{name} takes {parameter.name} of type {getattr(base, '__name__', base)}, which is "
+                                  "not JSON: the sandbox gets JSON, so give the tool JSON arguments (str, numbers, "
+                                  "lists, dicts)")
+
+
+def _among(value: Any, kinds: tuple[Any, ...]) -> bool:
+    """``value`` is one of ``kinds``, a subclass of one, or an instance of one."""
+    for kind in kinds:
+        if value is kind:
+            return True
+        try:
+            if isinstance(kind, type) and (isinstance(value, kind) or (isinstance(value, type)
+                                                                       and issubclass(value, kind))):
+                return True
+        except TypeError:  # a TypedDict (RunnableConfig) answers no class checks: only ``is`` above
+            continue
+    return False
+
+
+def _json_type(hint: Any) -> bool:
+    if hint is Any or hint is object or hint in _JSON_LEAVES:
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return all(isinstance(value, (str, int, float, bool, type(None))) for value in typing.get_args(hint))
+    if origin is typing.Annotated:
+        return _json_type(typing.get_args(hint)[0])
+    if origin in _JSON_CONTAINERS or origin in (Sequence, Mapping, list, dict):
+        return all(arg is Ellipsis or _json_type(arg) for arg in typing.get_args(hint))
+    if typing.is_typeddict(hint):
+        return all(_json_type(value) for value in typing.get_type_hints(hint).values())
+    return False

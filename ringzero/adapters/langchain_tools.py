@@ -11,21 +11,40 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ringzero.adapters._shipping import ExecutorChoice, call_code, run_shipped, shippable_source
+from ringzero.adapters._shipping import ExecutorChoice, call_code, check_parameters, run_shipped, shippable_source
 from ringzero.core.errors import InvalidArgument, MissingExtra, ToolFailed
 from ringzero.core.loops import Closing
 from ringzero.core.protocols import Executor
 
 try:
+    from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool, StructuredTool, ToolException
     from pydantic import PrivateAttr
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.langgraph tools", "langgraph") from exc
 
-__all__ = ["ExecutorTool", "code_tool", "sandboxed", "shippable_source"]
+__all__ = ["ExecutorTool", "ShippedTool", "code_tool", "sandboxed", "shippable_source"]
+
+
+def _host_types() -> tuple[Any, ...]:
+    """What LangChain and LangGraph fill in with host objects: a RunnableConfig, LangGraph's
+    ToolRuntime, its injected state and store (an InjectedToolArg that carries JSON, such as a
+    user id, crosses into the sandbox as it is)."""
+    found: list[Any] = [RunnableConfig]
+    try:
+        from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
+    except ImportError:  # langchain-core without LangGraph
+        pass
+    else:
+        found += [InjectedState, InjectedStore, ToolRuntime]
+    return tuple(found)
+
+
+_HOST_TYPES = _host_types()
 
 
 class ExecutorTool(Closing, StructuredTool):
@@ -51,42 +70,104 @@ def _executor_tool(runner: ExecutorChoice, **fields: Any) -> ExecutorTool:
     return tool
 
 
-def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executor | str | None = None) -> ExecutorTool:
-    """A LangChain tool like ``tool_or_function`` whose body runs in ``executor`` (by default the
-    kernel's executor inside a kernel process, Monty elsewhere).
+if TYPE_CHECKING:  # what it is to its users: a tool that can be closed
+    _Base = BaseTool
+else:  # at run time a plain mixin: the tool's own class keeps its fields and serializers
+    _Base = object
 
-    Raises InvalidArgument now if the function cannot run on its own in a sandbox.
+
+class ShippedTool(Closing, _Base):
+    """What ``sandboxed`` mixes into a copy of a tool's own class: the tool's function runs in an
+    executor. Everything else is the original tool's, unchanged: its class, name, description
+    and argument schema (a model or a JSON-schema dict, single-input ``Tool``s included),
+    ``func``, ``return_direct``, ``response_format`` (content and artifact), error handling,
+    injected arguments, callbacks, tags and metadata."""
+
+    _ringzero_shipped: Any
+
+    def _run(self, *args: Any, config: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        shipped: _Shipped = self._ringzero_shipped
+        return shipped.runner.run_sync(lambda: shipped.call(args, kwargs), f"the sandboxed tool {self.name!r}")
+
+    async def _arun(self, *args: Any, config: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        shipped: _Shipped = self._ringzero_shipped
+        return await shipped.runner.run(lambda: shipped.call(args, kwargs))
+
+    def close(self) -> None:
+        self._ringzero_shipped.runner.close()
+
+    async def aclose(self) -> None:
+        await self._ringzero_shipped.runner.aclose()
+
+
+class _Shipped:
+    """One sandboxed tool's code, and where it runs."""
+
+    def __init__(self, name: str, code: str, runner: ExecutorChoice, *, pair: bool) -> None:
+        self.name, self.code, self.runner = name, code, runner
+        self.pair = pair
+        """The tool answers (content, artifact): the pair the sandbox hands back as JSON's list
+        is a tuple again, as LangChain requires."""
+
+    async def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            value = await run_shipped(self.runner.get(), self.code, kwargs, self.name, args)
+        except ToolFailed as exc:
+            # A built-in exception is raised again as itself, as the function would have raised
+            # it in the host; any other is a ToolException, which handle_tool_error governs.
+            raised = getattr(builtins, exc.error_type, None)
+            if isinstance(raised, type) and issubclass(raised, Exception) and raised is not ToolFailed:
+                raise raised(exc.error_message) from exc
+            raise ToolException(f"{exc.error_type}: {exc.error_message}") from exc
+        return tuple(value) if self.pair and isinstance(value, list) and len(value) == 2 else value
+
+
+_SHIPPED_CLASSES: dict[type[BaseTool], type[ShippedTool]] = {}
+
+
+def _shipped_class(cls: type[BaseTool]) -> type[ShippedTool]:
+    """``cls`` with ``ShippedTool`` before it, under the same name (one class per tool class)."""
+    made = _SHIPPED_CLASSES.get(cls)
+    if made is None:
+        made = _SHIPPED_CLASSES[cls] = type(cls.__name__, (ShippedTool, cls), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__annotations__": {"_ringzero_shipped": Any}, "_ringzero_shipped": PrivateAttr(default=None)})
+    return made
+
+
+def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executor | str | None = None) -> ShippedTool:
+    """A LangChain tool like ``tool_or_function`` whose body runs in ``executor`` (by default the
+    kernel's executor inside a kernel process, Monty elsewhere): a copy of the tool, of its own
+    class, with every field it had; only where its function runs differs.
+
+    Raises InvalidArgument now if the function cannot run on its own in a sandbox: see
+    ``shippable_source`` and ``check_parameters`` for what is refused and why.
     """
+    if isinstance(tool_or_function, ShippedTool):
+        raise InvalidArgument(f"tool {tool_or_function.name!r} is sandboxed already")
     if isinstance(tool_or_function, BaseTool):
-        fn = getattr(tool_or_function, "func", None)
+        template = tool_or_function
+        fn = getattr(template, "func", None)
         if fn is None:
-            raise InvalidArgument(f"tool {tool_or_function.name!r} has no Python function to ship "
-                                  "(only tools made from a function, e.g. with @tool, can be sandboxed)")
+            kind = "an async tool" if getattr(template, "coroutine", None) is not None else \
+                f"a {type(template).__name__} (a BaseTool subclass with a _run of its own)"
+            raise InvalidArgument(f"tool {template.name!r} is {kind}: it has no plain function to ship (a "
+                                  "sandboxed tool's body is a def function, e.g. made with @tool)")
     elif callable(tool_or_function):
         fn = tool_or_function
     else:
         raise InvalidArgument(f"sandboxed() needs a LangChain tool or a function, not {tool_or_function!r}")
     source = shippable_source(fn)  # refuse what cannot be shipped before anything else
-    template = tool_or_function if isinstance(tool_or_function, BaseTool) else StructuredTool.from_function(
-        fn, description=fn.__doc__ or fn.__name__)
-    code = call_code(source, fn.__name__)
+    check_parameters(fn, _HOST_TYPES)
+    if not isinstance(tool_or_function, BaseTool):
+        template = StructuredTool.from_function(fn, description=fn.__doc__ or getattr(fn, "__name__", "tool"))
     runner = ExecutorChoice(executor, f"the sandboxed tool {template.name!r}")
-
-    async def call(**kwargs: Any) -> Any:
-        try:
-            return await run_shipped(runner.get(), code, kwargs, template.name)
-        except ToolFailed as exc:
-            raise ToolException(f"{exc.error_type}: {exc.error_message}") from exc
-
-    async def arun(**kwargs: Any) -> Any:
-        return await runner.run(lambda: call(**kwargs))
-
-    def run(**kwargs: Any) -> Any:
-        return runner.run_sync(lambda: call(**kwargs), f"the sandboxed tool {template.name!r}")
-
-    return _executor_tool(runner, name=template.name, description=template.description,
-                          args_schema=template.get_input_schema(), func=run, coroutine=arun,
-                          handle_tool_error=getattr(template, "handle_tool_error", False))
+    cls = _shipped_class(type(template))
+    fields = {name: getattr(template, name) for name in template.model_fields_set}
+    copy = cls(**fields)
+    copy._ringzero_shipped = _Shipped(template.name, call_code(source, fn.__name__, positional=True), runner,
+                                      pair=template.response_format == "content_and_artifact")
+    return copy
 
 
 def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor | str | None = None,
