@@ -109,14 +109,19 @@ def test_a_sandboxed_tool_keeps_the_usage_limit_and_runs_async_where_crewai_call
     import asyncio
 
     wrapped = sandboxed(adder)
-    assert asyncio.run(wrapped.arun(a=1, b=2)) == 3  # BaseTool.arun -> _arun, in Monty
-    assert wrapped.run(a=2, b=2) == 4
+    with pytest.raises(NotImplementedError):  # as CrewAI's sync tools refuse arun: it runs _run on a thread
+        asyncio.run(wrapped.arun(a=1, b=2))
+    assert wrapped.run(a=1, b=2) == 3
+    assert wrapped.to_structured_tool().func(2, 2) == 4  # what CrewAI's async paths call, positional too
     third = wrapped.run(a=3, b=3)  # max_usage_count=2: CrewAI's own refusal, as for the original
     assert "usage limit" in str(third).lower() and wrapped.current_usage_count == 2
 
 
 async def sandboxed_async_call(ctx: Any) -> int:
-    return int(await sandboxed(adder).arun(a=20, b=22))
+    """A sync tool from async code, as CrewAI's async paths call one: on a worker thread."""
+    import asyncio
+
+    return int(await asyncio.to_thread(sandboxed(adder).run, a=20, b=22))
 
 
 async def test_an_async_sandboxed_tool_call_in_a_kernel_process_is_a_journaled_exec(tmp_path: Path) -> None:

@@ -24,19 +24,21 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ringzero.adapters._shipping import (
     ARGUMENTS,
+    POSITIONAL,
     ExecutorChoice,
     call_code,
+    check_parameters,
     shippable_source,
 )
 from ringzero.core.context import Context
 from ringzero.core.effects import error_record, retry_safe, served
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
 from ringzero.core.protocols import Executor, Tool
-from ringzero.core.routing import route, route_sync
+from ringzero.core.routing import route_sync
 from ringzero.core.types import ExecResult, json_form, json_problem
 
 try:
@@ -55,64 +57,120 @@ __all__ = ["CodeExecutionTool", "CrewLLMProvider", "KernelFlowPersistence", "Ker
 
 
 # ---------------------------------------------------------------- tools
-class SandboxedTool(BaseTool):
-    """A CrewAI tool whose body runs in a ringzero executor (made by ``sandboxed``)."""
+if TYPE_CHECKING:  # what it is to its users: a CrewAI tool that can be closed
+    _Base = BaseTool
+else:  # at run time a plain mixin: the tool's own class keeps its fields
+    _Base = object
 
-    _code: str = PrivateAttr()
-    _runner: ExecutorChoice = PrivateAttr()
+
+class SandboxedTool(_Base):
+    """What ``sandboxed`` mixes into a copy of a tool's own class: its body runs in a ringzero
+    executor. The rest is the original's: its class (and the class name CrewAI's tool events
+    report), name, description, ``args_schema``, ``func``, caching, usage limit, failure policy
+    and every other field; ``run`` and ``arun`` validate and count a use as CrewAI's do, and
+    ``arun`` refuses as CrewAI's sync tools do."""
+
+    _ringzero_shipped: Any
 
     def close(self) -> None:
         """Stop the tool's own loop thread and Monty executor, if it started them."""
-        self._runner.close()
+        self._ringzero_shipped.runner.close()
 
     async def aclose(self) -> None:
-        await self._runner.aclose()
+        await self._ringzero_shipped.runner.aclose()
 
-    def _run(self, **arguments: Any) -> Any:
-        return self._value(_execute(self._code, {ARGUMENTS: arguments}, {}, self._runner, self._journal_name))
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        if not args:
+            kwargs = self._validate_kwargs(kwargs)
+        refused = self._claim_usage()
+        return refused if refused else self._run(*args, **kwargs)
 
-    async def _arun(self, **arguments: Any) -> Any:
-        """What CrewAI's async paths (``arun``, ``akickoff``) call: the same run, awaited."""
-        return self._value(await _aexecute(self._code, {ARGUMENTS: arguments}, {}, self._runner, self._journal_name))
+    async def arun(self, *args: Any, **kwargs: Any) -> Any:
+        if not args:
+            kwargs = self._validate_kwargs(kwargs)
+        refused = self._claim_usage()
+        return refused if refused else await self._arun(*args, **kwargs)
 
-    @property
-    def _journal_name(self) -> str:
-        return f"crewai_tool:{self.name}"
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        shipped: _Shipped = self._ringzero_shipped
+        return shipped.value(_execute(shipped.code, shipped.inputs(args, kwargs), {}, shipped.runner, shipped.journal))
 
-    def _value(self, result: ExecResult) -> Any:
+    async def _arun(self, *args: Any, **kwargs: Any) -> Any:
+        """A sandboxed tool is a sync tool (an async body is refused), and CrewAI's own sync tools
+        refuse ``arun`` so: its async paths run ``_run`` on a worker thread instead."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _arun. Override _arun for async "
+                                  "support or use run() for sync execution.")
+
+
+class _Shipped:
+    """One sandboxed tool's code, and where it runs."""
+
+    def __init__(self, name: str, code: str, runner: ExecutorChoice) -> None:
+        self.name, self.code, self.runner = name, code, runner
+        self.journal = f"crewai_tool:{name}"
+
+    @staticmethod
+    def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {ARGUMENTS: kwargs, POSITIONAL: list(args)}
+
+    def value(self, result: ExecResult) -> Any:
         if result.error is not None:
             raise ToolFailed(self.name, result.error.type, result.error.message)
         return result.value
 
 
+_SANDBOXED_CLASSES: dict[type[BaseTool], type[SandboxedTool]] = {}
+
+
+def _sandboxed_class(cls: type[BaseTool]) -> type[SandboxedTool]:
+    """``cls`` with ``SandboxedTool`` before it, under the same name (one class per tool class)."""
+    made = _SANDBOXED_CLASSES.get(cls)
+    if made is None:
+        made = _SANDBOXED_CLASSES[cls] = type(cls.__name__, (SandboxedTool, cls), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__annotations__": {"_ringzero_shipped": Any}, "_ringzero_shipped": PrivateAttr(default=None)})
+    return made
+
+
 def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | str | None = None) -> SandboxedTool:
-    """A CrewAI tool like ``tool`` (same name, description and ``args_schema``) whose body runs in
-    ``executor``: by default the kernel's inside a kernel process, else Monty.
+    """A CrewAI tool like ``tool`` whose body runs in ``executor`` (by default the kernel's inside
+    a kernel process, else Monty): a copy of the tool, of its own class, with every field it had.
 
     Takes a ``@tool`` function, a ``BaseTool`` subclass whose ``_run`` uses only its arguments,
-    or a plain function. Raises InvalidArgument now if the body cannot run on its own in a sandbox.
+    or a plain function. Raises InvalidArgument now if the body cannot run on its own in a
+    sandbox (see ``shippable_source`` and ``check_parameters``), or where the class has an async
+    ``_arun`` of its own (an async body cannot be shipped, and running ``_run`` in its place
+    would change what the tool does).
     """
+    if isinstance(tool, SandboxedTool):
+        raise InvalidArgument(f"tool {tool.name!r} is sandboxed already")
     if isinstance(tool, BaseTool):
         fn = getattr(tool, "func", None)
         if fn is not None:
-            code = call_code(shippable_source(fn), fn.__name__)
+            code = call_code(shippable_source(fn), fn.__name__, positional=True)
+            check_parameters(fn)
         else:
             run = type(tool)._run
-            code = call_code(shippable_source(run, method=True), run.__name__)
+            if type(tool)._arun is not BaseTool._arun:
+                raise InvalidArgument(f"{type(tool).__name__} has an _arun of its own: an async body cannot be "
+                                      "shipped into the sandbox, and its _run in its place would change the tool")
+            code = call_code(shippable_source(run, method=True), run.__name__, positional=True)
         template = tool
     elif callable(tool):
-        code = call_code(shippable_source(tool), tool.__name__)
+        code = call_code(shippable_source(tool), tool.__name__, positional=True)
+        check_parameters(tool)
         template = crewai_tool(tool)
     else:
         raise InvalidArgument(f"sandboxed() needs a CrewAI tool or a function, not {tool!r}")
-    # Every field CrewAI reads (cache_function, result_as_answer, max_usage_count, the failure
-    # policy, env_vars, result_schema, ...) as the original has it; only the body moves.
-    carried = {field: getattr(template, field) for field in BaseTool.model_fields
+    # Every field CrewAI reads (func, cache_function, result_as_answer, max_usage_count, the
+    # failure policy, env_vars, result_schema, ...) as the original has it; only the body moves.
+    carried = {field: getattr(template, field) for field in type(template).model_fields
                if field not in ("name", "description", "args_schema", "description_updated")}
-    wrapped = SandboxedTool(name=template.name, description=_plain_description(template),
-                            args_schema=template.args_schema, **carried)
-    wrapped._code = code
-    wrapped._runner = ExecutorChoice(executor, f"the sandboxed tool {template.name!r}")
+    cls = _sandboxed_class(type(template))
+    wrapped = cls(name=template.name, description=_plain_description(template), args_schema=template.args_schema,
+                  **carried)
+    wrapped._ringzero_shipped = _Shipped(template.name, code,
+                                         ExecutorChoice(executor, f"the sandboxed tool {template.name!r}"))
     return wrapped
 
 
@@ -176,24 +234,17 @@ def _host_call(tool: BaseTool, fields: list[str]) -> Tool:
 
 def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: ExecutorChoice,
              journal_name: str) -> ExecResult:
-    """Run code from a CrewAI worker thread: inside a kernel process as ``_aexecute`` on the
-    process's loop, else on the tool's own loop."""
+    """Run code from a CrewAI worker thread: inside a kernel process as a journaled syscall on
+    the process's loop (``_in_process``), else on the tool's own loop."""
     return route_sync(lambda ctx: _in_process(ctx, code, inputs, tools, runner, journal_name),
                       lambda: runner.get().run(code, inputs=inputs, tools=tools), runner.home,
                       f"the sandboxed tool {journal_name!r}")
 
 
-async def _aexecute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: ExecutorChoice,
-                    journal_name: str) -> ExecResult:
-    """Run code as a journaled syscall inside a kernel process (``ctx.exec`` in the kernel's
-    executor, or a tool syscall around a given executor), else on the tool's own loop."""
-    return await route(lambda ctx: _in_process(ctx, code, inputs, tools, runner, journal_name),
-                       lambda: runner.get().run(code, inputs=inputs, tools=tools), runner.home)
-
-
 async def _in_process(ctx: Context, code: str, inputs: dict[str, Any], tools: dict[str, Tool],
                       runner: ExecutorChoice, journal_name: str) -> ExecResult:
-    """``_aexecute`` inside a process, on its loop."""
+    """A run inside a process, on its loop: ``ctx.exec`` in the kernel's executor, or a tool
+    syscall around a given executor."""
     if runner.given is None:
         return await ctx.exec(code, inputs=inputs, tools=tools)
     given = runner.given

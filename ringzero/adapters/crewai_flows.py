@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -85,16 +86,28 @@ def _thread(flow_uuid: str) -> str:
 
 
 def _state_dict(state: dict[str, Any] | BaseModel) -> dict[str, Any]:
+    """The state as CrewAI's own SQLite persistence turns it into a dict: a model's JSON dump,
+    or its Python dump where a field has no JSON form (``_json_default`` takes it from there)."""
     if isinstance(state, BaseModel):
-        return state.model_dump(mode="json")
+        try:
+            return state.model_dump(mode="json")
+        except Exception:  # pydantic's error for a field it cannot put in JSON: as CrewAI does
+            return state.model_dump(mode="python")
     if isinstance(state, dict):
         return state
     raise InvalidArgument(f"flow state must be a dict or a pydantic model, not {type(state).__name__}")
 
 
 def _json_default(value: Any) -> Any:
+    """What JSON cannot hold, as CrewAI's persistence writes it: models dumped, sets and tuples
+    as lists, dates in ISO 8601, anything else as its ``str``."""
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+        try:
+            return value.model_dump(mode="json")
+        except Exception:  # as above
+            return value.model_dump(mode="python")
     if isinstance(value, (set, tuple)):
         return list(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
     return str(value)

@@ -107,14 +107,21 @@ class SuiteResult:
                                                                                    or "error" in line)]
         return lines[-1].strip("= ") if lines else "(no summary line)"
 
+    def failed_tests(self) -> set[str]:
+        """The node ids pytest's short summary lists as failed or in error."""
+        return set(re.findall(r"^(?:FAILED|ERROR) (\S+)", self.output, re.MULTILINE))
+
     def count(self, outcome: str) -> int:
         found = re.search(rf"(\d+) {outcome}", self.summary)
         return int(found.group(1)) if found else 0
 
 
 def run_suite(root: Path, files: list[str], plugin: str, env: dict[str, str] | None = None,
-              timeout: float = 900) -> SuiteResult:
-    """Run ``files`` (paths under ``root``) with pytest and ``plugin`` (a module beside this one)."""
+              timeout: float = 900, ini: str | None = None) -> SuiteResult:
+    """Run ``files`` (paths under ``root``) with pytest and ``plugin`` (a module beside this one).
+
+    ``ini`` is the pytest configuration for a project whose sdist carries none (its monorepo
+    keeps it at the top, outside the sdist): without it pytest would take this repository's."""
     missing = [f for f in files if not (root / f).exists()]
     if missing:
         raise FileNotFoundError(f"{root.name} has no {', '.join(missing)}")
@@ -122,7 +129,12 @@ def run_suite(root: Path, files: list[str], plugin: str, env: dict[str, str] | N
         # a temporary folder of the run's own: LangGraph's suite leaves about 90 empty temporary
         # files behind a run, which would pile up in the system's /tmp at every `make test`
         environment = {**os.environ, "PYTHONPATH": str(PLUGINS), "NO_DOCKER": "true", "TMPDIR": scratch, **(env or {})}
+        configured: list[str] = []
+        if ini is not None:
+            (Path(scratch) / "pytest.ini").write_text(ini)
+            configured = ["-c", str(Path(scratch) / "pytest.ini"), "--rootdir", str(root)]
         completed = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", plugin, "-o", "timeout=120", *files],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", plugin, "-o", "timeout=120",
+             *configured, *files],
             cwd=root, env=environment, capture_output=True, text=True, timeout=timeout, check=False)
     return SuiteResult(completed.returncode, completed.stdout + completed.stderr)
