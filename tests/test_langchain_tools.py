@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from pathlib import Path
 
@@ -50,13 +51,8 @@ def test_what_cannot_be_shipped_is_refused_when_wrapping() -> None:
     def uses_closure(x: int) -> int:
         return x * factor
 
-    async def is_async(x: int) -> int:
-        return x
-
     with pytest.raises(InvalidArgument, match="uses factor from an enclosing function"):
         sandboxed(uses_closure)
-    with pytest.raises(InvalidArgument, match="is async"):
-        sandboxed(is_async)
     with pytest.raises(InvalidArgument, match="module-level SECRET_SETTING"):
         sandboxed(uses_module_constant)
     with pytest.raises(InvalidArgument, match="module-level json"):
@@ -125,3 +121,19 @@ def test_a_function_that_needs_host_objects_or_non_json_arguments_is_refused_by_
         sandboxed(with_run_manager)
     with pytest.raises(InvalidArgument, match="takes when of type date, which is not JSON"):
         sandboxed(with_date)
+
+
+async def test_an_async_function_and_a_tool_class_ship_as_a_function_does() -> None:
+    """An async body runs to its end in the sandbox; a sync call of an async-only tool is refused
+    as LangChain's own is. A BaseTool subclass's _run ships without self (run_manager stays None)."""
+    from tests.tool_bodies import Upper, add_later
+
+    adder = sandboxed(add_later)
+    assert await adder.ainvoke({"a": 2, "b": 40}) == 42
+    with pytest.raises(NotImplementedError):
+        adder.invoke({"a": 1, "b": 1})
+    upper = sandboxed(Upper())
+    assert type(upper).__name__ == "Upper" and await upper.ainvoke({"text": "hi"}) == "HI"
+    assert await asyncio.to_thread(upper.invoke, {"text": "yo"}) == "YO"
+    for tool in (adder, upper):
+        await tool.aclose()

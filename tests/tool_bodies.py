@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Dict  # noqa: UP035 - a module-level name used only in an annotation, on purpose
 
-from langchain_core.tools import tool
+from langchain_core.callbacks import CallbackManagerForToolRun
+from langchain_core.tools import BaseTool, tool
 
 SECRET_SETTING = "host only"
 
@@ -74,3 +75,18 @@ def split_words(text: str) -> tuple[str, list[str]]:
 def echo_line(line: str) -> str:
     """Echo one line (a single-input Tool's function)."""
     return "echo " + line
+
+
+async def add_later(a: int, b: int) -> int:
+    """Add two numbers, asynchronously."""
+    return a + b
+
+
+class Upper(BaseTool):
+    """A LangChain tool class whose _run uses only its arguments."""
+
+    name: str = "upper"
+    description: str = "Upper-case a text."
+
+    def _run(self, text: str, run_manager: CallbackManagerForToolRun | None = None) -> str:
+        return text.upper()

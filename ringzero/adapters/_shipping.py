@@ -3,7 +3,8 @@
 A sandboxed tool's body runs in an executor, not in the host: its source is taken from the
 function (or from a tool class's ``_run`` method, ``self`` removed), its decorators and type
 annotations stripped, and it is refused *when wrapping* if it could not run on its own there
-(closures, module-level names, async bodies, code without source, methods that use ``self``).
+(closures, module-level names, code without source, methods that use ``self``). An ``async def``
+body ships as well: the sandbox runs it with ``asyncio.run``.
 """
 
 from __future__ import annotations
@@ -92,12 +93,14 @@ class ExecutorChoice:
         await self.home.aclose()
 
 
-def call_code(source: str, function_name: str, *, positional: bool = False) -> str:
+def call_code(source: str, function_name: str, *, positional: bool = False, is_async: bool = False) -> str:
     """The code a sandbox runs for one call: the function, then the call with the shipped
-    arguments (keyword ones, and with ``positional`` the positional ones before them)."""
-    if positional:
-        return f"{source}\n{function_name}(*{POSITIONAL}, **{ARGUMENTS})"
-    return f"{source}\n{function_name}(**{ARGUMENTS})"
+    arguments (keyword ones, and with ``positional`` the positional ones before them); an
+    ``async def`` body is run to its end with ``asyncio.run``, as a sync call of it would be."""
+    call = f"{function_name}(*{POSITIONAL}, **{ARGUMENTS})" if positional else f"{function_name}(**{ARGUMENTS})"
+    if is_async:
+        return f"import asyncio\n{source}\nasyncio.run({call})"
+    return f"{source}\n{call}"
 
 
 async def run_shipped(executor: Executor, code: str, arguments: Mapping[str, Any], tool: str,
@@ -119,8 +122,6 @@ def shippable_source(fn: Callable[..., Any], *, method: bool = False) -> str:
     and a body that uses it is refused, since the tool object does not exist in the sandbox.
     """
     name = getattr(fn, "__name__", repr(fn))
-    if inspect.iscoroutinefunction(fn):
-        raise InvalidArgument(f"{name} is async; a sandboxed tool's body must be a plain function")
     if name == "<lambda>":
         raise InvalidArgument("a lambda has no source to ship; define the tool with def")
     closure = getattr(getattr(fn, "__code__", None), "co_freevars", ())
@@ -132,7 +133,8 @@ def shippable_source(fn: Callable[..., Any], *, method: bool = False) -> str:
     except (OSError, TypeError) as exc:
         raise InvalidArgument(f"the source of {name} is not available to ship into the sandbox") from exc
     tree = ast.parse(source)
-    func = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    func = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
+                None)
     if func is None:
         raise InvalidArgument(f"could not find the definition of {name} in its source")
     func.decorator_list = []
@@ -146,7 +148,7 @@ def shippable_source(fn: Callable[..., Any], *, method: bool = False) -> str:
     return ast.unparse(func)
 
 
-def _drop_self(func: ast.FunctionDef, qualname: str) -> None:
+def _drop_self(func: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str) -> None:
     if not func.args.args:
         raise InvalidArgument(f"{qualname} takes no self parameter; it cannot be shipped as a tool method")
     me = func.args.args.pop(0).arg
@@ -155,7 +157,7 @@ def _drop_self(func: ast.FunctionDef, qualname: str) -> None:
                               "body may use only its arguments")
 
 
-def _strip_annotations(func: ast.FunctionDef) -> None:
+def _strip_annotations(func: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
     func.returns = None
     every = [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs, func.args.vararg, func.args.kwarg]
     for arg in every:
@@ -166,7 +168,7 @@ def _strip_annotations(func: ast.FunctionDef) -> None:
             node.annotation = ast.Constant(None)  # `x: T = v` keeps its value; the type is inert
 
 
-def _module_level_names(func: ast.FunctionDef, module_globals: dict[str, Any]) -> set[str]:
+def _module_level_names(func: ast.FunctionDef | ast.AsyncFunctionDef, module_globals: dict[str, Any]) -> set[str]:
     """Names the function reads that only its module defines."""
     bound = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)} | {func.name}
     loaded: set[str] = set()
@@ -189,19 +191,22 @@ _JSON_LEAVES = (str, int, float, bool, type(None), list, dict, tuple)
 _JSON_CONTAINERS = (list, dict, tuple, set, frozenset, typing.Union, types.UnionType, typing.Literal)
 
 
-def check_parameters(fn: Callable[..., Any], host_types: tuple[Any, ...] = ()) -> None:
+def check_parameters(fn: Callable[..., Any], host_types: tuple[Any, ...] = (), optional: tuple[str, ...] = ()) -> None:
     """Refuse, when wrapping, a function whose arguments could not cross into a sandbox: one that
     takes a framework's host object (callbacks or a run manager: ``HOST_PARAMETERS``; a config,
     an injected runtime or store: an annotation, or ``Annotated`` marker, among ``host_types``),
     or an argument whose type is not JSON (a pydantic model, an enum, a class of yours): the
-    sandbox gets JSON, and the body would find a dict where it expects an object."""
+    sandbox gets JSON, and the body would find a dict where it expects an object. A parameter in
+    ``optional`` with a default is left out of that check: the sandboxed call never passes it
+    (a tool class's ``run_manager=None``), so the body gets its default."""
     name = getattr(fn, "__name__", repr(fn))
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception:  # annotations that do not resolve here: the names are still checked
         hints = {}
     for parameter in inspect.signature(fn).parameters.values():
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or (
+                parameter.name in optional and parameter.default is not parameter.empty):
             continue
         hint = hints.get(parameter.name, Any)
         markers = typing.get_args(hint)[1:] if typing.get_origin(hint) is typing.Annotated else ()

@@ -68,7 +68,7 @@ class SandboxedTool(_Base):
     executor. The rest is the original's: its class (and the class name CrewAI's tool events
     report), name, description, ``args_schema``, ``func``, caching, usage limit, failure policy
     and every other field; ``run`` and ``arun`` validate and count a use as CrewAI's do, and
-    ``arun`` refuses as CrewAI's sync tools do."""
+    ``arun`` of a sync tool refuses as CrewAI's sync tools do."""
 
     _ringzero_shipped: Any
 
@@ -93,27 +93,29 @@ class SandboxedTool(_Base):
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
         shipped: _Shipped = self._ringzero_shipped
-        return shipped.value(_execute(shipped.code, shipped.inputs(args, kwargs), {}, shipped.runner, shipped.journal))
+        return shipped.run(shipped.code, args, kwargs)
 
     async def _arun(self, *args: Any, **kwargs: Any) -> Any:
-        """A sandboxed tool is a sync tool (an async body is refused), and CrewAI's own sync tools
-        refuse ``arun`` so: its async paths run ``_run`` on a worker thread instead."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement _arun. Override _arun for async "
-                                  "support or use run() for sync execution.")
+        """The async body (an ``async def`` tool's, or a class's own ``_arun``), from a worker
+        thread as a sync run is made. A sync tool refuses, as CrewAI's own sync tools do: its
+        async paths run ``_run`` on a worker thread instead."""
+        shipped: _Shipped = self._ringzero_shipped
+        code = shipped.asynchronous
+        if code is None:
+            raise NotImplementedError(f"{type(self).__name__} does not implement _arun. Override _arun for async "
+                                      "support or use run() for sync execution.")
+        return await asyncio.to_thread(shipped.run, code, args, kwargs)
 
 
 class _Shipped:
     """One sandboxed tool's code, and where it runs."""
 
-    def __init__(self, name: str, code: str, runner: ExecutorChoice) -> None:
-        self.name, self.code, self.runner = name, code, runner
+    def __init__(self, name: str, code: str, asynchronous: str | None, runner: ExecutorChoice) -> None:
+        self.name, self.code, self.asynchronous, self.runner = name, code, asynchronous, runner
         self.journal = f"crewai_tool:{name}"
 
-    @staticmethod
-    def inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        return {ARGUMENTS: kwargs, POSITIONAL: list(args)}
-
-    def value(self, result: ExecResult) -> Any:
+    def run(self, code: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = _execute(code, {ARGUMENTS: kwargs, POSITIONAL: list(args)}, {}, self.runner, self.journal)
         if result.error is not None:
             raise ToolFailed(self.name, result.error.type, result.error.message)
         return result.value
@@ -132,33 +134,37 @@ def _sandboxed_class(cls: type[BaseTool]) -> type[SandboxedTool]:
     return made
 
 
+def _ship(fn: Callable[..., Any], *, method: bool = False) -> str:
+    """The call code of ``fn`` (a function, or with ``method`` a tool class's ``_run``/``_arun``),
+    refused now if it cannot run on its own in a sandbox."""
+    source = shippable_source(fn, method=method)
+    check_parameters(fn)
+    return call_code(source, fn.__name__, positional=True, is_async=inspect.iscoroutinefunction(fn))
+
+
 def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | str | None = None) -> SandboxedTool:
     """A CrewAI tool like ``tool`` whose body runs in ``executor`` (by default the kernel's inside
     a kernel process, else Monty): a copy of the tool, of its own class, with every field it had.
 
-    Takes a ``@tool`` function, a ``BaseTool`` subclass whose ``_run`` uses only its arguments,
-    or a plain function. Raises InvalidArgument now if the body cannot run on its own in a
-    sandbox (see ``shippable_source`` and ``check_parameters``), or where the class has an async
-    ``_arun`` of its own (an async body cannot be shipped, and running ``_run`` in its place
-    would change what the tool does).
+    Takes a ``@tool`` function (sync or async), a ``BaseTool`` subclass whose ``_run`` (and
+    ``_arun``) use only their arguments, or a plain function. Raises InvalidArgument now if a
+    body cannot run on its own in a sandbox (see ``shippable_source`` and ``check_parameters``).
     """
     if isinstance(tool, SandboxedTool):
         raise InvalidArgument(f"tool {tool.name!r} is sandboxed already")
     if isinstance(tool, BaseTool):
         fn = getattr(tool, "func", None)
         if fn is not None:
-            code = call_code(shippable_source(fn), fn.__name__, positional=True)
-            check_parameters(fn)
-        else:
-            run = type(tool)._run
-            if type(tool)._arun is not BaseTool._arun:
-                raise InvalidArgument(f"{type(tool).__name__} has an _arun of its own: an async body cannot be "
-                                      "shipped into the sandbox, and its _run in its place would change the tool")
-            code = call_code(shippable_source(run, method=True), run.__name__, positional=True)
+            code = _ship(fn)
+            asynchronous = code if inspect.iscoroutinefunction(fn) else None
+        else:  # a BaseTool subclass: its _run, and its own _arun where it has one
+            cls = type(tool)
+            code = _ship(cls._run, method=True)
+            asynchronous = _ship(cls._arun, method=True) if cls._arun is not BaseTool._arun else None
         template = tool
     elif callable(tool):
-        code = call_code(shippable_source(tool), tool.__name__, positional=True)
-        check_parameters(tool)
+        code = _ship(tool)
+        asynchronous = code if inspect.iscoroutinefunction(tool) else None
         template = crewai_tool(tool)
     else:
         raise InvalidArgument(f"sandboxed() needs a CrewAI tool or a function, not {tool!r}")
@@ -169,7 +175,7 @@ def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | str | No
     cls = _sandboxed_class(type(template))
     wrapped = cls(name=template.name, description=_plain_description(template), args_schema=template.args_schema,
                   **carried)
-    wrapped._ringzero_shipped = _Shipped(template.name, code,
+    wrapped._ringzero_shipped = _Shipped(template.name, code, asynchronous,
                                          ExecutorChoice(executor, f"the sandboxed tool {template.name!r}"))
     return wrapped
 

@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import builtins
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +24,7 @@ from ringzero.core.protocols import Executor
 
 try:
     from langchain_core.runnables import RunnableConfig
-    from langchain_core.tools import BaseTool, StructuredTool, ToolException
+    from langchain_core.tools import BaseTool, StructuredTool, Tool, ToolException
     from pydantic import PrivateAttr
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.langgraph tools", "langgraph") from exc
@@ -77,21 +79,24 @@ else:  # at run time a plain mixin: the tool's own class keeps its fields and se
 
 
 class ShippedTool(Closing, _Base):
-    """What ``sandboxed`` mixes into a copy of a tool's own class: the tool's function runs in an
+    """What ``sandboxed`` mixes into a copy of a tool's own class: the tool's body runs in an
     executor. Everything else is the original tool's, unchanged: its class, name, description
     and argument schema (a model or a JSON-schema dict, single-input ``Tool``s included),
-    ``func``, ``return_direct``, ``response_format`` (content and artifact), error handling,
-    injected arguments, callbacks, tags and metadata."""
+    ``func`` and ``coroutine``, ``return_direct``, ``response_format`` (content and artifact),
+    error handling, injected arguments, callbacks, tags and metadata."""
 
     _ringzero_shipped: Any
 
     def _run(self, *args: Any, config: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
         shipped: _Shipped = self._ringzero_shipped
-        return shipped.runner.run_sync(lambda: shipped.call(args, kwargs), f"the sandboxed tool {self.name!r}")
+        if shipped.sync is None:  # an async-only tool: the original's own refusal of a sync call
+            return super()._run(*args, config=config, run_manager=run_manager, **kwargs)  # type: ignore[safe-super]
+        code = shipped.sync
+        return shipped.runner.run_sync(lambda: shipped.call(code, args, kwargs), f"the sandboxed tool {self.name!r}")
 
     async def _arun(self, *args: Any, config: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
         shipped: _Shipped = self._ringzero_shipped
-        return await shipped.runner.run(lambda: shipped.call(args, kwargs))
+        return await shipped.runner.run(lambda: shipped.call(shipped.asynchronous, args, kwargs))
 
     def close(self) -> None:
         self._ringzero_shipped.runner.close()
@@ -99,19 +104,40 @@ class ShippedTool(Closing, _Base):
     async def aclose(self) -> None:
         await self._ringzero_shipped.runner.aclose()
 
+    def __reduce__(self) -> Any:
+        """Pickled as the original tool's class and state with the shipped code; unpickled, it
+        runs in the default executor (an executor object does not travel)."""
+        shipped: _Shipped = self._ringzero_shipped
+        own = next(original for original, copy in _SHIPPED_CLASSES.items() if copy is type(self))
+        state = dict(self.__getstate__())
+        state["__pydantic_private__"] = {k: v for k, v in (state.get("__pydantic_private__") or {}).items()
+                                         if k != "_ringzero_shipped"}
+        return _unpickled, (own, state, shipped.name, shipped.sync, shipped.asynchronous, shipped.pair)
+
+
+def _unpickled(own: type[BaseTool], state: Any, name: str, sync: str | None, asynchronous: str,
+               pair: bool) -> ShippedTool:
+    cls = _shipped_class(own)
+    tool = cls.__new__(cls)
+    tool.__setstate__(state)
+    tool._ringzero_shipped = _Shipped(name, sync, asynchronous, ExecutorChoice(None, f"the sandboxed tool {name!r}"),
+                                      pair=pair)
+    return tool
+
 
 class _Shipped:
-    """One sandboxed tool's code, and where it runs."""
+    """One sandboxed tool's code (what a sync call runs, and what an async one runs), and where."""
 
-    def __init__(self, name: str, code: str, runner: ExecutorChoice, *, pair: bool) -> None:
-        self.name, self.code, self.runner = name, code, runner
+    def __init__(self, name: str, sync: str | None, asynchronous: str, runner: ExecutorChoice, *,
+                 pair: bool) -> None:
+        self.name, self.sync, self.asynchronous, self.runner = name, sync, asynchronous, runner
         self.pair = pair
         """The tool answers (content, artifact): the pair the sandbox hands back as JSON's list
         is a tuple again, as LangChain requires."""
 
-    async def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def call(self, code: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
-            value = await run_shipped(self.runner.get(), self.code, kwargs, self.name, args)
+            value = await run_shipped(self.runner.get(), code, kwargs, self.name, args)
         except ToolFailed as exc:
             # A built-in exception is raised again as itself, as the function would have raised
             # it in the host; any other is a ToolException, which handle_tool_error governs.
@@ -129,43 +155,79 @@ def _shipped_class(cls: type[BaseTool]) -> type[ShippedTool]:
     """``cls`` with ``ShippedTool`` before it, under the same name (one class per tool class)."""
     made = _SHIPPED_CLASSES.get(cls)
     if made is None:
+
+        # LangChain reads a tool class's argument schema and injected arguments from the
+        # signature and annotations of its _run (and _arun): the copy's are the original's.
+        @functools.wraps(cls._run)
+        def _run(self: ShippedTool, *args: Any, **kwargs: Any) -> Any:
+            return ShippedTool._run(self, *args, **kwargs)
+
+        @functools.wraps(cls._arun)
+        async def _arun(self: ShippedTool, *args: Any, **kwargs: Any) -> Any:
+            return await ShippedTool._arun(self, *args, **kwargs)
+
         made = _SHIPPED_CLASSES[cls] = type(cls.__name__, (ShippedTool, cls), {
-            "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__, "_run": _run, "_arun": _arun,
             "__annotations__": {"_ringzero_shipped": Any}, "_ringzero_shipped": PrivateAttr(default=None)})
     return made
+
+
+def _ship(fn: Callable[..., Any], *, method: bool = False) -> str:
+    """The call code of ``fn`` (a function, or with ``method`` a tool class's ``_run``/``_arun``),
+    refused now if it cannot run on its own in a sandbox."""
+    source = shippable_source(fn, method=method)
+    check_parameters(fn, _HOST_TYPES, optional=("run_manager",) if method else ())
+    return call_code(source, fn.__name__, positional=True, is_async=inspect.iscoroutinefunction(fn))
+
+
+def _codes(tool: BaseTool) -> tuple[str | None, str]:
+    """What a sync call and an async call of ``tool`` run in the sandbox. A tool made from a
+    function ships its ``func`` and ``coroutine`` (an async call of a sync-only tool runs
+    ``func``, as LangChain's does; a sync call of an async-only one is refused, as LangChain's
+    is); a ``BaseTool`` subclass ships its ``_run`` and its own ``_arun`` (else ``_run`` again)."""
+    if isinstance(tool, (StructuredTool, Tool)):
+        func, coroutine = tool.func, tool.coroutine
+        sync = None if func is None else _ship(func)
+        if coroutine is None:
+            if sync is None:
+                raise InvalidArgument(f"tool {tool.name!r} has neither a function nor a coroutine to ship")
+            return sync, sync
+        return sync, _ship(coroutine)
+    cls = type(tool)
+    sync = _ship(cls._run, method=True)
+    return sync, (_ship(cls._arun, method=True) if cls._arun is not BaseTool._arun else sync)
 
 
 def sandboxed(tool_or_function: BaseTool | Callable[..., Any], executor: Executor | str | None = None) -> ShippedTool:
     """A LangChain tool like ``tool_or_function`` whose body runs in ``executor`` (by default the
     kernel's executor inside a kernel process, Monty elsewhere): a copy of the tool, of its own
-    class, with every field it had; only where its function runs differs.
+    class, with every field it had; only where its body runs differs. A function, sync or async;
+    a tool made from one (``@tool``, ``StructuredTool``, ``Tool``); a ``BaseTool`` subclass whose
+    ``_run`` (and ``_arun``) use only their arguments.
 
-    Raises InvalidArgument now if the function cannot run on its own in a sandbox: see
+    Raises InvalidArgument now if the body cannot run on its own in a sandbox: see
     ``shippable_source`` and ``check_parameters`` for what is refused and why.
     """
     if isinstance(tool_or_function, ShippedTool):
         raise InvalidArgument(f"tool {tool_or_function.name!r} is sandboxed already")
     if isinstance(tool_or_function, BaseTool):
         template = tool_or_function
-        fn = getattr(template, "func", None)
-        if fn is None:
-            kind = "an async tool" if getattr(template, "coroutine", None) is not None else \
-                f"a {type(template).__name__} (a BaseTool subclass with a _run of its own)"
-            raise InvalidArgument(f"tool {template.name!r} is {kind}: it has no plain function to ship (a "
-                                  "sandboxed tool's body is a def function, e.g. made with @tool)")
+        sync, asynchronous = _codes(template)  # refuse what cannot be shipped before anything else
     elif callable(tool_or_function):
         fn = tool_or_function
+        code = _ship(fn)
+        sync, asynchronous = (None if inspect.iscoroutinefunction(fn) else code), code
+        description = fn.__doc__ or getattr(fn, "__name__", "tool")
+        # an async function is the tool's coroutine, as @tool makes it
+        template = StructuredTool.from_function(coroutine=fn, description=description) if sync is None else \
+            StructuredTool.from_function(fn, description=description)
     else:
         raise InvalidArgument(f"sandboxed() needs a LangChain tool or a function, not {tool_or_function!r}")
-    source = shippable_source(fn)  # refuse what cannot be shipped before anything else
-    check_parameters(fn, _HOST_TYPES)
-    if not isinstance(tool_or_function, BaseTool):
-        template = StructuredTool.from_function(fn, description=fn.__doc__ or getattr(fn, "__name__", "tool"))
     runner = ExecutorChoice(executor, f"the sandboxed tool {template.name!r}")
     cls = _shipped_class(type(template))
     fields = {name: getattr(template, name) for name in template.model_fields_set}
     copy = cls(**fields)
-    copy._ringzero_shipped = _Shipped(template.name, call_code(source, fn.__name__, positional=True), runner,
+    copy._ringzero_shipped = _Shipped(template.name, sync, asynchronous, runner,
                                       pair=template.response_format == "content_and_artifact")
     return copy
 
