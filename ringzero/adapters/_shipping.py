@@ -24,7 +24,7 @@ from ringzero.core.loops import LoopHome
 from ringzero.core.protocols import Executor
 from ringzero.core.routing import route, route_sync
 
-__all__ = ["ExecutorChoice", "call_code", "check_parameters", "run_shipped", "shippable_source"]
+__all__ = ["ExecutorChoice", "call_code", "check_parameters", "run_shipped", "shippable_call", "shippable_source"]
 
 T = TypeVar("T")
 
@@ -101,6 +101,16 @@ def call_code(source: str, function_name: str, *, positional: bool = False, is_a
     if is_async:
         return f"import asyncio\n{source}\nasyncio.run({call})"
     return f"{source}\n{call}"
+
+
+def shippable_call(fn: Callable[..., Any], *, method: bool = False, host_types: tuple[Any, ...] = (),
+                   optional: tuple[str, ...] = ()) -> str:
+    """The call code of ``fn`` (a function, or with ``method`` a tool class's ``_run``/``_arun``),
+    positional arguments and ``async def`` included; refused now (``InvalidArgument``) if it
+    cannot run on its own in a sandbox (``shippable_source``, ``check_parameters``)."""
+    source = shippable_source(fn, method=method)
+    check_parameters(fn, host_types, optional)
+    return call_code(source, fn.__name__, positional=True, is_async=inspect.iscoroutinefunction(fn))
 
 
 async def run_shipped(executor: Executor, code: str, arguments: Mapping[str, Any], tool: str,

@@ -26,14 +26,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringzero.adapters._shipping import (
-    ARGUMENTS,
-    POSITIONAL,
-    ExecutorChoice,
-    call_code,
-    check_parameters,
-    shippable_source,
-)
+from ringzero.adapters._shipping import ARGUMENTS, POSITIONAL, ExecutorChoice, shippable_call
 from ringzero.core.context import Context
 from ringzero.core.effects import error_record, retry_safe, served
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
@@ -134,14 +127,6 @@ def _sandboxed_class(cls: type[BaseTool]) -> type[SandboxedTool]:
     return made
 
 
-def _ship(fn: Callable[..., Any], *, method: bool = False) -> str:
-    """The call code of ``fn`` (a function, or with ``method`` a tool class's ``_run``/``_arun``),
-    refused now if it cannot run on its own in a sandbox."""
-    source = shippable_source(fn, method=method)
-    check_parameters(fn)
-    return call_code(source, fn.__name__, positional=True, is_async=inspect.iscoroutinefunction(fn))
-
-
 def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | str | None = None) -> SandboxedTool:
     """A CrewAI tool like ``tool`` whose body runs in ``executor`` (by default the kernel's inside
     a kernel process, else Monty): a copy of the tool, of its own class, with every field it had.
@@ -155,15 +140,15 @@ def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | str | No
     if isinstance(tool, BaseTool):
         fn = getattr(tool, "func", None)
         if fn is not None:
-            code = _ship(fn)
+            code = shippable_call(fn)
             asynchronous = code if inspect.iscoroutinefunction(fn) else None
         else:  # a BaseTool subclass: its _run, and its own _arun where it has one
             cls = type(tool)
-            code = _ship(cls._run, method=True)
-            asynchronous = _ship(cls._arun, method=True) if cls._arun is not BaseTool._arun else None
+            code = shippable_call(cls._run, method=True)
+            asynchronous = shippable_call(cls._arun, method=True) if cls._arun is not BaseTool._arun else None
         template = tool
     elif callable(tool):
-        code = _ship(tool)
+        code = shippable_call(tool)
         asynchronous = code if inspect.iscoroutinefunction(tool) else None
         template = crewai_tool(tool)
     else:

@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringzero.adapters._shipping import ExecutorChoice, call_code, check_parameters, run_shipped, shippable_source
+from ringzero.adapters._shipping import ExecutorChoice, run_shipped, shippable_call, shippable_source
 from ringzero.core.errors import InvalidArgument, MissingExtra, ToolFailed
 from ringzero.core.loops import Closing
 from ringzero.core.protocols import Executor
@@ -173,11 +173,8 @@ def _shipped_class(cls: type[BaseTool]) -> type[ShippedTool]:
 
 
 def _ship(fn: Callable[..., Any], *, method: bool = False) -> str:
-    """The call code of ``fn`` (a function, or with ``method`` a tool class's ``_run``/``_arun``),
-    refused now if it cannot run on its own in a sandbox."""
-    source = shippable_source(fn, method=method)
-    check_parameters(fn, _HOST_TYPES, optional=("run_manager",) if method else ())
-    return call_code(source, fn.__name__, positional=True, is_async=inspect.iscoroutinefunction(fn))
+    """``shippable_call`` with LangChain's host objects; a class's ``run_manager=None`` is never passed."""
+    return shippable_call(fn, method=method, host_types=_HOST_TYPES, optional=("run_manager",) if method else ())
 
 
 def _codes(tool: BaseTool) -> tuple[str | None, str]:

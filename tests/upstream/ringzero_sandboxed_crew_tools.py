@@ -7,18 +7,17 @@ its body runs in Monty. A tool ``sandboxed`` refuses is handed over as it was, t
 counted by cause (a refusal of no documented cause fails the run). Every flow persistence the
 tests make, ``SQLiteFlowPersistence(path)``, is a ``KernelFlowPersistence`` over a
 ``SqliteCheckpointer`` at that path. Without the variable the tests run as they are: the
-baseline the sandboxed run is compared with. ``RINGZERO_SHOW_REFUSALS=<file>`` writes each
-refusal's words to that file.
+baseline the sandboxed run is compared with.
 """
 
 from __future__ import annotations
 
-import collections
 import os
 import threading
 from typing import Any
 
 import pytest
+from refusals import Refusals
 
 MODE = os.environ.get("RINGZERO_UPSTREAM_MODE", "as_is")
 
@@ -40,8 +39,7 @@ CAUSES = {
 wrapped = 0
 sandboxed_runs = 0
 persistences = 0
-refused: collections.Counter[str] = collections.Counter()
-unknown_refusals: list[str] = []
+refused = Refusals(CAUSES)
 _making = threading.local()
 
 
@@ -60,13 +58,7 @@ def _substitute() -> None:
         try:
             copy = sandboxed(tool)
         except InvalidArgument as exc:
-            cause = next((c for marker, c in CAUSES.items() if marker in str(exc)), None)
-            if cause is None:
-                unknown_refusals.append(str(exc))
-            refused[cause or "unknown"] += 1
-            if os.environ.get("RINGZERO_SHOW_REFUSALS"):
-                with open(os.environ["RINGZERO_SHOW_REFUSALS"], "a") as out:
-                    out.write(f"{exc}\n")
+            refused.add(exc)
             return tool
         wrapped += 1
         return copy
@@ -114,16 +106,10 @@ if MODE == "sandboxed":
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if MODE != "sandboxed":
-        return
-    causes = "; ".join(f"{cause}: {n}" for cause, n in sorted(refused.items()))
-    terminalreporter.write_line(f"ringzero: {wrapped} tools sandboxed, {sandboxed_runs} calls ran in the sandbox, "
-                                f"{persistences} flow persistences on the kernel; refused {sum(refused.values())} "
-                                f"({causes})")
-    for message in unknown_refusals:
-        terminalreporter.write_line(f"ringzero: a refusal of no documented cause: {message}")
+    if MODE == "sandboxed":
+        refused.report(terminalreporter, f"ringzero: {wrapped} tools sandboxed, {sandboxed_runs} calls ran in the "
+                                         f"sandbox, {persistences} flow persistences on the kernel")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if unknown_refusals and session.exitstatus == 0:
-        session.exitstatus = 1
+    refused.fail_if_unknown(session)

@@ -11,7 +11,6 @@ the nature of a sandbox are in ``EXPECTED_TO_FAIL``, strict: one that starts pas
 
 from __future__ import annotations
 
-import collections
 import functools
 import threading
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 from langchain_core.tools import BaseTool, StructuredTool, Tool
+from refusals import Refusals
 
 import ringzero.adapters.langchain_tools as langchain_tools
 from ringzero.core.errors import InvalidArgument
@@ -47,8 +47,7 @@ EXPECTED_TO_FAIL = {
 
 wrapped = 0
 sandboxed_runs = 0
-refused: collections.Counter[str] = collections.Counter()
-unknown_refusals: list[str] = []
+refused = Refusals(CAUSES)
 _making = threading.local()
 _run_shipped = langchain_tools.run_shipped
 
@@ -67,10 +66,7 @@ def _wrap(made: Any) -> Any:
     try:
         sandboxed = langchain_tools.sandboxed(made)
     except InvalidArgument as exc:
-        cause = next((c for marker, c in CAUSES.items() if marker in str(exc)), None)
-        if cause is None:
-            unknown_refusals.append(str(exc))
-        refused[cause or "unknown"] += 1
+        refused.add(exc)
         return made
     wrapped += 1
     return sandboxed
@@ -134,13 +130,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    causes = "; ".join(f"{cause}: {n}" for cause, n in sorted(refused.items()))
-    terminalreporter.write_line(f"ringzero: {wrapped} tools sandboxed, {sandboxed_runs} calls ran in the sandbox; "
-                                f"refused {sum(refused.values())} ({causes})")
-    for message in unknown_refusals:
-        terminalreporter.write_line(f"ringzero: a refusal of no documented cause: {message}")
+    refused.report(terminalreporter, f"ringzero: {wrapped} tools sandboxed, {sandboxed_runs} calls ran in the sandbox")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if unknown_refusals and session.exitstatus == 0:
-        session.exitstatus = 1
+    refused.fail_if_unknown(session)
