@@ -19,7 +19,7 @@ from typing import Any, Union
 from ringzero.checkpointers.memory import MemoryCheckpointer
 from ringzero.core.errors import BadRequest, InvalidArgument, ProviderError
 from ringzero.core.loops import run_on
-from ringzero.core.protocols import ExecutorCapabilities, ProviderCapabilities, Tool
+from ringzero.core.protocols import ExecutorCapabilities, ProviderCapabilities, TextSink, Tool
 from ringzero.core.timeouts import fail_after
 from ringzero.core.types import (
     JSON,
@@ -39,6 +39,7 @@ __all__ = ["InProcessExecutor", "ManualClock", "MemoryCheckpointer", "ScriptedPr
 Reply = Union[str, Message, LLMResponse, Mapping[str, Any], ProviderError]
 Script = Union[Sequence[Reply], Callable[[LLMRequest], Union[Reply, Awaitable[Reply]]]]
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+_PIECE = re.compile(r"\s*\S+\s*")
 
 
 def count_tokens(text: str) -> int:
@@ -58,7 +59,7 @@ class ScriptedProvider:
     provider_name = "ringzero.scripted"
     """``gen_ai.provider.name`` on this provider's spans (OpenTelemetry GenAI conventions)."""
 
-    capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=False)
+    capabilities = ProviderCapabilities(tool_calls=True, streaming=True, counts_tokens=False)
 
     def __init__(self, script: Script, *, latency: float = 0.0, model: str = "scripted") -> None:
         if not callable(script) and not isinstance(script, Sequence):
@@ -94,6 +95,16 @@ class ScriptedProvider:
         )
         stop = "tool_use" if message.tool_calls else "end_turn"
         return LLMResponse(message=message, usage=usage, stop_reason=stop, model=request.model or self.model)
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        """``complete``, its text handed over a word at a time (with the space after it), as a
+        server streams: what offline runs of ``stream_mode="messages"`` show."""
+        response = await self.complete(request)
+        content = response.content
+        for piece in _PIECE.findall(content) or ([content] if content else []):
+            on_text(piece)
+            await asyncio.sleep(0)  # the next piece comes in a later turn of the loop
+        return response
 
     async def _next(self, request: LLMRequest) -> Reply:
         if callable(self._script):

@@ -223,3 +223,28 @@ async def test_kernel_chat_model_streams_outside_a_process_async_and_sync(vendor
             {"messages": [("user", "Go")]}, stream_mode="messages") if chunk.content])
         await model.aclose()
     assert parts == ["Five ", "six."]
+
+
+async def test_a_langchain_chat_model_and_the_scripted_provider_stream_through_the_gate() -> None:
+    """``ChatModelProvider`` streams through the chat model's own ``astream`` (LangChain's fake
+    model streams word by word); the offline ``ScriptedProvider`` hands its text over a word at
+    a time, so ``stream_mode="messages"`` shows tokens offline too."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from ringzero.adapters.langchain import ChatModelProvider, KernelChatModel
+    from ringzero.testing import ScriptedProvider
+
+    chat = ChatModelProvider(GenericFakeChatModel(messages=iter([AIMessage("It is sunny today.")])))
+    got: list[str] = []
+    gate = LLMGate(chat)
+    response = await gate.complete(ASK, on_text=got.append)
+    await gate.aclose()
+    assert len(got) > 1 and "".join(got) == response.content == "It is sunny today."
+
+    model = KernelChatModel(ScriptedProvider(["Quite sure, yes.", "Indeed."]))
+    parts = [chunk.content for chunk, _ in [
+        item async for item in two_model_graph(model).astream({"messages": [("user", "Go")]}, stream_mode="messages")
+    ] if chunk.content]
+    await model.aclose()
+    assert parts == ["Quite ", "sure, ", "yes.", "Indeed."], parts

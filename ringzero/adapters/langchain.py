@@ -266,22 +266,46 @@ def _as_chunk(message: BaseMessage) -> AIMessageChunk:
 
 
 class ChatModelProvider:
-    """Any LangChain chat model as a ringzero LLMProvider."""
+    """Any LangChain chat model as a ringzero LLMProvider; it streams through the model's own
+    ``astream`` (a model that does not stream answers in one piece)."""
 
-    capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=True)
+    capabilities = ProviderCapabilities(tool_calls=True, streaming=True, counts_tokens=True)
 
     def __init__(self, chat_model: BaseChatModel) -> None:
         self.chat_model = chat_model
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
+        model, messages, kwargs = self._call(request)
+        try:
+            reply = await model.ainvoke(messages, **kwargs)
+        except Exception as exc:
+            raise error_of_exception(exc, "the chat model") from exc
+        return self._response(reply)
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        model, messages, kwargs = self._call(request)
+        whole: Any = None
+        try:
+            async for chunk in model.astream(messages, **kwargs):
+                text = str(chunk.text)
+                if text:
+                    on_text(text)
+                whole = chunk if whole is None else whole + chunk
+        except Exception as exc:
+            raise error_of_exception(exc, "the chat model") from exc
+        if whole is None:
+            raise errors.ProviderUnavailable("the chat model's stream ended without an answer")
+        return self._response(whole)
+
+    def _call(self, request: LLMRequest) -> tuple[Any, list[BaseMessage], dict[str, Any]]:
         model: Any = self.chat_model
         if request.tools:
             model = model.bind_tools([{"type": "function", "function": t.to_dict()} for t in request.tools])
         kwargs: dict[str, Any] = {"stop": list(request.stop)} if request.stop else {}
-        try:
-            reply = await model.ainvoke([to_langchain(m) for m in request.messages], **kwargs)
-        except Exception as exc:
-            raise error_of_exception(exc, "the chat model") from exc
+        return model, [to_langchain(m) for m in request.messages], kwargs
+
+    @staticmethod
+    def _response(reply: Any) -> LLMResponse:
         usage = getattr(reply, "usage_metadata", None) or {}
         message = from_langchain(reply)
         return LLMResponse(message=message, usage=Usage(int(usage.get("input_tokens", 0)),
