@@ -248,3 +248,32 @@ async def test_a_langchain_chat_model_and_the_scripted_provider_stream_through_t
     ] if chunk.content]
     await model.aclose()
     assert parts == ["Quite ", "sure, ", "yes.", "Indeed."], parts
+
+
+async def test_a_streamed_anthropic_thinking_block_is_kept_whole_with_its_signature() -> None:
+    """Thinking arrives in deltas, its signature last; the turn keeps the whole block (to send
+    back with the tool result, as the API requires) and only the answer's text is streamed."""
+    stream = anthropic_stream(["Sunny."], [("toolu_1", "weather", {"city": "Paris"})])
+    thinking = [("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+                *[("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                           "delta": {"type": "thinking_delta", "thinking": part}})
+                  for part in ("Paris? ", "Ask the tool.")],
+                ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "signature_delta", "signature": "sig-1"}}),
+                ("content_block_stop", {"type": "content_block_stop", "index": 0})]
+    for event in stream.events:  # the text and tool blocks move up one index
+        data = event[1]
+        if isinstance(data, dict) and "index" in data:
+            data["index"] += 1
+    stream.events[1:1] = thinking
+    with vendor_server("anthropic", [stream]) as server:
+        provider = provider_for("anthropic", server.url)
+        got: list[str] = []
+        response = await provider.stream(LLMRequest(messages=ASK.messages, tools=(WEATHER,), max_tokens=50),
+                                         got.append)  # type: ignore[attr-defined]
+        await provider.aclose()  # type: ignore[attr-defined]
+    assert got == ["Sunny."] and response.content == "Sunny."
+    assert response.tool_calls == (ToolCall("toolu_1", "weather", {"city": "Paris"}),)
+    assert response.message.blocks[0] == {"type": "thinking", "thinking": "Paris? Ask the tool.", "signature": "sig-1"}
+    assert [b["type"] for b in response.message.blocks] == ["thinking", "text", "tool_use"]
