@@ -172,3 +172,14 @@ async def test_ringzero_postgres_start_prints_a_dsn_a_checkpointer_uses_and_stop
     finally:
         ringzero_cli("postgres", "stop", "--dir", folder, cwd=tmp_path, timeout=120)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_ringzero_postgres_without_the_server_programs_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from ringzero import cli, local_postgres
+
+    monkeypatch.setattr(local_postgres, "server_programs", lambda: None)
+    assert cli.main(["postgres", "start", "--dir", "unused"]) == 2
+    said = " ".join(capsys.readouterr().out.split())
+    assert "PostgreSQL's server programs (initdb, pg_ctl) are not on this machine" in said
+    assert "apt-get install postgresql" in said and "brew install postgresql" in said
