@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from ringzero import Kernel, Limits
 from ringzero.adapters.crewai import CodeExecutionTool, KernelFlowPersistence, KernelLLM, sandboxed
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import BudgetExceeded, InvalidArgument, ProcessFailed, ToolFailed
+from ringzero.core.errors import BudgetExceeded, InvalidArgument, ProcessFailed
 from ringzero.core.protocols import Executor
 from ringzero.core.types import LLMRequest, ProcessStatus, StopReason
 from ringzero.testing import ScriptedProvider
@@ -150,9 +150,9 @@ async def test_a_sandboxed_tool_cannot_read_the_hosts_files_and_its_errors_are_t
     import asyncio
 
     reader = sandboxed(crew_read_file, executor=sandbox)
-    with pytest.raises(ToolFailed, match=r"PermissionError|FileNotFoundError"):
+    with pytest.raises((PermissionError, FileNotFoundError)):  # raised as the function raises them, from the sandbox
         await asyncio.to_thread(reader.run, path=secret_file(tmp_path))
-    with pytest.raises(ToolFailed, match="ZeroDivisionError"):
+    with pytest.raises(ZeroDivisionError):
         await asyncio.to_thread(sandboxed(divide, executor=sandbox).run, a=1, b=0)
 
 
@@ -185,7 +185,8 @@ async def test_a_two_agent_crew_runs_as_a_kernel_process_with_its_tools_in_the_s
         journal = [entry.kind for entry in await kernel.store.journal(process.pid)]
         [row] = [p for p in await kernel.ps() if p.pid == process.pid]
     assert counted == "6"  # computed in the sandbox by the first agent's tool
-    assert "the host's secret" not in read and ("PermissionError" in read or "FileNotFoundError" in read)
+    # the error as CrewAI shows a host tool's: its message (the sandbox raised the built-in error as itself)
+    assert "the host's secret" not in read and ("Permission denied" in read or "No such file or directory" in read)
     # every tool run (CrewAI retries a failing tool several times) is a journaled run in the kernel's executor
     assert counting.runs == journal.count("exec") >= 2
     assert journal.count("llm") == 4

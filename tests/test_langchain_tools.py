@@ -55,8 +55,6 @@ def test_what_cannot_be_shipped_is_refused_when_wrapping() -> None:
         sandboxed(uses_closure)
     with pytest.raises(InvalidArgument, match="module-level SECRET_SETTING"):
         sandboxed(uses_module_constant)
-    with pytest.raises(InvalidArgument, match="module-level json"):
-        sandboxed(uses_module_json)
     with pytest.raises(InvalidArgument, match="lambda"):
         sandboxed(lambda x: x)
 
@@ -137,3 +135,9 @@ async def test_an_async_function_and_a_tool_class_ship_as_a_function_does() -> N
     assert await asyncio.to_thread(upper.invoke, {"text": "yo"}) == "YO"
     for tool in (adder, upper):
         await tool.aclose()
+
+
+def test_a_module_the_body_imports_at_module_level_is_imported_again_in_the_sandbox() -> None:
+    tool = sandboxed(uses_module_json)
+    assert tool.invoke({"data": '{"a": 1}'}) == '{\n  "a": 1\n}'
+    tool.close()

@@ -3,8 +3,9 @@
 A sandboxed tool's body runs in an executor, not in the host: its source is taken from the
 function (or from a tool class's ``_run`` method, ``self`` removed), its decorators and type
 annotations stripped, and it is refused *when wrapping* if it could not run on its own there
-(closures, module-level names, code without source, methods that use ``self``). An ``async def``
-body ships as well: the sandbox runs it with ``asyncio.run``.
+(closures, module-level names other than imported modules, code without source, methods that
+use ``self``). An ``async def`` body ships as well: the sandbox runs it with ``asyncio.run``; a
+module the body uses through a module-level import is imported again in the sandbox.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import textwrap
 import types
 import typing
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from ringzero.core.context import Context
 from ringzero.core.errors import InvalidArgument, ToolFailed
@@ -24,7 +25,8 @@ from ringzero.core.loops import LoopHome
 from ringzero.core.protocols import Executor
 from ringzero.core.routing import route, route_sync
 
-__all__ = ["ExecutorChoice", "call_code", "check_parameters", "run_shipped", "shippable_call", "shippable_source"]
+__all__ = ["ExecutorChoice", "call_code", "check_parameters", "raise_as_raised", "run_shipped", "shippable_call",
+           "shippable_source"]
 
 T = TypeVar("T")
 
@@ -113,6 +115,16 @@ def shippable_call(fn: Callable[..., Any], *, method: bool = False, host_types: 
     return call_code(source, fn.__name__, positional=True, is_async=inspect.iscoroutinefunction(fn))
 
 
+def raise_as_raised(failed: ToolFailed) -> NoReturn:
+    """Raise what the body raised in the sandbox: a built-in exception (``ValueError``,
+    ``FileNotFoundError``) as itself, as the host function would have raised it; any other as
+    ``failed`` (a framework turns it into its own tool error)."""
+    raised = getattr(builtins, failed.error_type, None)
+    if isinstance(raised, type) and issubclass(raised, Exception) and not issubclass(raised, ToolFailed):
+        raise raised(failed.error_message) from failed
+    raise failed
+
+
 async def run_shipped(executor: Executor, code: str, arguments: Mapping[str, Any], tool: str,
                       positional: Sequence[Any] = ()) -> Any:
     """Run a shipped call; an exception inside the sandbox comes back as ToolFailed naming its type."""
@@ -151,11 +163,18 @@ def shippable_source(fn: Callable[..., Any], *, method: bool = False) -> str:
     if method:
         _drop_self(func, getattr(fn, "__qualname__", name))
     _strip_annotations(func)  # types are for the schema (already taken); the sandbox needs none of them
-    outside = _module_level_names(func, getattr(fn, "__globals__", {}))
+    module_globals = getattr(fn, "__globals__", {})
+    outside = _module_level_names(func, module_globals)
+    modules = {n: module_globals[n] for n in outside if isinstance(module_globals[n], types.ModuleType)}
+    outside -= modules.keys()
     if outside:
         raise InvalidArgument(f"{name} uses module-level {', '.join(sorted(outside))}, which does not exist in "
                               "the sandbox; import or define it inside the function")
-    return ast.unparse(func)
+    # A module the body uses by a module-level import is imported again where it runs, as
+    # the refusal above asks a user to do by hand (a module the sandbox lacks fails there).
+    imports = "".join(f"import {m.__name__}\n" if n == m.__name__ else f"import {m.__name__} as {n}\n"
+                      for n, m in sorted(modules.items()))
+    return imports + ast.unparse(func)
 
 
 def _drop_self(func: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str) -> None:

@@ -26,7 +26,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringzero.adapters._shipping import ARGUMENTS, POSITIONAL, ExecutorChoice, shippable_call
+from ringzero.adapters._shipping import ARGUMENTS, POSITIONAL, ExecutorChoice, raise_as_raised, shippable_call
 from ringzero.core.context import Context
 from ringzero.core.effects import error_record, retry_safe, served
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
@@ -76,7 +76,10 @@ class SandboxedTool(_Base):
         if not args:
             kwargs = self._validate_kwargs(kwargs)
         refused = self._claim_usage()
-        return refused if refused else self._run(*args, **kwargs)
+        if refused:
+            return refused
+        result = self._run(*args, **kwargs)
+        return asyncio.run(result) if asyncio.iscoroutine(result) else result  # an async body, as CrewAI runs one
 
     async def arun(self, *args: Any, **kwargs: Any) -> Any:
         if not args:
@@ -85,7 +88,11 @@ class SandboxedTool(_Base):
         return refused if refused else await self._arun(*args, **kwargs)
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
+        """The body's result; for an async body (``async def`` function or ``_run``), a
+        coroutine, as the original's ``_run`` returns, that runs it when awaited."""
         shipped: _Shipped = self._ringzero_shipped
+        if shipped.code_is_async:
+            return asyncio.to_thread(shipped.run, shipped.code, args, kwargs)
         return shipped.run(shipped.code, args, kwargs)
 
     async def _arun(self, *args: Any, **kwargs: Any) -> Any:
@@ -103,14 +110,16 @@ class SandboxedTool(_Base):
 class _Shipped:
     """One sandboxed tool's code, and where it runs."""
 
-    def __init__(self, name: str, code: str, asynchronous: str | None, runner: ExecutorChoice) -> None:
+    def __init__(self, name: str, code: str, asynchronous: str | None, runner: ExecutorChoice, *,
+                 code_is_async: bool) -> None:
         self.name, self.code, self.asynchronous, self.runner = name, code, asynchronous, runner
+        self.code_is_async = code_is_async
         self.journal = f"crewai_tool:{name}"
 
     def run(self, code: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         result = _execute(code, {ARGUMENTS: kwargs, POSITIONAL: list(args)}, {}, self.runner, self.journal)
         if result.error is not None:
-            raise ToolFailed(self.name, result.error.type, result.error.message)
+            raise_as_raised(ToolFailed(self.name, result.error.type, result.error.message))
         return result.value
 
 
@@ -121,9 +130,17 @@ def _sandboxed_class(cls: type[BaseTool]) -> type[SandboxedTool]:
     """``cls`` with ``SandboxedTool`` before it, under the same name (one class per tool class)."""
     made = _SANDBOXED_CLASSES.get(cls)
     if made is None:
-        made = _SANDBOXED_CLASSES[cls] = type(cls.__name__, (SandboxedTool, cls), {
+        namespace: dict[str, Any] = {
             "__module__": cls.__module__, "__qualname__": cls.__qualname__,
-            "__annotations__": {"_ringzero_shipped": Any}, "_ringzero_shipped": PrivateAttr(default=None)})
+            "__annotations__": {"_ringzero_shipped": Any}, "_ringzero_shipped": PrivateAttr(default=None)}
+        if inspect.iscoroutinefunction(cls._run):  # an async _run stays one: CrewAI awaits what it returns
+
+            @functools.wraps(cls._run)
+            async def _run(self: SandboxedTool, *args: Any, **kwargs: Any) -> Any:
+                return await SandboxedTool._run(self, *args, **kwargs)
+
+            namespace["_run"] = _run
+        made = _SANDBOXED_CLASSES[cls] = type(cls.__name__, (SandboxedTool, cls), namespace)
     return made
 
 
@@ -140,15 +157,15 @@ def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | str | No
     if isinstance(tool, BaseTool):
         fn = getattr(tool, "func", None)
         if fn is not None:
-            code = shippable_call(fn)
+            body, code = fn, shippable_call(fn)
             asynchronous = code if inspect.iscoroutinefunction(fn) else None
         else:  # a BaseTool subclass: its _run, and its own _arun where it has one
             cls = type(tool)
-            code = shippable_call(cls._run, method=True)
+            body, code = cls._run, shippable_call(cls._run, method=True)
             asynchronous = shippable_call(cls._arun, method=True) if cls._arun is not BaseTool._arun else None
         template = tool
     elif callable(tool):
-        code = shippable_call(tool)
+        body, code = tool, shippable_call(tool)
         asynchronous = code if inspect.iscoroutinefunction(tool) else None
         template = crewai_tool(tool)
     else:
@@ -161,7 +178,8 @@ def sandboxed(tool: BaseTool | Callable[..., Any], executor: Executor | str | No
     wrapped = cls(name=template.name, description=_plain_description(template), args_schema=template.args_schema,
                   **carried)
     wrapped._ringzero_shipped = _Shipped(template.name, code, asynchronous,
-                                         ExecutorChoice(executor, f"the sandboxed tool {template.name!r}"))
+                                         ExecutorChoice(executor, f"the sandboxed tool {template.name!r}"),
+                                         code_is_async=inspect.iscoroutinefunction(body))
     return wrapped
 
 

@@ -11,13 +11,12 @@
 
 from __future__ import annotations
 
-import builtins
 import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringzero.adapters._shipping import ExecutorChoice, run_shipped, shippable_call, shippable_source
+from ringzero.adapters._shipping import ExecutorChoice, raise_as_raised, run_shipped, shippable_call, shippable_source
 from ringzero.core.errors import InvalidArgument, MissingExtra, ToolFailed
 from ringzero.core.loops import Closing
 from ringzero.core.protocols import Executor
@@ -139,12 +138,10 @@ class _Shipped:
         try:
             value = await run_shipped(self.runner.get(), code, kwargs, self.name, args)
         except ToolFailed as exc:
-            # A built-in exception is raised again as itself, as the function would have raised
-            # it in the host; any other is a ToolException, which handle_tool_error governs.
-            raised = getattr(builtins, exc.error_type, None)
-            if isinstance(raised, type) and issubclass(raised, Exception) and raised is not ToolFailed:
-                raise raised(exc.error_message) from exc
-            raise ToolException(f"{exc.error_type}: {exc.error_message}") from exc
+            try:
+                raise_as_raised(exc)  # a built-in exception as itself
+            except ToolFailed:  # any other as a ToolException, which handle_tool_error governs
+                raise ToolException(f"{exc.error_type}: {exc.error_message}") from exc
         return tuple(value) if self.pair and isinstance(value, list) and len(value) == 2 else value
 
 
