@@ -85,3 +85,22 @@ async def test_a_custom_base_llm_with_only_a_sync_call_works_and_a_non_llm_is_re
     assert asked.tool_calls == (ToolCall("t1", "weather", {"city": "Oslo"}),) and asked.stop_reason == "tool_use"
     with pytest.raises(InvalidArgument, match="takes a CrewAI LLM"):
         CrewLLMProvider("gpt-4o")  # type: ignore[arg-type]
+
+
+async def test_a_crewai_llm_streams_its_text_through_the_gate_before_the_answer_ends() -> None:
+    from ringzero.core.gate import LLMGate
+    from tests.vendor_servers import openai_stream
+
+    stream = openai_stream(["It is ", "sunny."], hold_after=2)
+    got: list[str] = []
+
+    def on_text(piece: str) -> None:
+        got.append(piece)
+        stream.release.set()  # the server goes on only once the first piece reached us
+
+    with vendor_server("openai", [stream]) as server:
+        gate = LLMGate(CrewLLMProvider(crew_llm(server.url)))
+        response = await gate.complete(LLMRequest(messages=(Message("user", "Weather?"),)), on_text=on_text)
+        await gate.aclose()
+    assert not stream.waited_out and got == ["It is ", "sunny."]
+    assert response.content == "It is sunny." and (response.usage.input_tokens, response.usage.output_tokens) == (12, 5)

@@ -9,17 +9,20 @@ objects, or dicts), which become the response's tool calls. The usage is the LLM
 the call (``get_token_usage_summary`` before and after). The LLM's own settings (max tokens,
 temperature, stop words) apply: CrewAI's ``call`` takes none of them per call. CrewAI retries a
 429 itself (three tries) before the gate sees one; a failure it gives up on becomes the kernel's
-typed error (``RateLimited`` with the server's Retry-After, ``BadRequest``, ...).
+typed error (``RateLimited`` with the server's Retry-After, ``BadRequest``, ...). It streams
+through the LLM's own ``stream_events``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ringzero.core.errors import InvalidArgument, MissingExtra
-from ringzero.core.protocols import ProviderCapabilities
+from ringzero.core.loops import on_this_loop
+from ringzero.core.protocols import ProviderCapabilities, TextSink
 from ringzero.core.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.providers.llm._http import error_of_exception
 
@@ -34,7 +37,7 @@ __all__ = ["CrewLLMProvider"]
 class CrewLLMProvider:
     """A CrewAI ``BaseLLM`` as a ringzero LLMProvider."""
 
-    capabilities = ProviderCapabilities(tool_calls=True, streaming=False, counts_tokens=True)
+    capabilities = ProviderCapabilities(tool_calls=True, streaming=True, counts_tokens=True)
 
     def __init__(self, llm: BaseLLM) -> None:
         if not isinstance(llm, BaseLLM):
@@ -46,15 +49,33 @@ class CrewLLMProvider:
         """``gen_ai.provider.name``: the CrewAI LLM's provider (``openai``, ``anthropic``, ...)."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        messages = [_crew_message(m) for m in request.messages]
-        tools = [{"type": "function", "function": t.to_dict()} for t in request.tools] or None
+        messages, tools = _crew_request(request)
+        # Its sync call, on a worker thread: a CrewAI LLM keeps one async SDK client, whose
+        # connections belong to the first event loop that used it, and offers no way to close
+        # it; its sync client serves any thread.
+        return await self._answer(lambda: self.llm.call(messages, tools=tools))  # type: ignore[arg-type]
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        """``complete`` through the LLM's own ``stream_events``: its text chunks (not the tool
+        calls' argument chunks) go to ``on_text`` as they arrive, on the caller's loop."""
+        messages, tools = _crew_request(request)
+        deliver = on_this_loop(on_text)
+
+        def streamed() -> Any:
+            session = self.llm.stream_events(messages, tools=tools)  # type: ignore[arg-type]
+            for frame in session:
+                if frame.type == "llm_stream_chunk" and frame.content and frame.data.get("tool_call") is None:
+                    deliver(frame.content)
+            return session.result
+
+        return await self._answer(streamed)
+
+    async def _answer(self, call: Callable[[], Any]) -> LLMResponse:
+        """Run ``call`` (the LLM's answer) on a worker thread; the response, with its usage."""
         llm = self.llm
         before = llm.get_token_usage_summary()
         try:
-            # Its sync call, on a worker thread: a CrewAI LLM keeps one async SDK client, whose
-            # connections belong to the first event loop that used it, and offers no way to
-            # close it; its sync client serves any thread.
-            answer = await asyncio.to_thread(llm.call, messages, tools=tools)  # type: ignore[arg-type]
+            answer = await asyncio.to_thread(call)
         except Exception as exc:
             raise error_of_exception(exc, "the CrewAI LLM") from exc
         used = llm.get_token_usage_summary().delta_since(before)
@@ -62,6 +83,12 @@ class CrewLLMProvider:
         return LLMResponse(Message("assistant", "" if calls else _text(answer), tool_calls=calls),
                            Usage(used.prompt_tokens, used.completion_tokens),
                            stop_reason="tool_use" if calls else "end_turn", model=self.model)
+
+
+def _crew_request(request: LLMRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The messages and tools of ``request`` as a CrewAI LLM takes them."""
+    tools = [{"type": "function", "function": t.to_dict()} for t in request.tools] or None
+    return [_crew_message(m) for m in request.messages], tools
 
 
 def _crew_message(message: Message) -> dict[str, Any]:

@@ -181,10 +181,9 @@ class Context:
         """Ask the model, through the provider's gate. Raises the ProviderError it ends with.
 
         ``on_text`` gets the answer's text piece by piece as it arrives, where the provider
-        streams (``capabilities.streaming``: the OpenAI-compatible, Anthropic, LangChain-model
-        and scripted providers do); one that does not answers whole and never calls it. The
-        answer journaled is the whole one: a replayed call returns it without calling
-        ``on_text``, as it makes no other effect twice."""
+        streams (``capabilities.streaming``: every built-in provider does); one that does not
+        answers whole and never calls it. The answer journaled is the whole one: a replayed
+        call returns it without calling ``on_text``, as it makes no other effect twice."""
         return sys_llm.llm(self._process, messages, tools=tools, model=model, max_tokens=max_tokens,
                            temperature=temperature, stop=stop, provider=provider, on_text=on_text)
 
