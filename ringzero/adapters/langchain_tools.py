@@ -1,9 +1,10 @@
 """LangChain tools whose code runs in a ringzero executor, not in the host.
 
-- ``sandboxed(tool_or_function)``: the same name, description and argument schema; the
-  function's source is shipped into the executor and run there, so it cannot read the host's
-  files or reach its network. What cannot be shipped (closures, module-level names, async
-  functions, code without source) is refused when wrapping, not when the model calls it.
+- ``sandboxed(tool_or_function)``: a copy of the tool, of its own class, with every field it
+  had; its body's source is shipped into the executor and run there, so it cannot read the
+  host's files or reach its network. What cannot be shipped (closures, module-level names
+  other than modules, code without source, host objects, arguments that are not JSON) is
+  refused when wrapping, not when the model calls it.
 - ``code_tool(tools)``: one ``run_python(code)`` tool for programmatic tool calling: the model
   writes Python, the listed tools are plain functions inside it (their calls cross back to the
   host), and only stdout and the final value return to the model, capped in size.
@@ -49,7 +50,7 @@ _HOST_TYPES = _host_types()
 
 
 class ExecutorTool(Closing, StructuredTool):
-    """A LangChain tool that runs in a ringzero executor (made by ``sandboxed``/``code_tool``).
+    """The ``run_python`` tool ``code_tool`` makes: model code runs in a ringzero executor.
 
     Outside a kernel process its executor lives on one loop of its own (a private thread once
     it is called synchronously): ``close()``/``aclose()``, or ``with``, stop it and the Monty
