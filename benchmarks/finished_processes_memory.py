@@ -4,7 +4,9 @@
 go through the kernel into a durable SQLite journal (a temporary file of about 6 GB). The
 kernel must not keep them: its resident set after the last process ends should be within a
 small constant of what it was after a warm-up batch. The peer row is what a kernel that kept
-every reply in memory would hold (the bytes of the replies alone).
+every reply in memory would hold (the bytes of the replies alone). Where glibc is the allocator,
+the table also shows the resident set once it has given back the free memory it keeps for
+reuse (``malloc_trim``): the growth objects still hold.
 
 The suite runs the same check at 50 x 20 x 10 KB under tracemalloc
 (tests/test_lean_records.py); this script is the full size, too slow and too big on disk for
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import gc
 import itertools
 import os
@@ -38,6 +42,20 @@ CONCURRENCY = 100
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
+
+
+def give_back() -> bool:
+    """Ask glibc's allocator to return the free memory it holds to the system (``malloc_trim``):
+    what is left is what objects (Python's or SQLite's) still use. False where there is no glibc."""
+    libc = ctypes.util.find_library("c")
+    if libc is None:
+        return False
+    try:
+        trim = ctypes.CDLL(libc).malloc_trim
+    except AttributeError:  # not glibc
+        return False
+    trim(0)
+    return True
 
 
 async def chatty(ctx: Context, calls: int) -> int:
@@ -74,12 +92,14 @@ async def main(count: int, calls: int) -> None:
         async with Kernel(checkpointer=SqliteCheckpointer(db), llm=provider) as kernel:
             await run_batch(kernel, provider, CONCURRENCY * 2, calls)  # warm-up: every path, every cache
             gc.collect()
+            give_back()
             before = rss_bytes()
             started = time.perf_counter()
             await run_batch(kernel, provider, count, calls, progress="chatty")
             elapsed = time.perf_counter() - started
             gc.collect()
             after = rss_bytes()
+            trimmed = rss_bytes() if give_back() else None
             live = len(kernel.runtime.procs)
         on_disk = sum(entry.stat().st_size for entry in os.scandir(tmp))
 
@@ -92,6 +112,10 @@ async def main(count: int, calls: int) -> None:
     table.add_row("kernel's resident set after the warm-up batch", f"{before / 1e6:,.1f}")
     table.add_row("kernel's resident set after every process finished", f"{after / 1e6:,.1f}")
     table.add_row("growth", f"{(after - before) / 1e6:,.1f}")
+    if trimmed is not None:
+        table.add_row("resident set once the allocator gave back its free memory (malloc_trim)",
+                      f"{trimmed / 1e6:,.1f}")
+        table.add_row("growth held by objects (after malloc_trim)", f"{(trimmed - before) / 1e6:,.1f}")
     Console(width=120).print(table)
     print(f"live processes left in the kernel: {live}; {count * calls / elapsed:,.0f} LLM calls/s, {elapsed:.0f} s")
 
