@@ -34,7 +34,9 @@ from ringzero.core.errors import (
     ProviderError,
     ProviderUnavailable,
     RateLimited,
+    ResultRefused,
     RingzeroError,
+    ToolCrashed,
     ToolError,
     ToolFailed,
     ToolInDoubt,
@@ -43,6 +45,7 @@ from ringzero.core.errors import (
 )
 from ringzero.core.gate import LLMGate, Pricing, RateLimit, RetryPolicy
 from ringzero.core.kernel import Event, Kernel, ProcessHandle, ProcessInfo
+from ringzero.core.tool_parameters import code_may_set
 from ringzero.core.tool_pool import cpu_bound
 from ringzero.core.types import (
     ExecLimits,
@@ -99,15 +102,18 @@ __all__ = [
     "ProviderUnavailable",
     "RateLimit",
     "RateLimited",
+    "ResultRefused",
     "RetryPolicy",
     "RingzeroError",
     "StopReason",
+    "ToolCrashed",
     "ToolError",
     "ToolFailed",
     "ToolInDoubt",
     "ToolNotFound",
     "WrongEventLoop",
     "__version__",
+    "code_may_set",
     "cpu_bound",
     "idempotent",
 ]

@@ -238,6 +238,10 @@ class TopView:
             if tools.get("overrunning"):  # a tool that ignored its run's wall limit still holds a thread
                 yield Text(f"host tools ({kernel.kernel}): {tools['running']} running in {tools['threads']} threads · "
                            f"{tools['overrunning']} past their run's wall limit", style="bold yellow")
+            if tools.get("stalled_by"):  # a tool held the GIL: every agent of that host stopped meanwhile
+                yield Text(f"host tools ({kernel.kernel}): {tools['stalled_by']} held the event loop "
+                           f"{tools['stall_s']:.2f} s ({tools['stalls']} stall(s)): declare it @ringzero.cpu_bound",
+                           style="bold yellow")
 
     def _table(self, rows: list[Row]) -> Table:
         table = Table(box=None, pad_edge=False, header_style="bold reverse", expand=False)
@@ -245,8 +249,7 @@ class TopView:
                                 ("PRI", "right"), ("PARENT", "right"), ("TOKENS", "right"), ("COST $", "right"),
                                 ("LLM", "right"), ("WALL s", "right"), ("SYSCALL NOW", "left")):
             table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        room = max(3, self.height - 9 - sum(len(k.gates) + bool(k.tools.get("overrunning"))
-                                            for k in self.snapshot.kernels))
+        room = max(3, self.height - 9 - sum(_tool_lines(k) for k in self.snapshot.kernels))
         start = 0
         if self.selected is not None:
             index = next(i for i, r in enumerate(rows) if r.pid == self.selected)
@@ -268,6 +271,12 @@ class TopView:
 
 # ---------------------------------------------------------------------- the terminal
 _SEQUENCES = {"\x1b[A": "up", "\x1b[B": "down", "\x1bOA": "up", "\x1bOB": "down"}
+
+
+def _tool_lines(kernel: KernelActivity) -> int:
+    """The lines a kernel takes above the table: one per gate, and one for each warning about
+    its host tools (past their wall limit, holding the event loop)."""
+    return len(kernel.gates) + bool(kernel.tools.get("overrunning")) + bool(kernel.tools.get("stalled_by"))
 
 
 def parse_keys(data: str) -> list[str]:
@@ -322,8 +331,7 @@ async def run_top(checkpointer: Checkpointer, where: str, console: Console, *, i
     view = TopView(where, sort=sort, filter=filter, height=console.height)
     view.snapshot = await read_snapshot(checkpointer)
     if once or not console.is_terminal or not sys.stdin.isatty():
-        view.height = 9 + len(view.snapshot.rows) + sum(len(k.gates) + bool(k.tools.get("overrunning"))
-                                                        for k in view.snapshot.kernels)  # every row
+        view.height = 9 + len(view.snapshot.rows) + sum(_tool_lines(k) for k in view.snapshot.kernels)  # every row
         console.print(view.render())
         return 0
     pressed: list[str] = []

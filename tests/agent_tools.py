@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ringzero
+
 REGIONS = ("north", "south", "east", "west")
 TOOL_CALLS: list[str] = []
 
 
+@ringzero.code_may_set("rows")  # the model's code may ask for fewer rows
 def load_sales(rows: int = 1000) -> list[dict[str, object]]:
     """Load the sales table: one row per sale with its region and amount in dollars."""
     TOOL_CALLS.append("load_sales")

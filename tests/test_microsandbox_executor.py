@@ -13,7 +13,7 @@ import microsandbox as ms
 import pytest
 
 from ringzero.core.errors import ExecutorError, InvalidArgument
-from ringzero.providers.executors._runner import frame, read_frame
+from ringzero.providers.executors._runner import frame
 from ringzero.providers.executors.boundary import FrameBuffer, ProtocolViolation
 from ringzero.providers.executors.microsandbox import (
     RUNNER_SOURCE,
@@ -125,25 +125,36 @@ def test_the_guest_runner_speaks_the_protocol_over_stdin_and_stdout() -> None:
                "output_bytes": 1000}
     guest.stdin.write(frame(request))
     guest.stdin.flush()
-    read = guest.stdout.read
-    call = read_frame(read)
-    assert (call["op"], call["name"], call["args"]) == ("call", "lookup", ["a"])
+    frames = FrameBuffer()
+
+    def read() -> dict[str, object]:
+        while True:
+            got = frames.feed(guest.stdout.read1(65536))  # type: ignore[union-attr]
+            if got:
+                return got[0]
+
+    call = read()
+    assert (call["op"], call["name"], call["data"]) == ("call", "lookup", [b'[["a"],{}]'])
     guest.stdin.write(frame({"op": "result", "value": 21}))
     guest.stdin.flush()
-    done = read_frame(read)
+    done = read()
     guest.stdin.close()
     guest.stdout.close()
     assert guest.wait(10) == 0
-    assert (done["op"], done["value"], done["stdout"], done["error"]) == ("done", 42, "got 21\n", None)
+    assert (done["op"], done["data"], done["error"]) == ("done", [b"42", b"got 21\n"], None)
 
 
 def test_frames_are_reassembled_from_any_chunking_and_oversize_or_junk_is_refused() -> None:
-    data = frame({"op": "call", "name": "a"}) + frame({"op": "done"})
+    data = frame({"op": "call", "name": "a"}, b"[[1],{}]") + frame({"op": "done"}, b"", b"out")
     buffer = FrameBuffer()
     got = [m for i in range(len(data)) for m in buffer.feed(data[i:i + 1])]
-    assert got == [{"op": "call", "name": "a"}, {"op": "done"}]
+    assert got == [{"op": "call", "name": "a", "data": [b"[[1],{}]"]}, {"op": "done", "data": [b"", b"out"]}]
     with pytest.raises(ProtocolViolation, match="limit"):
-        FrameBuffer(limit=10).feed(b"\x00\x00\x10\x00")
+        FrameBuffer(control=10).feed(b"\x00\x00\x10\x00")
+    with pytest.raises(ProtocolViolation, match="limit"):  # data over the limit, refused from what the message says
+        FrameBuffer(limit=10).feed(frame({"op": "done"}, b"x" * 11, b""))
+    with pytest.raises(ProtocolViolation, match="were announced"):  # data that is not what the message said
+        FrameBuffer().feed(frame({"op": "done", "data": [3]}) + frame_bytes(b"12345"))
     with pytest.raises(ProtocolViolation, match="malformed"):
         FrameBuffer().feed(b"\x00\x00\x00\x03abc")
     with pytest.raises(ProtocolViolation, match="malformed"):  # nesting that would exhaust a recursive parser

@@ -674,7 +674,7 @@ HOST_SIDE_ATTACKS = [
                    and "sk-host-secret" in (r.tool_calls[0].error or ""), {"lookup": leaks_its_request}),
     HostSideAttack("11 a ToolError's message reaches the code", SHOWN.format(call="lookup('Atlantis')"),
                    lambda r: "no city named Atlantis" in r.value[1], {"lookup": no_such_city}),
-    HostSideAttack("11 a default named like an endpoint or credential keeps the host's value",
+    HostSideAttack("11 a default keeps the host's value",
                    SHOWN.format(call="fetch('/x', base_url='http://127.0.0.1:9')") + "\n[out, fetch('/y')]",
                    lambda r: r.value[0][0] == "TypeError" and r.value[1] == "https://api.example.com/y"
                    and [c.error is None for c in r.tool_calls] == [False, True], {"fetch": fetch}),
@@ -726,7 +726,7 @@ async def test_7_tools_that_outlive_their_runs_leave_the_pool_to_the_next_run(sa
         if pool.stats()["overrunning"] == 0:
             break
         await asyncio.sleep(0.01)
-    assert pool.stats() == {"threads": pool.threads, "running": 0, "overrunning": 0}
+    assert pool.stats() == {"threads": pool.threads, "running": 0, "overrunning": 0, "stalls": 0}
 
 
 async def test_7_a_cpu_bound_tool_runs_in_a_worker_process() -> None:
@@ -953,16 +953,3 @@ async def test_10_one_run_holding_every_inotify_instance_leaves_other_runs_their
     assert pace.longest_stall < MAX_STALL and pace.runs > 0 and pace.wrong == []
     assert held.error is None and isinstance(held.value, int), held
     assert other.value == [True, 0], other
-
-
-def listing(table: str, sort_key: str = "name", key: str = "id", limit: int = 10) -> list[object]:
-    return [table, sort_key, key, limit]
-
-
-@pytest.mark.parametrize("sandbox", ["monty", "process"], indirect=True)
-async def test_11_defaults_not_named_like_credentials_stay_the_code_s(sandbox: Executor) -> None:
-    """Row 11's host-owned defaults are endpoints and credentials only: ``key``, ``sort_key``
-    and ``limit`` are the code's to pass."""
-    result = await sandbox.run("listing('items', sort_key='price', key='sku', limit=3)", tools={"listing": listing},
-                               limits=LIMITS)
-    assert result.value == ["items", "price", "sku", 3], result

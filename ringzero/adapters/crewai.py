@@ -32,6 +32,7 @@ from ringzero.core.effects import error_record, retry_safe, served
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.routing import route_sync
+from ringzero.core.tool_parameters import schema_tool
 from ringzero.core.types import ExecResult, json_form, json_problem
 
 try:
@@ -208,10 +209,9 @@ class CodeExecutionTool(BaseTool):
         host, lines = {}, []
         for item in tools:
             tool = item if isinstance(item, BaseTool) else crewai_tool(item)
-            fields = list(tool.args_schema.model_fields)
-            host[tool.name] = _host_call(tool, fields)
+            host[tool.name] = _host_call(tool)
             summary = (_plain_description(tool).strip().splitlines() or [""])[0]
-            lines.append(f"- {tool.name}({', '.join(fields)}): {summary}")
+            lines.append(f"- {tool.name}({', '.join(inspect.signature(host[tool.name]).parameters)}): {summary}")
         data.setdefault("description", "Run Python code in a sandbox. These functions are available inside it "
                         "and return their results directly:\n" + "\n".join(lines) + "\nOnly what the code prints "
                         "and the value of its last expression come back; keep large data inside the code and "
@@ -231,14 +231,12 @@ class CodeExecutionTool(BaseTool):
         return _execute(code, {}, self._host, self._runner, "crewai_code").for_model(self.max_output)
 
 
-def _host_call(tool: BaseTool, fields: list[str]) -> Tool:
-    """The host function the sandbox calls for ``tool``: positional arguments map onto its fields."""
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if len(args) > len(fields):
-            raise TypeError(f"{tool.name}() takes {len(fields)} arguments but {len(args)} were given")
-        return tool.run(**dict(zip(fields, args, strict=False)), **kwargs)
-
-    return call
+def _host_call(tool: BaseTool) -> Tool:
+    """The host function the sandbox calls for ``tool``: its parameters are the fields of its
+    ``args_schema`` (its author's declaration of what the model sets), positional or by keyword."""
+    fields = tool.args_schema.model_fields
+    return schema_tool(tool.name, list(fields), [name for name, f in fields.items() if f.is_required()],
+                       lambda given: tool.run(**given))
 
 
 def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: ExecutorChoice,

@@ -21,6 +21,7 @@ from ringzero.adapters._shipping import ExecutorChoice, raise_as_raised, run_shi
 from ringzero.core.errors import InvalidArgument, MissingExtra, ToolFailed
 from ringzero.core.loops import Closing
 from ringzero.core.protocols import Executor
+from ringzero.core.tool_parameters import schema_tool
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -236,7 +237,7 @@ def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor
         tool = item if isinstance(item, BaseTool) else StructuredTool.from_function(
             item, description=item.__doc__ or item.__name__)
         host[tool.name] = _host_call(tool)
-        fields = _argument_names(tool)
+        fields = inspect.signature(host[tool.name]).parameters
         lines.append(f"- {tool.name}({', '.join(fields)}): {tool.description.strip().splitlines()[0]}")
     runner = ExecutorChoice(executor, "the run_python tool")
     description = ("Run Python code. These functions are available inside it and return their results "
@@ -258,18 +259,13 @@ def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor
 
 
 def _host_call(tool: BaseTool) -> Callable[..., Any]:
-    """A host function that calls ``tool`` with positional or keyword arguments."""
-    order = _argument_names(tool)
+    """A host function that calls ``tool``, whose parameters are the fields its schema lets the
+    model set (injected arguments are the host's), positional or by keyword."""
+    schema: Any = tool.tool_call_schema
+    if not isinstance(schema, dict):
+        schema = schema.model_json_schema()
 
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        if len(args) > len(order):
-            raise TypeError(f"{tool.name}() takes {len(order)} arguments but {len(args)} were given")
-        return await tool.ainvoke({**dict(zip(order, args, strict=False)), **kwargs})
+    async def call(given: dict[str, Any]) -> Any:
+        return await tool.ainvoke(given)
 
-    return call
-
-
-def _argument_names(tool: BaseTool) -> list[str]:
-    """The tool's arguments, in order (positional calls from the sandbox map onto them)."""
-    schema: dict[str, Any] = tool.get_input_schema().model_json_schema()  # type: ignore[union-attr]
-    return list(schema.get("properties", {}))
+    return schema_tool(tool.name, list(schema.get("properties", {})), schema.get("required", ()), call)

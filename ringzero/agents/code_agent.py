@@ -27,6 +27,7 @@ from ringzero.core.errors import InvalidArgument, NoProvider
 from ringzero.core.kernel import Kernel
 from ringzero.core.loops import Closing
 from ringzero.core.protocols import Checkpointer, Executor, LLMProvider
+from ringzero.core.tool_parameters import code_may_set
 from ringzero.core.types import JSON, ExecResult, Limits, Message
 
 __all__ = [
@@ -111,6 +112,7 @@ class AgentResult:
         return cls(data.get("answer"), str(data.get("output") or ""), data.get("error"), int(data.get("steps") or 0))
 
 
+@code_may_set("value")
 def _final_answer(value: JSON = None) -> JSON:
     """Ends the task with ``value`` (the host reads it from the run's record of tool calls)."""
     return value
@@ -126,6 +128,7 @@ async def solve(ctx: Context, task: str, config: AgentConfig,
     described = "\n".join(filter(None, [registry.describe(shown),
                                         "\n".join(f"- {n}{signature_of(f)}: {_summary(f)}" for n, f in extra.items())]))
 
+    @code_may_set("limit")
     def search_tools(query: str, limit: int = 5) -> str:
         """Describe the registered functions that match ``query``."""
         return registry.describe(spec.name for spec in registry.search(query, limit)) or "no matching functions"

@@ -16,6 +16,7 @@ from typing import Any
 from ringzero.core.errors import InvalidArgument
 from ringzero.core.ranking import Embed, rank
 from ringzero.core.references import import_reference, importable_reference
+from ringzero.core.tool_parameters import ToolParameters
 
 __all__ = ["ToolRegistry", "ToolSpec", "import_tool", "signature_of"]
 
@@ -50,15 +51,16 @@ def import_tool(reference: str) -> Callable[..., Any]:
 
 
 def signature_of(fn: Callable[..., Any]) -> str:
-    """``(city: str) -> str``: annotations evaluated where they can be (modules with postponed
-    annotations store them as strings), as written where they cannot."""
+    """``(city: str) -> str``: the parameters the code may set (the host's, such as an
+    ``api_key=`` default, are left out: the model never sees their values), annotations evaluated
+    where they can be (modules with postponed annotations store them as strings), as written
+    where they cannot."""
+    parameters = ToolParameters(fn, getattr(fn, "__name__", "tool"))
     try:
-        return str(inspect.signature(fn, eval_str=True))
+        return str(parameters.shown(inspect.signature(fn, eval_str=True)))
     except Exception:  # an annotation naming something not importable at run time
-        try:
-            return str(inspect.signature(fn)).replace("'", "")
-        except (TypeError, ValueError):
-            return "(...)"
+        shown = parameters.shown()
+        return "(...)" if shown is None else str(shown).replace("'", "")
 
 
 class ToolRegistry:

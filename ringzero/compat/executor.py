@@ -25,6 +25,7 @@ import time
 import pytest
 
 from ringzero.core.protocols import Executor
+from ringzero.core.tool_parameters import code_may_set
 from ringzero.core.types import JSON, ExecLimits
 
 __all__ = ["ExecutorConformance"]
@@ -63,6 +64,8 @@ class ExecutorConformance:
 
     async def test_tools_are_plain_functions_with_json_arguments_and_results(self, executor: Executor) -> None:
         needs_tools(executor)
+
+        @code_may_set("limit")
         def search_docs(query: str, limit: int = 2) -> list[dict[str, object]]:
             return [{"title": f"{query} {i}", "score": 1.0 / (i + 1)} for i in range(limit)]
 
@@ -71,6 +74,23 @@ class ExecutorConformance:
         assert result.value == ["kernel 0", "kernel 1", "kernel 2"]
         [call] = result.tool_calls
         assert (call.name, call.args, call.kwargs) == ("search_docs", ["kernel"], {"limit": 3})
+
+    async def test_a_tool_s_other_defaults_stay_the_host_s(self, executor: Executor) -> None:
+        """A parameter with a default is the host's unless the tool declares it
+        (``code_may_set``), however the code passes it: ``HostTools`` decides this for you."""
+        needs_tools(executor)
+        seen: list[str] = []
+
+        def fetch(path: str, base_url: str = "https://api.example.com") -> str:
+            seen.append(base_url)
+            return base_url + path
+
+        code = ("out = []\nfor call in (lambda: fetch('/a', 'http://127.0.0.1:9'), "
+                "lambda: fetch('/b', base_url='http://127.0.0.1:9')):\n    try:\n        call()\n"
+                "    except TypeError:\n        out.append('refused')\nout.append(fetch('/c'))\nout")
+        result = await executor.run(code, tools={"fetch": fetch})
+        assert result.value == ["refused", "refused", "https://api.example.com/c"], result
+        assert seen == ["https://api.example.com"]
 
     async def test_async_tools_are_plain_functions_too(self, executor: Executor) -> None:
         needs_tools(executor)

@@ -27,30 +27,26 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ringzero.core import errors
 from ringzero.core.errors import CheckpointerError, RingzeroError, ToolInDoubt
 from ringzero.core.journal import canonical_json, diverged, fingerprint
+from ringzero.core.tool_parameters import IDEMPOTENCY_KEY, declare, declared
 from ringzero.core.types import JSON, strict_json
 
 if TYPE_CHECKING:
     from ringzero.core.journal import Journal
 
-__all__ = ["NESTED_CALLS", "NestedCalls", "error_record", "idempotent", "retry_safe", "served", "takes_idempotency_key",
-           "tool_summary"]
+__all__ = ["ERROR_CHARS", "NESTED_CALLS", "NestedCalls", "clip", "error_record", "idempotent", "retry_safe", "served",
+           "takes_idempotency_key", "tool_summary"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-IDEMPOTENCY_KEY = "idempotency_key"
 
 
 def idempotent(tool: F) -> F:
     """Mark ``tool`` as safe to run again: a call of it that was in flight when its host died
     is run again on resume rather than raised as ``ToolInDoubt``. Use it for reads, and for
     writes that the other side deduplicates by their own arguments."""
-    try:
-        tool.__ringzero_idempotent__ = True  # type: ignore[attr-defined]
-    except (AttributeError, TypeError, ValueError):  # a model that refuses new attributes (a CrewAI tool)
-        object.__setattr__(tool, "__ringzero_idempotent__", True)
-    return tool
+    return declare(tool, "__ringzero_idempotent__", True)
 
 
 def takes_idempotency_key(tool: Any) -> bool:
@@ -67,9 +63,7 @@ def takes_idempotency_key(tool: Any) -> bool:
 def retry_safe(tool: Any) -> bool:
     """Whether an in-doubt call of ``tool`` may run again: marked :func:`idempotent` (itself, or
     the function a ``functools.partial`` wraps), or it takes an idempotency key."""
-    # ``func``: what a partial wraps, or the function a framework's tool was made from (CrewAI's @tool)
-    marked = any(getattr(t, "__ringzero_idempotent__", False) for t in (tool, getattr(tool, "func", None)))
-    return marked or takes_idempotency_key(tool)
+    return bool(declared(tool, "__ringzero_idempotent__")) or takes_idempotency_key(tool)
 
 
 def tool_summary(name: str, args: Any, kwargs: Any) -> str:
@@ -112,7 +106,11 @@ class NestedCalls:
         """In-doubt calls run again because their tool is safe to repeat."""
         self._count = 0
 
-    async def call(self, name: str, tool: Any, args: list[Any], kwargs: dict[str, Any], plain: PlainCall) -> Any:
+    async def call(self, name: str, tool: Any, args: list[Any], kwargs: dict[str, Any], plain: PlainCall,
+                   check: Callable[[Any], Awaitable[None]] | None = None) -> Any:
+        """The call's outcome: served from the journal, or ``plain`` run live (which judges the
+        result with ``check`` before it is recorded; a served result passes ``check`` too, so the
+        run's budget is charged as it was when the call was made)."""
         self._count += 1  # taken before anything is awaited: the order the code made the calls in
         key = f"{self.slot}.{self._count}"
         if self.problem is not None:
@@ -129,7 +127,10 @@ class NestedCalls:
                         raise self._abandon(diverged(self.pid, key, (entry.kind, entry.fingerprint, entry.summary),
                                                      ("tool", fp, summary)))
                     self.served += 1
-                    return served(entry.outcome)
+                    value = served(entry.outcome)
+                    if check is not None:
+                        await check(value)
+                    return value
                 if key in effects.intents:
                     if not retry_safe(tool):
                         raise self._abandon(ToolInDoubt(self.pid, name, key, summary))
@@ -175,20 +176,46 @@ class NestedCalls:
         return RuntimeError(f"ringzero stops this run: {type(self.problem).__name__} (no further tool runs)")
 
 
+ERROR_CHARS = 2000
+"""The most of a tool's error text the host keeps (in a run's record, in the journal) or shows
+the code: a tool's exception may carry megabytes."""
+
+
+def clip(text: str, limit: int = ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, with a note of how many more there were."""
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
 def error_record(exc: BaseException) -> dict[str, JSON]:
-    """A tool's exception as the journal keeps it: its type's name and its arguments."""
-    return {"type": type(exc).__name__,
-            "args": [a if isinstance(a, (str, int, bool)) or a is None else str(a) for a in exc.args]}
+    """A tool's exception as the journal keeps it: its type's name and its arguments, their
+    text ``ERROR_CHARS`` in all."""
+    args: list[JSON] = []
+    room = ERROR_CHARS
+    for arg in exc.args:
+        if isinstance(arg, (int, bool)) or arg is None:
+            args.append(arg)
+        else:
+            text = clip(str(arg), room)
+            room = max(0, room - len(text))
+            args.append(text)
+    return {"type": type(exc).__name__, "args": args}
 
 
 def served(outcome: dict[str, Any]) -> Any:
     """A recorded call's outcome for the code: its value, or its exception raised again (the
-    built-in type of that name, else an exception class of that name)."""
+    built-in or ringzero error of that name, so that a ``ToolError``'s message is shown on replay
+    as it was live; else an exception class of that name)."""
     if "error" not in outcome:
         return outcome.get("value")
     error = outcome["error"]
     name = str(error.get("type") or "Exception")
-    cls = getattr(builtins, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Exception)):
-        cls = type(name, (Exception,), {})
-    raise cls(*error.get("args", []))
+    args = error.get("args", [])
+    for home in (builtins, errors):
+        cls = getattr(home, name, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            try:
+                exc = cls(*args)
+            except TypeError:  # an error whose constructor takes other arguments
+                continue
+            raise exc
+    raise errors.exception_named(name)(*args)

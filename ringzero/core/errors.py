@@ -20,6 +20,8 @@ The tree::
     ├── ToolFailed                   a host tool called through ctx.tool() raised
     ├── ToolInDoubt                  a tool call was in flight when its host died: it may have run
     ├── ToolError                    raised by a host tool on purpose: its message reaches sandboxed code
+    │   ├── ToolCrashed              the worker process running a cpu_bound tool died (a segfault, an OOM kill)
+    │   └── ResultRefused            a cpu_bound tool's result may not cross (too large, not JSON; also a ValueError)
     ├── ProviderError                an LLM provider failed; what the gate retries or raises
     │   ├── RateLimited              429 / quota; carries retry_after in seconds, when known
     │   ├── ProviderUnavailable      5xx, connection failure or timeout: worth retrying
@@ -39,6 +41,7 @@ tree at their edge and chain the original with ``raise ... from exc``.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -68,7 +71,9 @@ __all__ = [
     "ProviderError",
     "ProviderUnavailable",
     "RateLimited",
+    "ResultRefused",
     "RingzeroError",
+    "ToolCrashed",
     "ToolError",
     "ToolFailed",
     "ToolInDoubt",
@@ -216,6 +221,17 @@ class ToolError(RingzeroError):
     request's headers), unless the executor was built with ``show_tool_errors=True``."""
 
 
+class ToolCrashed(ToolError):
+    """The worker process running a ``cpu_bound`` tool died mid-call (a segfault, an OOM kill):
+    that call fails with this; the next call gets a fresh worker."""
+
+
+class ResultRefused(ToolError, ValueError):
+    """A ``cpu_bound`` tool's result that may not cross, judged in its worker process before the
+    host sees it: too large for the caller's limit, too deep, not JSON. Its message says which,
+    in the words the boundary uses for any tool's result."""
+
+
 class ToolInDoubt(RingzeroError):
     """A tool call whose intent was recorded but whose result was not: its host died while it
     ran, so it may or may not have had its effect. The kernel does not run it again (it might
@@ -263,3 +279,11 @@ class MissingExtra(RingzeroError, ImportError):
             f"{feature} needs an optional dependency: pip install 'ringzero[{extra}]'"
         )
         self.extra = extra
+
+
+@functools.cache
+def exception_named(name: str) -> type[Exception]:
+    """An Exception class of this name: what a tool's exception, recorded or reported by its
+    type's name alone, becomes where the original cannot travel (a journal, a worker process) or
+    must not reach the event loop (``SystemExit``)."""
+    return type(name, (Exception,), {"__module__": "ringzero.core.errors"})

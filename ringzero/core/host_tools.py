@@ -11,55 +11,61 @@ on its own (``ringzero.core.effects``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ringzero.core.effects import NESTED_CALLS
 from ringzero.core.protocols import Tool
 from ringzero.core.telemetry import exec_tool_span
-from ringzero.core.tool_pool import ToolPool, as_exception, shared_pool
+from ringzero.core.tool_pool import as_exception, shared_pool
 
-__all__ = ["call_tool"]
+__all__ = ["ResultCheck", "SyncRunner", "call_tool"]
+
+
+SyncRunner = Callable[[Tool, list[Any], dict[str, Any]], Awaitable[Any]]
+"""How a sync tool is run off the loop: a pool's ``run``, with its owner and result limit bound."""
+ResultCheck = Callable[[Any], Awaitable[None]]
+"""Judges a tool's result before anyone keeps it: raises ``ResultRefused`` for one that may not cross."""
 
 
 async def call_tool(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, name: str | None = None,
-                    pool: ToolPool | None = None) -> Any:
-    """Call a host tool off the event loop: awaited if it is async, else in a thread of ``pool``
-    (the host's shared pool where not given; the thread's context carries the caller's, so a
-    kernel process's ``ctx`` is seen there).
+                    run: SyncRunner | None = None, check: ResultCheck | None = None) -> Any:
+    """Call a host tool off the event loop: awaited if it is async, else through ``run`` (a
+    tool pool's ``run``; the host's shared pool where not given: the thread's context carries
+    the caller's, so a kernel process's ``ctx`` is seen there). ``check`` judges the result as
+    soon as the tool returns, before the journal keeps it.
 
-    A keyword the host bound with :func:`functools.partial` (``partial(search, api_key=KEY)``)
-    is the host's: the code naming it gets a ``TypeError`` rather than overriding it, so such a
-    keyword is a safe place for a secret. Any other parameter, defaults included, is the code's.
+    Which arguments sandboxed code may pass is decided before this, at the boundary
+    (``ringzero.core.tool_parameters``): a call arrives here bound and allowed.
 
     Called by code that a kernel process runs through ``ctx.exec``, the call is journaled under
     the exec (``name`` identifies it there; the tool's own name where not given): a recorded one
     is answered from the journal when the code runs again after a crash."""
-    fixed = sorted(set(kwargs) & set(tool.keywords)) if isinstance(tool, functools.partial) else []
-    if fixed:
-        raise TypeError(f"argument {fixed[0]!r} is fixed by the host and cannot be passed")
     calls = NESTED_CALLS.get()
     if calls is not None:
         return await calls.call(name or str(getattr(tool, "__qualname__", None) or repr(tool)), tool, args, kwargs,
-                                functools.partial(_live, pool=pool, name=name))
-    return await _live(tool, args, kwargs, pool, name)
+                                functools.partial(_live, run=run, name=name, check=check), check)
+    return await _live(tool, args, kwargs, run, name, check)
 
 
-async def _live(tool: Tool, args: list[Any], kwargs: dict[str, Any], pool: ToolPool | None = None,
-                name: str | None = None) -> Any:
+async def _live(tool: Tool, args: list[Any], kwargs: dict[str, Any], run: SyncRunner | None = None,
+                name: str | None = None, check: ResultCheck | None = None) -> Any:
     span = exec_tool_span(tool, name)
-    if span is None:
-        return await _call(tool, args, kwargs, pool)
-    with span:
-        return await _call(tool, args, kwargs, pool)
+    with span if span is not None else contextlib.nullcontext():
+        result = await _call(tool, args, kwargs, run)
+        if check is not None:
+            await check(result)
+        return result
 
 
-async def _call(tool: Tool, args: list[Any], kwargs: dict[str, Any], pool: ToolPool | None) -> Any:
+async def _call(tool: Tool, args: list[Any], kwargs: dict[str, Any], run: SyncRunner | None) -> Any:
     try:
         if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
             return await tool(*args, **kwargs)
-        result = await (pool or shared_pool()).run(tool, args, kwargs)
+        result = await (run or shared_pool().run)(tool, args, kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result

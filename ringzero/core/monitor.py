@@ -79,9 +79,10 @@ class KernelActivity:
     gates: dict[str, dict[str, Any]]
     """Per gate: ``waiting`` (calls in line), ``in_flight``, ``calls``, ``rate_limited``,
     ``retries``, ``failures``, ``tokens``, ``calls_per_s``, ``tokens_per_s``, ``closed_for_s``."""
-    tools: dict[str, int] = field(default_factory=dict)
-    """The kernel's host tool threads: ``threads``, ``running``, and ``overrunning`` (tools still
-    running after their run's wall limit ended the wait)."""
+    tools: dict[str, Any] = field(default_factory=dict)
+    """The kernel's host tool threads: ``threads``, ``running``, ``overrunning`` (tools still
+    running after their run's wall limit ended the wait), ``stalls`` (times a tool held the event
+    loop over 100 ms) and, after one, ``stalled_by`` (the tool) and ``stall_s``."""
 
     def fresh(self, now: float | None = None) -> bool:
         """True while the kernel is alive as far as anyone can tell: not closed, and its last row
@@ -295,7 +296,7 @@ class Monitor:
             gates[name] = row
         return {"kernel": self.id, "node": self.runtime.cluster.node, "at": time.time(), "interval": self.interval,
                 "closed": False, "processes": processes, "more": max(0, len(live) - MAX_LISTED), "gates": gates,
-                "tools": pools_in_use(self.runtime.executor)}  # type: ignore[dict-item]
+                "tools": pools_in_use(self.runtime.executor)}
 
     async def _write(self, body: Mapping[str, JSON]) -> None:
         await self.runtime.checkpointer.put(Checkpoint(thread_id=ACTIVITY, namespace="", id=self.id,

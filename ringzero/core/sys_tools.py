@@ -9,9 +9,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core.effects import (
-    IDEMPOTENCY_KEY,
     NESTED_CALLS,
     NestedCalls,
+    clip,
     retry_safe,
     takes_idempotency_key,
     tool_summary,
@@ -21,6 +21,7 @@ from ringzero.core.host_tools import call_tool
 from ringzero.core.journal import trimmed
 from ringzero.core.live import NESTED_COST, current_slot
 from ringzero.core.protocols import Tool
+from ringzero.core.tool_parameters import IDEMPOTENCY_KEY
 from ringzero.core.types import JSON, ExecLimits, ExecResult, ensure_json
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSO
         try:
             value = await call_tool(call, list(args), given)
         except Exception as exc:
-            return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+            return {"error": {"type": type(exc).__name__, "message": clip(str(exc))}}
         return {"value": ensure_json(value, f"the result of tool {name!r}")}
 
     outcome = await process.syscall("tool", {"name": name, "args": list(args), "kwargs": kwargs},

@@ -200,12 +200,11 @@ class Server:
             self.limit(header["limits"])
             send_msg(conn, {"op": "started"})  # confined: from here on, a "failed" may be the code's own
             request = recv_msg(conn)
-            result = run_code(request, lambda m: send_msg(conn, m), lambda: recv_msg(conn),
-                              int(header["limits"]["output_bytes"]))
-            send_msg(conn, result)
+            conn.sendall(run_code(request, conn.sendall, lambda: recv_msg(conn),
+                                  int(header["limits"]["output_bytes"])))
         except BaseException as exc:
             with contextlib.suppress(OSError):
-                send_msg(conn, {"op": "failed", "message": f"{type(exc).__name__}: {exc}"})
+                send_msg(conn, {"op": "failed", "message": f"{type(exc).__name__}: {exc}"[:2000]})
         os._exit(0)
 
     def probe(self) -> dict[str, str | None]:

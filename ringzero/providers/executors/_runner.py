@@ -5,6 +5,13 @@ this file's source into the guest, where nothing of ringzero is installed. Messa
 length-prefixed JSON: ``run`` arrives, ``call`` goes out for each host tool call and is
 answered by ``result`` or ``error``, and ``done`` carries the value, stdout and any error.
 Run as a script, it speaks that protocol on stdin/stdout.
+
+What the code makes travels beside its message, not in it: a message the sandbox sends names
+the lengths of its data (``"data": [n, ...]``), and each follows as a frame of raw bytes:
+a ``call``'s arguments as the JSON text ``[args, kwargs]``, a ``done``'s value as JSON text and
+its stdout as UTF-8. So the host parses only small messages, and judges each piece of data by
+its length before anything parses it (``boundary.FrameBuffer``). JSON text here is compact and
+ASCII, as the host's journal stores it: its length is what the host's limits count.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["HEADER", "MAX_DEPTH", "CappedOutput", "deeper_than", "frame", "read_frame", "run_code"]
+__all__ = ["CONTROL_BYTES", "HEADER", "MAX_DEPTH", "CappedOutput", "deeper_than", "frame", "json_text", "read_frame",
+           "run_code"]
 
 HEADER = struct.Struct("!I")
 """A frame's header: the body's length, 4 bytes, network order. The one framing codec: this
@@ -46,11 +54,25 @@ def deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def frame(message: Any) -> bytes:
-    """One length-prefixed message: compact UTF-8 JSON (a lone surrogate travels as its JSON
-    escape, so any Python str survives)."""
-    data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
-    return HEADER.pack(len(data)) + data
+CONTROL_BYTES = 256 * 1024
+"""The largest message a sandbox may send apart from its data (a ``done``'s error, with an 8 KB
+message and traceback, is the largest)."""
+
+
+def frame(message: Any, *data: bytes) -> bytes:
+    """One length-prefixed message, compact UTF-8 JSON (a lone surrogate travels as its JSON
+    escape, so any Python str survives), followed by its ``data``, each a frame of raw bytes
+    whose lengths the message names."""
+    if data:
+        message = {**message, "data": [len(d) for d in data]}
+    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
+    return b"".join([HEADER.pack(len(text)), text, *(HEADER.pack(len(d)) + d for d in data)])
+
+
+def json_text(value: Any) -> bytes:
+    """``value`` as compact ASCII JSON, as the host's journal stores it (NaN travels as its
+    literal, for the host to refuse)."""
+    return json.dumps(value, separators=(",", ":")).encode("ascii")
 
 
 def read_frame(read: Callable[[int], bytes]) -> Any:
@@ -79,16 +101,16 @@ class CappedOutput(io.TextIOBase):
         return "".join(self.parts) + ("\n[output truncated]" if self.truncated else "")
 
 
-def _tool_proxy(name: str, send: Callable[[Any], None], receive: Callable[[], Any],
+def _tool_proxy(name: str, send: Callable[[bytes], None], receive: Callable[[], Any],
                 message_bytes: int) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
-        message = {"op": "call", "name": name, "args": list(args), "kwargs": kwargs}
-        if deeper_than([args, kwargs]):  # the host's own check (``answer_tool_call``), and its words
+        if deeper_than([args, kwargs]):  # the host's own check (``boundary``), and its words
             raise ValueError(f"the arguments to {name}() nests lists or dicts more than {MAX_DEPTH} levels deep")
-        if len(frame(message)) > message_bytes:
+        arguments = json_text([list(args), kwargs])
+        if len(arguments) > message_bytes:
             raise ValueError(f"the arguments to {name}() are too large to send to the host "
                              f"(the limit is {message_bytes} bytes)")
-        send(message)
+        send(frame({"op": "call", "name": name}, arguments))
         reply = receive()
         if reply["op"] == "error":
             cls = getattr(builtins, reply["type"], None)
@@ -130,11 +152,11 @@ def _error_of(exc: BaseException) -> dict[str, str]:
     return {"type": type(exc).__name__, "message": message, "traceback": trace}
 
 
-def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Callable[[], Any],
-             output_limit: int) -> dict[str, Any]:
-    """Execute ``request["code"]``; the value of a final expression is the result. The value's
-    JSON is capped at ``output_limit`` bytes like stdout, and the whole ``done`` message at the
-    host's ``message_bytes`` (stdout is cut further if it must be)."""
+def run_code(request: dict[str, Any], send: Callable[[bytes], None], receive: Callable[[], Any],
+             output_limit: int) -> bytes:
+    """Execute ``request["code"]``; the value of a final expression is the result. Returns the
+    ``done`` frame: the value's JSON is capped at ``output_limit`` bytes like stdout, and the
+    whole at the host's ``message_bytes`` (stdout is cut further if it must be)."""
     message_bytes = int(request.get("message_bytes") or 1 << 62)
     out = CappedOutput(output_limit)
     sys.stdout = sys.stderr = out
@@ -153,22 +175,21 @@ def run_code(request: dict[str, Any], send: Callable[[Any], None], receive: Call
     try:
         if deeper_than(value):
             raise RecursionError
-        encoded = len(frame(value)) - HEADER.size
+        encoded = json_text(value)
     except RecursionError:
-        value, encoded = None, 4
+        encoded = b"null"
         error = error or {"type": "OutputLimitExceeded", "traceback": "",
                           "message": "the final value nests too deeply to leave the sandbox"}
     except (TypeError, ValueError):  # not JSON (an object; an int past Python's 4,300 digits): its repr
-        value = _shown(value)
-        encoded = len(frame(value)) - HEADER.size
-    if encoded > output_limit:
-        message = f"the final value is {encoded} bytes of JSON, over the limit of {output_limit}"
-        value, error = None, {"type": "OutputLimitExceeded", "traceback": "", "message": message}
-    stdout = out.value()
-    size = len(frame({"op": "done", "value": value, "stdout": stdout, "error": error}))
-    if size > message_bytes:  # escapes made stdout longer than it counted: keep what fits
-        stdout = stdout[:max(0, len(stdout) * (message_bytes - 65536) // size)] + "\n[output truncated]"
-    return {"op": "done", "value": value, "stdout": stdout, "error": error}
+        encoded = json_text(_shown(value))
+    if len(encoded) > output_limit:
+        message = f"the final value is {len(encoded)} bytes of JSON, over the limit of {output_limit}"
+        encoded, error = b"null", {"type": "OutputLimitExceeded", "traceback": "", "message": message}
+    stdout = out.value().encode("utf-8", "backslashreplace")
+    room = message_bytes - len(encoded) - 65536
+    if len(stdout) > room:  # escapes made stdout longer than it counted: keep what fits
+        stdout = stdout[:max(0, room)].decode("utf-8", "ignore").encode() + b"\n[output truncated]"
+    return frame({"op": "done", "error": error}, encoded, stdout)
 
 
 def _main() -> None:  # pragma: no cover - runs inside the microVM guest
@@ -180,8 +201,8 @@ def _main() -> None:  # pragma: no cover - runs inside the microVM guest
             raise EOFError("the host closed stdin")
         return data
 
-    def send(message: Any) -> None:
-        stdout.write(frame(message))
+    def send(data: bytes) -> None:
+        stdout.write(data)
         stdout.flush()
 
     request = read_frame(read)

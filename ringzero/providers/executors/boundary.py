@@ -1,12 +1,14 @@
 """The host side of the sandbox boundary, shared by every executor (and open to executors
 outside ringzero: ``HostTools`` is what a third-party executor calls for its tool calls).
 
-Everything a sandbox sends is untrusted: frames are size-capped before they are parsed,
-values nested deeper than ``MAX_DEPTH`` are refused before any recursive code sees them, and
-tool arguments and results are size-capped before the host keeps them, one call and the whole
-run (``HostTools``). Host tools run off the event loop: a coroutine function is awaited, a
-plain function runs in the executor's bounded tool pool, so a slow tool stalls only its own
-run (whose wall limit still holds), never the host.
+Everything a sandbox sends is untrusted: messages are size-capped before they are parsed, the
+data beside them (a call's arguments, the final value) is judged by its length before it is
+parsed, values nested deeper than ``MAX_DEPTH`` are refused before any recursive code sees them,
+and tool arguments and results are size-capped before the host keeps them, one call and the
+whole run (``HostTools``), by a walk that counts what they cost before any JSON is made
+(``json_cost``), so that no value the code makes stalls the event loop. Host tools run off the
+event loop: a coroutine function is awaited, a plain function runs in the executor's bounded
+tool pool, so a slow tool stalls only its own run (whose wall limit still holds), never the host.
 """
 
 from __future__ import annotations
@@ -15,21 +17,25 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
-import inspect
+import functools
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.errors import ToolError
+from ringzero.core.effects import ERROR_CHARS, clip
+from ringzero.core.errors import ResultRefused, ToolError
 from ringzero.core.host_tools import call_tool
+from ringzero.core.json_cost import NOT_JSON, check_value, measure, measure_async
+from ringzero.core.live import RUNNING_LIVE
 from ringzero.core.protocols import Tool
-from ringzero.core.tool_pool import ToolPool
+from ringzero.core.tool_parameters import ToolParameters
+from ringzero.core.tool_pool import ToolPool, shared_pool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ToolCallRecord
-from ringzero.providers.executors._runner import HEADER, MAX_DEPTH, deeper_than
+from ringzero.providers.executors._runner import CONTROL_BYTES, HEADER, MAX_DEPTH, deeper_than
 
-__all__ = ["MAX_DEPTH", "FrameBuffer", "HostTools", "ProtocolViolation", "ShownError", "check_value", "clip",
-           "deeper_than", "executor_error", "finished", "measure", "merge_limits", "message_limit"]
+__all__ = ["MAX_DEPTH", "NOT_JSON", "FrameBuffer", "HostTools", "ProtocolViolation", "ShownError", "check_value",
+           "clip", "deeper_than", "executor_error", "finished", "measure", "measure_async", "merge_limits",
+           "message_limit"]
 
 
 
@@ -57,45 +63,23 @@ def message_limit(limits: ExecLimits) -> int:
     return 2 * (limits.output_bytes or 0) + (limits.tool_bytes or 0) + 64 * 1024
 
 
-NOT_JSON = "is not JSON-compatible"
-"""What ``check_value`` says of a value that JSON cannot hold (a set, NaN, an infinity)."""
-
-
-def check_value(value: Any, what: str, max_bytes: int | None) -> str | None:
-    """Why ``value`` may not cross the boundary (too deep, too large, not JSON), or None."""
-    return measure(value, what, max_bytes)[1]
-
-
-def measure(value: Any, what: str, max_bytes: int | None) -> tuple[int, str | None]:
-    """The size of ``value``'s JSON in bytes, and why it may not cross the boundary (too deep,
-    too large, not JSON) or None."""
-    if max_bytes is not None and json_floor(value, max_bytes) > max_bytes:
-        # said before the JSON is made: a million-key dict is refused in milliseconds, and the
-        # encoder (which holds the GIL throughout) never sees it
-        return max_bytes + 1, f"{what} is more than {max_bytes} bytes of JSON, the limit"
-    if deeper_than(value):
-        return 0, f"{what} nests lists or dicts more than {MAX_DEPTH} levels deep"
-    try:  # strict: NaN and the infinities are not JSON, and the journal refuses them
-        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode())
-    except (TypeError, ValueError, RecursionError) as exc:
-        return 0, f"{what} {NOT_JSON}: {clip(str(exc), 200)}"
-    if max_bytes is not None and size > max_bytes:
-        return size, f"{what} is {size} bytes of JSON, over the limit of {max_bytes}"
-    return size, None
-
-
-def finished(message: dict[str, Any], limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:
-    """The run's outcome from its ``done``, re-checked here: the sandbox is not trusted to have
-    applied its own limits."""
+async def finished(message: dict[str, Any], limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:
+    """The run's outcome from its ``done`` (its data: the value's JSON text and stdout),
+    re-checked here: the sandbox is not trusted to have applied its own limits. The value is
+    judged by its length before it is parsed, and walked a piece at a time after."""
     error = message.get("error")
-    if error is not None and not isinstance(error, dict):
+    if error is not None and not (isinstance(error, dict) and all(isinstance(v, str) for v in error.values())):
         raise ProtocolViolation("a malformed error")
-    stdout = message.get("stdout", "")
-    stdout = stdout if isinstance(stdout, str) else str(stdout)
+    value_text, stdout_bytes = _data(message, 2)
+    stdout = stdout_bytes.decode("utf-8", "replace")
     if limits.output_bytes is not None and len(stdout) > limits.output_bytes + 100:
         stdout = stdout[:limits.output_bytes] + "\n[output truncated]"
-    value = message.get("value")
-    refused = check_value(value, "the code's final value", limits.output_bytes)
+    limit = limits.output_bytes
+    if limit is not None and len(value_text) > limit:
+        return None, stdout, executor_error("OutputLimitExceeded", f"the code's final value is {len(value_text)} "
+                                            f"bytes of JSON, over the limit of {limit}")
+    value = _parsed(value_text, "final value")
+    _, refused = await measure_async(value, "the code's final value", limit)
     if refused is not None and NOT_JSON in refused:  # NaN or an infinity: the code's own value, not a limit
         return None, stdout, ExecError("ValueError", refused)
     if refused is not None:
@@ -105,34 +89,34 @@ def finished(message: dict[str, Any], limits: ExecLimits) -> tuple[JSON, str, Ex
     return value, stdout, exec_error
 
 
-def json_floor(value: Any, stop_at: int) -> int:
-    """A lower bound on the bytes of ``value``'s JSON, counted without recursion and without
-    making it; the count stops once past ``stop_at``."""
-    total, stack = 0, [value]
-    while stack and total <= stop_at:
-        item = stack.pop()
-        if isinstance(item, str):
-            total += len(item) + 2
-        elif isinstance(item, dict):
-            total += 1 + 2 * len(item)  # braces, colons and commas
-            stack.extend(item)
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            total += 1 + len(item)  # brackets and commas
-            stack.extend(item)
-        else:
-            total += 1
-    return total
+def _data(message: dict[str, Any], count: int) -> list[bytes]:
+    data = message.get("data")
+    if not isinstance(data, list) or len(data) != count:
+        raise ProtocolViolation(f"a {message.get('op')!r} without its {count} piece(s) of data")
+    return data
+
+
+def _parsed(text: bytes, what: str) -> Any:
+    """JSON text of known, checked length (its cost is bounded by the run's limit)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolViolation(f"a malformed {what}: {type(exc).__name__}") from None
 
 
 class FrameBuffer:
-    """Reassembles length-prefixed JSON messages from arbitrary chunks. A frame over ``limit``
-    bytes is refused from its header, before it is read; a body that is not a JSON object with
-    an ``op``, or nests too deeply, is refused before anyone uses it."""
+    """Reassembles length-prefixed JSON messages, and the raw data each names, from arbitrary
+    chunks. A message over ``control`` bytes, or data over ``limit`` in all, is refused from its
+    header, before it is read; a message that is not a JSON object with an ``op``, or nests too
+    deeply, is refused before anyone uses it. Data is never parsed here: its reader judges it by
+    its length first (``finished``, ``HostTools.answer``)."""
 
-    def __init__(self, limit: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, limit: int = 64 * 1024 * 1024, control: int = CONTROL_BYTES) -> None:
         self._buffer = bytearray()
         self.limit = limit
+        self.control = control
+        self._pending: dict[str, Any] | None = None  # a message whose data is still arriving
+        self._expected: list[int] = []
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         self._buffer += data
@@ -140,35 +124,56 @@ class FrameBuffer:
         size = HEADER.size
         while len(self._buffer) >= size:
             (length,) = HEADER.unpack(self._buffer[:size])
-            if length > self.limit:
-                raise ProtocolViolation(f"a {length}-byte message (the limit is {self.limit})")
+            if self._pending is not None and length != self._expected[0]:
+                raise ProtocolViolation(f"{length} bytes of data where {self._expected[0]} were announced")
+            limit = self.control if self._pending is None else self.limit
+            if length > limit:
+                raise ProtocolViolation(f"a {length}-byte message (the limit is {limit})")
             if len(self._buffer) < size + length:
                 break
             payload = bytes(self._buffer[size:size + length])
             del self._buffer[:size + length]
-            try:
-                message = json.loads(payload)
-            except (ValueError, RecursionError) as exc:
-                raise ProtocolViolation(f"a malformed message: {type(exc).__name__}: {exc}") from exc
-            if not isinstance(message, dict) or not isinstance(message.get("op"), str):
-                raise ProtocolViolation("a message without an op")
-            if deeper_than(message, MAX_DEPTH + 2):
-                raise ProtocolViolation(f"a message nested more than {MAX_DEPTH} levels deep")
-            messages.append(message)
+            if self._pending is not None:
+                self._pending["data"].append(payload)
+                self._expected.pop(0)
+                if not self._expected:
+                    messages.append(self._pending)
+                    self._pending = None
+                continue
+            message = self._message(payload)
+            announced = message.get("data")
+            if announced is None:
+                messages.append(message)
+                continue
+            if not isinstance(announced, list) or not all(type(n) is int and n >= 0 for n in announced) \
+                    or sum(announced) > self.limit:
+                raise ProtocolViolation(f"data of {announced!r} bytes (the limit is {self.limit} in all)")
+            message["data"] = []
+            if announced:
+                self._pending, self._expected = message, list(announced)
+            else:
+                messages.append(message)
         return messages
 
+    @staticmethod
+    def _message(payload: bytes) -> dict[str, Any]:
+        try:
+            message = json.loads(payload)
+        except (ValueError, RecursionError) as exc:
+            raise ProtocolViolation(f"a malformed message: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(message, dict) or not isinstance(message.get("op"), str):
+            raise ProtocolViolation("a message without an op")
+        if deeper_than(message, MAX_DEPTH + 2):
+            raise ProtocolViolation(f"a message nested more than {MAX_DEPTH} levels deep")
+        return message
 
-ERROR_CHARS = 2000
-"""The most of a tool's error text the host keeps in a run's record or shows the code."""
-_HOST_OWNED = re.compile(r"^(url|uri|endpoint|host|api_base|apikey|token|secret|password|passwd|credentials?"
-                         r"|authorization)$|(^|_)(api|access|secret|private|auth)_key$"
-                         r"|_(url|uri|endpoint|host|token|secret|password)$", re.IGNORECASE)
-"""A defaulted parameter so named keeps the host's default: the code cannot point a tool at
-its own server or swap the host's credential."""
 
-
-def clip(text: str, limit: int = ERROR_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
+CALL_BYTES = 512
+"""What one tool call costs a run's byte budget besides its values: its intent and its record
+in the journal, its entry in the run's record. It bounds how many calls a run may make."""
+_ERROR_ROOM = 2 * (ERROR_CHARS + 160)
+"""What a call's error may cost (its text twice, clipped): a call is admitted only where the
+budget has this much room beyond its arguments, so that its outcome always fits."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,15 +204,22 @@ class HostTools:
     calls cross, in both directions.
 
     - A call is refused before the tool runs (the code gets a ValueError or TypeError) where
-      its arguments are not JSON, nest too deeply or exceed ``tool_bytes``; where they would take
-      the run past ``run_tool_bytes`` (arguments and results of all its calls together); or where
-      it passes a keyword the host fixed (``functools.partial``) or a defaulted parameter named
-      like an endpoint or a credential (``base_url``, ``api_key``, ``token``).
+      it sets a parameter the host keeps (``ringzero.core.tool_parameters``: bound with the
+      tool's signature, only parameters without a default and those the tool declares with
+      ``code_may_set`` are the code's); where its arguments are not JSON, nest too deeply or
+      exceed ``tool_bytes``; or where the run's byte budget (``run_tool_bytes``) has no room
+      left for it.
     - A tool runs off the event loop (``call_tool``: sync tools in ``pool``); whatever it raises,
       ``SystemExit`` included, is that call's error. The code sees the type name, and the message
       only for a :class:`~ringzero.core.errors.ToolError` (or with ``show_errors``), clipped.
     - A result is checked the same way as arguments before the host keeps or returns it.
-    - Every call is in ``calls``, a call cut short by the run's end too."""
+    - Every call is in ``calls``, a call cut short by the run's end too.
+
+    The budget bounds what the run's calls add to the journal, whatever the code does: each
+    call is charged ``CALL_BYTES`` and its arguments when it is admitted, its result (or its
+    error's text) twice when it returns (the call's own record and the run's), each value as
+    the journal stores it (compact ASCII JSON). A refused call's record is charged too; past
+    the budget, refused calls are only counted, in one last record."""
 
     def __init__(self, tools: Mapping[str, Tool], limits: ExecLimits, pool: ToolPool | None = None, *,
                  show_errors: bool = False) -> None:
@@ -215,17 +227,44 @@ class HostTools:
         self.tool_bytes = limits.tool_bytes
         self.budget = limits.run_tool_bytes
         self.spent = 0
+        """Bytes of the budget charged so far."""
         self.pool = pool
+        self.owner: object = RUNNING_LIVE.get() or self
+        """Whose share of the pool its sync tools take: the kernel process the run is for, else the run."""
         self.show_errors = show_errors
         self.calls: list[ToolCallRecord] = []
+        self.unrecorded = 0
+        """Calls refused once the budget had no room left even for their record."""
+        self._parameters: dict[str, ToolParameters] = {}
+
+    def _room(self) -> int | None:
+        return None if self.budget is None else max(0, self.budget - self.spent)
 
     def _refuse(self, name: str, exc: Exception) -> tuple[bool, ShownError]:
-        self.calls.append(ToolCallRecord(name, [], {}, None, clip(f"{type(exc).__name__}: {exc}")))
+        """A call refused before its tool ran: kept in the record while the budget has room."""
+        text = clip(f"{type(exc).__name__}: {exc}")
+        room = self._room()
+        if room is None or CALL_BYTES + len(text) <= room:
+            self.spent += CALL_BYTES + len(text)
+            self.calls.append(ToolCallRecord(name, [], {}, None, text))
+        else:
+            if self.unrecorded:
+                self.calls.pop()
+            self.unrecorded += 1
+            self.calls.append(ToolCallRecord(name, [], {}, None, (
+                f"ValueError: {self.unrecorded} more call(s) refused, not kept one by one: this run's tool "
+                f"calls used the whole of run_tool_bytes ({self.budget})")))
         return False, ShownError(type(exc).__name__, clip(str(exc)), exc)
 
-    def _over_budget(self, size: int, what: str) -> str | None:
-        if self.budget is None or self.spent + size <= self.budget:
-            self.spent += size
+    def _failed(self, name: str, args: list[Any], kwargs: dict[str, Any], text: str) -> None:
+        """A call admitted that did not return a value: its error's text kept, and charged
+        twice (the journal keeps it in the call's record too); admission left room for it."""
+        self.spent += 2 * len(text)
+        self.calls.append(ToolCallRecord(name, args, kwargs, None, text))
+
+    def _over(self, size: int, what: str) -> str | None:
+        room = self._room()
+        if room is None or size <= room:
             return None
         return (f"{what} would take this run's tool calls to {self.spent + size} bytes of JSON, over the "
                 f"limit of {self.budget} for the whole run")
@@ -236,39 +275,61 @@ class HostTools:
         tool = self.tools.get(name)
         if tool is None:
             return self._refuse(name, NameError(f"no host tool named {name!r}"))
-        owned = [k for k in kwargs if _HOST_OWNED.search(k) and _has_default(tool, k)]
-        if owned:
-            return self._refuse(name, TypeError(
-                f"argument {owned[0]!r} keeps the host's default (its name says it is an endpoint or a credential)"))
-        size, refused = measure([args, kwargs], f"the arguments to {name}()", self.tool_bytes)
-        refused = refused or self._over_budget(size, f"the arguments to {name}()")
+        parameters = self._parameters.get(name)
+        if parameters is None:
+            parameters = self._parameters[name] = ToolParameters(tool, name)
+        refusal = parameters.refusal(args, kwargs)
+        if refusal is not None:
+            return self._refuse(name, refusal)
+        size, refused = await measure_async([args, kwargs], f"the arguments to {name}()", self.tool_bytes)
+        refused = refused or self._over(size + CALL_BYTES + _ERROR_ROOM, f"the arguments to {name}()")
         if refused is not None:
             return self._refuse(name, ValueError(refused))
+        self.spent += size + CALL_BYTES
         try:
-            result = await call_tool(tool, args, kwargs, name=name, pool=self.pool)
+            run = functools.partial((self.pool or shared_pool()).run, owner=self.owner, result_bytes=self.tool_bytes)
+            result = await call_tool(tool, args, kwargs, name=name, run=run,
+                                     check=functools.partial(self._admit_result, name))
         except asyncio.CancelledError:
-            self.calls.append(ToolCallRecord(name, args, kwargs, None,
-                                             "Cancelled: the run ended before the tool returned"))
+            self._failed(name, args, kwargs, "Cancelled: the run ended before the tool returned")
             raise
+        except ResultRefused as exc:  # too large, not JSON, or no room left: judged before anything kept it
+            self._failed(name, args, kwargs, f"ValueError: {exc}")
+            return False, ShownError("ValueError", str(exc), ValueError(str(exc)))
         except Exception as exc:
-            text = clip(f"{type(exc).__name__}: {_text(exc)}")
-            self.calls.append(ToolCallRecord(name, args, kwargs, None, text))
-            shown = isinstance(exc, ToolError) or self.show_errors or (isinstance(exc, TypeError) and _binds_not(
-                tool, args, kwargs))
+            self._failed(name, args, kwargs, clip(f"{type(exc).__name__}: {_text(exc)}"))
+            shown = isinstance(exc, ToolError) or self.show_errors
             return False, ShownError(type(exc).__name__, clip(_text(exc)) if shown else None, exc)
-        size, refused = measure(result, f"the result of {name}()", self.tool_bytes)
-        refused = refused or self._over_budget(size, f"the result of {name}()")
-        if refused is not None:
-            self.calls.append(ToolCallRecord(name, args, kwargs, None, f"ValueError: {refused}"))
-            return False, ShownError("ValueError", refused, ValueError(refused))
         self.calls.append(ToolCallRecord(name, args, kwargs, result))
         return True, result
 
+    async def _admit_result(self, name: str, result: Any) -> None:
+        """A result may cross where it is JSON within ``tool_bytes`` and the budget has room for
+        it twice: judged as the tool returns, before the journal keeps anything of it."""
+        size, refused = await measure_async(result, f"the result of {name}()", self.tool_bytes)
+        refused = refused or self._over(2 * size, f"the result of {name}()")
+        if refused is not None:
+            raise ResultRefused(refused)
+        self.spent += 2 * size
+
     async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
-        """The reply to a sandbox's ``call`` frame: the tool's result or its error."""
-        name, args, kwargs = message.get("name"), message.get("args"), message.get("kwargs")
-        if message.get("op") != "call" or not isinstance(name, str) or not isinstance(args, list) \
-                or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        """The reply to a sandbox's ``call`` message: the tool's result or its error. Its
+        arguments are its data, the JSON text ``[args, kwargs]`` (as ``FrameBuffer`` reads it),
+        judged by length before it is parsed; a message may also carry ``args`` and ``kwargs``
+        themselves (an executor that parsed them already)."""
+        name = message.get("name")
+        if message.get("op") != "call" or not isinstance(name, str):
+            raise ProtocolViolation("a malformed tool call")
+        if "data" in message:
+            [text] = _data(message, 1)
+            if self.tool_bytes is not None and len(text) > self.tool_bytes:
+                return self._refuse(name, ValueError(f"the arguments to {name}() are {len(text)} bytes of JSON, "
+                                                     f"over the limit of {self.tool_bytes}"))[1].reply()
+            arguments = _parsed(text, "tool call")
+            args, kwargs = arguments if isinstance(arguments, list) and len(arguments) == 2 else (None, None)
+        else:
+            args, kwargs = message.get("args"), message.get("kwargs")
+        if not isinstance(args, list) or not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
             raise ProtocolViolation("a malformed tool call")
         ok, outcome = await self.call(name, args, kwargs)
         return {"op": "result", "value": outcome} if ok else outcome.reply()
@@ -279,29 +340,3 @@ def _text(exc: BaseException) -> str:
         return str(exc)
     except Exception:
         return "<a message that cannot be shown>"
-
-
-def _signature(tool: Tool) -> inspect.Signature | None:
-    try:
-        return inspect.signature(tool)
-    except (TypeError, ValueError):
-        return None
-
-
-def _has_default(tool: Tool, name: str) -> bool:
-    signature = _signature(tool)
-    parameter = None if signature is None else signature.parameters.get(name)
-    return parameter is not None and parameter.default is not inspect.Parameter.empty
-
-
-def _binds_not(tool: Tool, args: list[Any], kwargs: dict[str, Any]) -> bool:
-    """True where the call itself does not fit the tool's parameters: that TypeError is about
-    the code's call, not the tool's inside, and is shown."""
-    signature = _signature(tool)
-    if signature is None:
-        return False
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError:
-        return True
-    return False

@@ -281,7 +281,7 @@ class MicrosandboxExecutor:
                 if kind == "stdout" and event.data:
                     for message in frames.feed(event.data):
                         if message.get("op") == "done":
-                            return finished(message, limits)
+                            return await finished(message, limits)
                         reply = await host.answer(message)
                         await stdin.write(_runner.frame(reply))
                 elif kind in ("exited", "failed"):

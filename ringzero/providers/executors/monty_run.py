@@ -12,20 +12,12 @@ from typing import TYPE_CHECKING, Any
 import pydantic_monty as pm
 
 from ringzero.core.errors import RingzeroError
+from ringzero.core.json_cost import too_large
 from ringzero.core.protocols import Tool
 from ringzero.core.timeouts import cancel_and_wait, fail_after
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors._runner import CappedOutput
-from ringzero.providers.executors.boundary import (
-    MAX_DEPTH,
-    NOT_JSON,
-    HostTools,
-    check_value,
-    clip,
-    deeper_than,
-    executor_error,
-    json_floor,
-)
+from ringzero.providers.executors.boundary import NOT_JSON, HostTools, check_value, clip, executor_error
 
 if TYPE_CHECKING:
     from ringzero.providers.executors.monty import MontyExecutor
@@ -102,10 +94,9 @@ class MontyRun:
         """The code's final value as JSON (a value JSON cannot hold becomes its repr), within
         ``output_bytes``. Runs off the event loop: its cost grows with the value."""
         limit = self.limits.output_bytes
-        if limit is not None and json_floor(value, limit) > limit:
-            raise _ValueRefused(f"the code's final value is more than {limit} bytes of JSON, the limit")
-        if deeper_than(value):
-            raise _ValueRefused(f"the code's final value nests lists or dicts more than {MAX_DEPTH} levels deep")
+        refused = too_large(value, "the code's final value", limit)
+        if refused is not None:
+            raise _ValueRefused(refused)
         value = _plain(value)
         refused = check_value(value, "the code's final value", limit)
         if refused is not None and NOT_JSON in refused:  # NaN or an infinity: its text, as for an object
@@ -181,7 +172,7 @@ class MontyRun:
         if may_park and not self.pending:  # never move a run whose other tool calls are in flight
             done, _ = await asyncio.wait({task}, timeout=self.executor.park_after)
             if not done:
-                state = snap.dump()
+                state = await self.executor.converting.run(snap.dump, [], {})  # a big heap: off the loop
                 await session.__aexit__(None, None, None)
                 outcome = await task
                 parked = self.pool.checkout(limits=self.executor.resource_limits(self.limits))  # type: ignore[arg-type]

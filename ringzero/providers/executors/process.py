@@ -353,7 +353,7 @@ class ProcessExecutor:
                     if message["op"] == "call":
                         await channel.write(await host.answer(message))
                     elif message["op"] == "done":
-                        return finished(message, limits)
+                        return await finished(message, limits)
                     elif message["op"] == "failed":  # the runner's last word, or the code's: its outcome
                         return None, "", ExecError("SandboxFailed", clip(str(message.get("message")), 2000))
                     else:
