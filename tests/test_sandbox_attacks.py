@@ -66,6 +66,12 @@ ATTACKS = [
            "buf.write(bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3]))\n"
            "ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))()",
            lambda r: r.value == -1),
+    Attack("7 modify_ldt, vmsplice, fanotify_mark, clock_adjtime, pidfd_open, memfd_secret, statmount and "
+           "listmount fail with EPERM",
+           LIBC + "out = []\nfor nr, args in ((154, (0, 0, 0)), (278, (-1, 0, 0, 0)), (301, (-1, 0, 0, -1, 0)), "
+                  "(305, (0, 0)), (434, (1, 0)), (447, (0,)), (457, (0, 0, 0, 0)), (458, (0, 0, 0, 0))):\n"
+                  "    out.append([libc.syscall(nr, *args), ctypes.get_errno()])\nout",
+           lambda r: r.value == [[-1, 1]] * 8),
     Attack("1 a vsock (which no network namespace isolates from a VM's host) cannot be created",
            "import socket\ntry:\n    socket.socket(40, socket.SOCK_STREAM)\n    out = 'created'\nexcept OSError as e:\n"
            "    out = e.errno\nout", lambda r: r.value == 97),
@@ -953,3 +959,50 @@ async def test_10_one_run_holding_every_inotify_instance_leaves_other_runs_their
     assert pace.longest_stall < MAX_STALL and pace.runs > 0 and pace.wrong == []
     assert held.error is None and isinstance(held.value, int), held
     assert other.value == [True, 0], other
+
+
+WALL_FAILS_LATER = """
+import asyncio
+from ringzero import ExecutorError
+from ringzero.providers.executors import MontyExecutor, _monty_wall
+from ringzero.providers.executors._confine import landlock
+from ringzero.providers.executors.monty import _monty_binary
+
+async def main():
+    # the executor's probe, once per host process: here every control holds
+    assert _monty_wall.probe(_monty_binary())["landlock"] is None
+    # then the host's conditions change: this thread (and the threads it starts, which start
+    # the workers) holds every Landlock layer the kernel allows, each allowing everything
+    for _ in range(16):
+        landlock([], ["/"])
+    later = MontyExecutor(max_workers=1)
+    try:
+        await later.run("21 * 2")
+        print("started without its wall")
+    except ExecutorError as exc:
+        print("refused:", exc, sorted(later.missing_controls))
+    finally:
+        await later.aclose()
+
+asyncio.run(main())
+"""
+
+
+async def test_7_a_monty_worker_whose_wall_fails_as_it_starts_does_not_start(tmp_path: Path) -> None:
+    """Row 7: the launcher applied what it could and exec'd the worker anyway, so a worker
+    started without a control the executor reported as held. Now a control that held when
+    probed is required: the worker does not start, and the executor says why. (Landlock fails
+    for real here: the host process already holds the most layers the kernel allows.)"""
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("the probe must find every control holding: only where the host runs as root")
+    script = tmp_path / "wall.py"
+    script.write_text(WALL_FAILS_LATER)
+    out = await asyncio.to_thread(subprocess.run, [sys.executable, str(script)], capture_output=True, text=True,
+                                  timeout=60, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("refused: a Monty worker did not start: its second wall could not apply landlock"), \
+        (out.stdout, out.stderr[-2000:])
+    assert out.stdout.rstrip().endswith("['landlock']"), out.stdout

@@ -13,13 +13,15 @@ it is confined as a process-sandbox run is, before it ``exec``s the real binary:
 - ``seccomp``: the process sandbox's filter (``_seccomp``);
 - ``environment``: empty.
 
-Each control is applied where the host allows it and skipped where it does not: the
-interpreter stays the first wall, so a laptop without root still runs Monty.
-``probe()`` says which hold here (``MontyExecutor.missing_controls``, ``ringzero doctor``).
+``probe()`` says which hold on this host (``MontyExecutor.missing_controls``, ``ringzero
+doctor``): one that does not is skipped (the interpreter stays the first wall, so a laptop
+without root still runs Monty). One that held when probed is required: a worker that cannot
+apply it when it starts does not start (it fails closed), and says why in a report file the
+executor reads.
 
-Run as ``python -I -S -c BOOT <real monty binary> <its arguments>`` (``launcher_script``); with
-``--probe`` in place of the binary it applies the controls in a throwaway process and prints
-which failed, as JSON.
+Run as ``python -I -S -c BOOT <required,controls> <report file> <real monty binary> <its
+arguments>`` (``launcher_script``); with ``--probe`` in place of the controls it applies them in
+a throwaway process and prints which failed, as JSON.
 """
 
 from __future__ import annotations
@@ -82,12 +84,18 @@ def apply(binary: str) -> dict[str, str | None]:
 
 
 def main() -> None:
-    target, args = sys.argv[1], sys.argv[2:]
-    if target == "--probe":
-        print(json.dumps(apply(args[0])))
+    if sys.argv[1] == "--probe":
+        print(json.dumps(apply(sys.argv[2])))
         return
+    required, report, target, args = sys.argv[1].split(","), sys.argv[2], sys.argv[3], sys.argv[4:]
     fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)  # opened as the host's user, run as nobody
-    apply(target)
+    # opened before Landlock forbids writing, and closed by the exec
+    out = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    failed = {name: why for name, why in apply(target).items() if why is not None and name in required}
+    if failed:  # a control that held when probed does not hold now: this worker does not start
+        os.write(out, (json.dumps(failed) + "\n").encode())
+        sys.stderr.write(f"ringzero: the Monty worker's second wall failed ({failed}); it does not start\n")
+        sys.exit(70)
     os.execve(fd, [target, *args], {})
 
 
@@ -106,11 +114,12 @@ def _launcher() -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _BOOT]
 
 
-def launcher_script(binary: str) -> str:
+def launcher_script(binary: str, required: list[str], report: str) -> str:
     """The ``/bin/sh`` script pydantic-monty is given as its binary: it starts this module in a
     bare interpreter with nothing of the host's environment, which confines itself and
-    ``exec``s ``binary``."""
-    command = " ".join(shlex.quote(part) for part in (*_launcher(), binary))
+    ``exec``s ``binary``, or, where one of the ``required`` controls fails, writes why to
+    ``report`` and exits instead."""
+    command = " ".join(shlex.quote(part) for part in (*_launcher(), ",".join(required), report, binary))
     return f"#!/bin/sh\nexec {command} \"$@\"\n"
 
 

@@ -12,7 +12,8 @@ its own test in ``tests/test_sandbox_attacks.py``):
 Then, by number:
 
 - a deny-list of calls no agent code needs (ptrace, mount, bpf, keyctl, kernel modules,
-  namespaces, io_uring, userfaultfd, kernel log, ...): EPERM;
+  namespaces, io_uring, userfaultfd, kernel log, the LDT, vmsplice, secret memory, mount
+  listings, pidfds, fanotify marks, clock adjustment, ...): EPERM;
 - ``clone`` with any namespace flag (CLONE_NEWUSER above all: a user namespace would hand the
   code every capability inside it): EPERM; a plain fork or thread passes;
 - ``clone3``: ENOSYS, because its flags live in memory a filter cannot read; the C library
@@ -46,6 +47,9 @@ DENIED = {
     "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442, "quotactl_fd": 443,
+    # what untrusted Python has no use for, each a kernel surface of its own
+    "modify_ldt": 154, "vmsplice": 278, "fanotify_mark": 301, "clock_adjtime": 305, "pidfd_open": 434,
+    "memfd_secret": 447, "statmount": 457, "listmount": 458,
 }
 CLONE, CLONE3, SOCKET = 56, 435, 41
 MODE_ARGUMENT = {"creat": (85, 1), "open": (2, 2), "openat": (257, 3), "chmod": (90, 1), "fchmod": (91, 1),

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -122,10 +124,37 @@ class MontyExecutor:
         if self._launcher_dir is None:
             self._launcher_dir = tempfile.mkdtemp(prefix="ringzero-monty-")  # 0700, the host's own
         launcher = os.path.join(self._launcher_dir, "monty-walled")
+        held = [name for name, why in report.items() if why is None]
         with open(launcher, "w") as script:  # noqa: ASYNC230 - a few hundred bytes, once per pool
-            script.write(_monty_wall.launcher_script(binary))
+            script.write(_monty_wall.launcher_script(binary, held, self._wall_report()))
         os.chmod(launcher, 0o700)
         return launcher
+
+    def _wall_report(self) -> str:
+        assert self._launcher_dir is not None
+        return os.path.join(self._launcher_dir, "wall-failed")
+
+    def wall_failure(self) -> ExecutorError | None:
+        """Where a worker would not start because a control of its second wall that held when
+        probed failed as it started (it fails closed): the error saying which, also noted in
+        ``missing_controls``; else None."""
+        if self._launcher_dir is None:
+            return None
+        try:
+            with open(self._wall_report()) as report:
+                lines = report.read().splitlines()
+        except OSError:
+            return None
+        failed: dict[str, str] = {}
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                failed.update(json.loads(line))
+        if not failed:
+            return None
+        self.missing_controls.update(failed)
+        reasons = "; ".join(f"{name}: {why}" for name, why in failed.items())
+        return ExecutorError(f"a Monty worker did not start: its second wall could not apply {', '.join(failed)} "
+                             f"({reasons}), which held when the executor started")
 
     def resource_limits(self, limits: ExecLimits) -> dict[str, Any]:
         """``limits`` as pydantic-monty's own resource limits for one run."""

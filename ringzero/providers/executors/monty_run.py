@@ -72,6 +72,9 @@ class MontyRun:
                 else:
                     value = await convert.run(self._final, [value], {})
         except pm.MontyCrashedError as exc:
+            refused = self.executor.wall_failure()
+            if refused is not None:  # it failed closed: the executor cannot run code as it promised
+                raise refused from exc
             error = executor_error("SandboxCrashed", f"the Monty worker died and was replaced: {exc}")
         except TimeoutError:
             error = executor_error("TimeoutError", f"the run took longer than {self.limits.wall_seconds} s")
