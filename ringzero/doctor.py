@@ -42,7 +42,7 @@ async def _monty() -> tuple[str, str]:
 
 
 async def _process() -> tuple[str, str]:
-    from ringzero.providers.executors import ProcessExecutor
+    from ringzero.providers.executors import ProcessExecutor, workspaces
     from ringzero.providers.executors._confine import CONTROLS
 
     try:
@@ -54,6 +54,9 @@ async def _process() -> tuple[str, str]:
         status = await _try_run(executor)
         enforced = [c for c in CONTROLS if c not in executor.missing_controls]
         detail = "enforced: " + ", ".join(enforced)
+        quota = workspaces.unavailable()
+        detail += ("\nworkspaces: a file system of their own each, with a quota, and a uid of their own"
+                   if quota is None else f"\n[yellow]workspaces: no quota ({quota})[/]")
         if executor.missing_controls:
             missing = "; ".join(f"{c} ({why})" for c, why in executor.missing_controls.items())
             detail += f"\n[yellow]missing: {missing} — refuses to start unless allow_weaker_isolation=True[/]"

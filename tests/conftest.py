@@ -14,7 +14,7 @@ os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +27,18 @@ from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.executors import executor, sandbox  # noqa: F401 - fixtures for the executor suites
 from tests.postgres import fresh_database, postgres_dsn  # noqa: F401 - the PostgreSQL server fixture
+
+
+@pytest.fixture(autouse=True)
+def _release_workspaces(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A process executor's workspace stays mounted after the executor closes (its host reads it
+    there): a test that made one under its tmp_path unmounts it when it ends."""
+    folder = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if folder is not None:  # asked for at set-up, so that tmp_path is torn down after this
+        from ringzero.providers.executors import workspaces
+
+        workspaces.release_under(str(folder))
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

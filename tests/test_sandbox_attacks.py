@@ -897,7 +897,7 @@ async def test_9_a_workspace_holds_only_files_and_folders_of_its_own_agent(sandb
     """Row 9: with a workspace, code planted a setuid copy of tee, a FIFO and a symlink to a host
     file in the host's directory, and every workspace had the same owner (nobody)."""
     from ringzero.providers.executors import ProcessExecutor
-    from ringzero.providers.executors._confine import workspace_uid
+    from ringzero.providers.executors.workspaces import workspace_uid
 
     if not isinstance(sandbox, ProcessExecutor):
         pytest.skip("a microVM's workspace is a virtiofs share: its rules are the guest kernel's")

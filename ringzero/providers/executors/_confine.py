@@ -13,7 +13,7 @@ executor can probe the host once and report (or refuse) exactly what it cannot e
   denied; signals and abstract unix sockets cannot reach processes outside the sandbox;
 - ``seccomp``: see ``_seccomp`` (architecture and x32 checks, a deny-list, no namespaces from
   clone, a short list of socket families);
-- ``unprivileged``: the code runs as a uid of its own (``RUN_UIDS``; its agent's, with a
+- ``unprivileged``: the code runs as a uid of its own (``RunUids``; its agent's, with a
   workspace) with no capability when the host is root;
 - ``cgroups``: a cgroup per run caps memory and processes for the whole run (``_cgroups``).
 """
@@ -22,38 +22,57 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import functools
+import itertools
 import os
 import resource
 import struct
 import sys
-import zlib
 from collections.abc import Iterable
 
 from ringzero.providers.executors import _seccomp
 
-__all__ = ["CONTROLS", "RUN_UIDS", "capabilities", "drop_privileges", "landlock", "limit_resources", "no_new_privs",
-           "readable_paths", "run_uid", "seccomp_deny", "workspace_uid"]
+__all__ = ["CONTROLS", "RUN_UIDS", "UID_SPAN", "RunUids", "capabilities", "drop_privileges", "landlock",
+           "limit_resources", "no_new_privs", "readable_paths", "seccomp_deny"]
 
 CONTROLS = ("namespaces", "rlimits", "landlock", "seccomp", "unprivileged", "cgroups")
 NOBODY = 65534
 RUN_UIDS = 2_100_000_000
 """Where the host is root, each run gets a uid of its own from here (the lower 2**23), or, with
-a workspace, its agent's uid (the upper 2**23, one per workspace path), so that per-uid kernel
-limits (inotify instances, RLIMIT_NPROC) and file ownership never cross agents. No account
-has these uids; the code sees itself as an unnamed user."""
-_UID_SPAN = 1 << 23
+a workspace, its agent's uid (the upper 2**23, one per workspace: ``workspaces``), so that
+per-uid kernel limits (inotify instances, RLIMIT_NPROC) and file ownership never cross agents.
+No account has these uids; the code sees itself as an unnamed user."""
+UID_SPAN = 1 << 23
+RUN_UID_BLOCK = 4096
+"""Run uids a fork server holds at a time: it hands them out in turn, and the one it hands out
+again after 4,096 runs belongs to a run that has long been killed."""
+RUN_UID_LOCKS = "/run/ringzero/run-uids"
 
 
-def run_uid(serial: int, server: int) -> int:
-    """The uid of one run without a workspace: fork server ``server`` (its pid) hands out its
-    ``serial``-th; two servers' runs only meet after millions of runs."""
-    return RUN_UIDS + ((server << 12) + serial) % _UID_SPAN
+class RunUids:
+    """The run uids of one fork server: a block of ``RUN_UID_BLOCK`` no other live fork server
+    on this host holds. The block is taken with a lock (``flock``) on its file under
+    ``RUN_UID_LOCKS``, held as long as the server lives and let go by the kernel when it dies, so
+    that two live servers never hand out the same uid, whatever their pids."""
 
+    def __init__(self, locks: str = RUN_UID_LOCKS) -> None:
+        os.makedirs(locks, mode=0o700, exist_ok=True)
+        for block in range(UID_SPAN // RUN_UID_BLOCK):
+            fd = os.open(os.path.join(locks, str(block)), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.fd, self.block = fd, block
+            self._serials = itertools.count()
+            return
+        raise OSError(errno.EAGAIN, f"every block of run uids under {locks} is held by a live fork server")
 
-def workspace_uid(path: str) -> int:
-    """The uid of every run given the workspace at ``path``: its agent's own."""
-    return RUN_UIDS + _UID_SPAN + zlib.crc32(os.path.realpath(path).encode()) % _UID_SPAN
+    def next(self) -> int:
+        return RUN_UIDS + self.block * RUN_UID_BLOCK + next(self._serials) % RUN_UID_BLOCK
+
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long

@@ -70,6 +70,8 @@ class Server:
         self.root: str = config["root"]  # an empty directory: the mount point of every private root
         self.warm = int(config["warm"])
         self.workspace: str = config["workspace"]
+        self.workspace_uid = int(config.get("workspace_uid") or _confine.NOBODY)
+        """The workspace's agent's uid, allocated by the host (``workspaces``)."""
         self.file_bytes = int(config["file_bytes"])
         self.scratch_inodes = int(config["scratch_inodes"])
         self.max_processes = int(config["max_processes"])
@@ -77,7 +79,7 @@ class Server:
         self.controls: list[str] = []
         self.cgroups: RunCgroups | None = None
         self._leaves = (f"run-{n}" for n in itertools.count())
-        self._serials = itertools.count()
+        self._run_uids: _confine.RunUids | None = None
 
     @property
     def private_root(self) -> bool:
@@ -92,10 +94,15 @@ class Server:
         return os.geteuid() == 0 and "unprivileged" in self.controls
 
     def next_uid(self) -> int:
-        """The uid the next run gets: its own, or with a workspace its agent's."""
+        """The uid the next run gets: its own, or with a workspace its agent's (``nobody`` where
+        the host is not root: the run keeps the host's user, itself unprivileged)."""
+        if not self.unprivileged():
+            return _confine.NOBODY
         if self.workspace:
-            return _confine.workspace_uid(self.workspace)
-        return _confine.run_uid(next(self._serials), os.getpid())
+            return self.workspace_uid
+        if self._run_uids is None:
+            self._run_uids = _confine.RunUids()
+        return self._run_uids.next()
 
     def confine(self, scratch: str, uid: int) -> None:
         """The controls that do not depend on a run's limits, in the order that keeps each

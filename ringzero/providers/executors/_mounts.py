@@ -31,7 +31,7 @@ import os
 import signal
 from collections.abc import Iterable
 
-__all__ = ["DEVICES", "SCRATCH", "WORKSPACE", "build_root", "enter_namespaces", "fork_into_pid_namespace",
+__all__ = ["DEVICES", "SCRATCH", "WORKSPACE", "build_root", "enter_namespaces", "fork_into_pid_namespace", "mount",
            "mount_proc", "plan"]
 
 SCRATCH = "/tmp"
@@ -57,7 +57,8 @@ def _check(result: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    """``mount(2)``; OSError naming the call where the kernel refuses it."""
     _check(_libc.mount(None if source is None else source.encode(), target.encode(),
                        None if fstype is None else fstype.encode(), flags, None if data is None else data.encode()),
            f"mount({source!r}, {target!r}, {fstype!r})")
@@ -139,36 +140,36 @@ def build_root(root: str, readable: Iterable[str], workspace: str, *, scratch_by
 
     Runs as root, in the mount namespace ``enter_namespaces`` made; ``owner`` is the uid that
     will own the scratch (None: the current user's)."""
-    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here propagates to the host
+    mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here propagates to the host
     binds, links = plan(tuple(readable))
-    _mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+    mount("tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
     # The scratch first: a path the host keeps under /tmp (a workspace, a virtualenv) is bound on
     # top of it afterwards, read-only unless it is a workspace.
     scratch = _make_target(root, SCRATCH, "/")
     ids = "" if owner is None else f",uid={owner},gid={owner}"
-    _mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV,
+    mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV,
            f"size={scratch_bytes},nr_inodes={scratch_inodes},mode=0700{ids}")
     for path in binds:
         target = _make_target(root, path, path)
-        _mount(path, target, None, _MS_BIND | _MS_REC)
+        mount(path, target, None, _MS_BIND | _MS_REC)
         flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID
-        _mount(None, target, None, flags if path in DEVICES else flags | _MS_NODEV)
+        mount(None, target, None, flags if path in DEVICES else flags | _MS_NODEV)
     for path, destination in links.items():
         if not _covered(path, binds) and not os.path.lexists(root + path):
             os.makedirs(os.path.dirname(root + path), mode=0o755, exist_ok=True)
             os.symlink(destination, root + path)
     if workspace:  # setuid bits and device nodes in it mean nothing to a run
         target = _make_target(root, WORKSPACE, "/")
-        _mount(os.path.realpath(workspace), target, None, _MS_BIND | _MS_REC)
-        _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
+        mount(os.path.realpath(workspace), target, None, _MS_BIND | _MS_REC)
+        mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
     os.makedirs(root + "/proc", mode=0o555, exist_ok=True)
     os.chdir(root)
     _check(_libc.syscall(_SYS_PIVOT_ROOT, b".", b"."), "pivot_root")  # the old root now sits on top of "/"
     _check(_libc.umount2(b".", _MNT_DETACH), "umount2(old root)")
     os.chdir("/")
-    _mount(None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    mount(None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
 
 
 def mount_proc() -> None:
     """A /proc of the run's own PID namespace (called by its init)."""
-    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)

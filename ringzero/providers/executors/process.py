@@ -47,7 +47,8 @@ from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.timeouts import fail_after
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
-from ringzero.providers.executors._confine import CONTROLS, workspace_uid
+from ringzero.providers.executors import workspaces
+from ringzero.providers.executors._confine import CONTROLS
 from ringzero.providers.executors._runner import frame
 from ringzero.providers.executors.boundary import (
     HostTools,
@@ -69,18 +70,6 @@ SANDBOX_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"
                        "OMP_NUM_THREADS": "1"}
 """The environment every run starts from; ``HOME`` and ``TMPDIR`` are its scratch, and
 ``env=`` adds to it. Nothing else of the host's environment enters."""
-
-
-def _prepare_workspace(path: str) -> None:
-    """Create the workspace; as root, hand it to its agent's uid (every run given this workspace
-    runs as it, and no other run does), readable by that uid alone. Not following a symlink: a
-    workspace path is the host's, never the code's to redirect."""
-    os.makedirs(path, exist_ok=True)
-    if os.geteuid() == 0:
-        uid = workspace_uid(path)
-        os.chown(path, uid, uid, follow_symlinks=False)
-        if not os.path.islink(path):
-            os.chmod(path, 0o700)
 
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -128,6 +117,8 @@ class ProcessExecutor:
         max_files: int = 16384,
         warm: int = 2,
         workspace: str | os.PathLike[str] | None = None,
+        workspace_bytes: int = workspaces.WORKSPACE_BYTES,
+        workspace_files: int = workspaces.WORKSPACE_FILES,
         env: Mapping[str, str] | None = None,
         fork_servers: int | None = None,
         tool_threads: int = DEFAULT_TOOL_THREADS,
@@ -158,7 +149,12 @@ class ProcessExecutor:
         between runs: an agent's workspace, owned by the agent's own uid, where runs make files
         and folders only (no symlink, FIFO, socket, device or set-id file, so nothing in it can
         trick the host that reads it later). Everything else outside the run's scratch
-        directory is read-only."""
+        directory is read-only. Where the host is root it is a file system of its own
+        (``workspaces``): ``workspace_bytes`` in ``workspace_files`` files and folders at most,
+        past which a run's writes fail with ENOSPC."""
+        self.workspace_bytes = workspace_bytes
+        self.workspace_files = workspace_files
+        self._workspace_uid = 0
         self.fork_servers = fork_servers if fork_servers is not None else len(os.sched_getaffinity(0))
         """At most this many fork servers: started one at a time, as concurrent runs need them."""
         self.tool_pool = ToolPool(tool_threads)
@@ -211,7 +207,7 @@ class ProcessExecutor:
         os.chmod(root, 0o711)
         try:
             if self.workspace:
-                _prepare_workspace(self.workspace)
+                await asyncio.to_thread(self._prepare_workspace)
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", _FORK_SERVER_BOOT, str(server_end.fileno()),
                 pass_fds=(server_end.fileno(),), env=_server_environment(self.env), cwd="/")
@@ -224,7 +220,8 @@ class ProcessExecutor:
         server = ForkServer(process, host_end, root)
         try:
             config = {"preload": list(self.preload), "root": root, "warm": self.warm,
-                      "workspace": self.workspace, "file_bytes": self.file_bytes, "scratch_inodes": self.max_files,
+                      "workspace": self.workspace, "workspace_uid": self._workspace_uid,
+                      "file_bytes": self.file_bytes, "scratch_inodes": self.max_files,
                       "max_processes": self.max_processes, "memory_bytes": self.limits.memory_bytes}
             host_end.sendall(frame(config))
             channel = Channel(host_end.dup(), 1 << 20, sender=process.pid)
@@ -237,6 +234,7 @@ class ProcessExecutor:
                 channel.close()
                 host_end.setblocking(True)  # the dup shared its file description, non-blocking mode included
             missing = {c: why for c, why in ready["controls"].items() if why is not None}
+            missing.update({c: why for c, why in self.missing_controls.items() if c == "workspace_quota"})
             self.missing_controls = missing  # also where start() refuses: the caller may look
             self._controls = [c for c in CONTROLS if c not in missing]
             if missing and not self.allow_weaker_isolation:
@@ -247,6 +245,22 @@ class ProcessExecutor:
             await server.stop()
             raise
         return server
+
+    def _prepare_workspace(self) -> None:
+        """Create the workspace; as root, hand it to its agent's uid (every run given this
+        workspace runs as it, and no other run does), readable by that uid alone, and put it in
+        a file system of its own with its quota (``workspaces``)."""
+        if os.geteuid() != 0:
+            os.makedirs(self.workspace, exist_ok=True)
+            self.missing_controls["workspace_quota"] = str(workspaces.unavailable())
+            return
+        self._workspace_uid = workspaces.workspace_uid(self.workspace)
+        refused = workspaces.prepare(self.workspace, self._workspace_uid, max_bytes=self.workspace_bytes,
+                                     max_files=self.workspace_files)
+        if refused is None:
+            self.missing_controls.pop("workspace_quota", None)
+        else:
+            self.missing_controls["workspace_quota"] = refused
 
     async def _least_busy(self) -> ForkServer:
         """The server with the fewest runs in flight. Where even that one has a run, and the
