@@ -151,9 +151,12 @@ class ToolPool:
         with self._lock:
             job.abandoned = True
             overran = job.started and not job.finished
-            if not job.started:
-                with contextlib.suppress(KeyError, ValueError):
-                    self._waiting[job.owner].remove(job)
+            waiting = self._waiting.get(job.owner)
+            if not job.started and waiting is not None:
+                with contextlib.suppress(ValueError):
+                    waiting.remove(job)
+                if not waiting:
+                    del self._waiting[job.owner]
             if overran:  # its thread leaves the pool's count: the next call may start another
                 self.overrunning += 1
                 self._workers -= job.generation == self._generation
