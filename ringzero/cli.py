@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from rich.console import Console
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.errors import InvalidArgument, RingzeroError
+from ringzero.core.owner_only import owner_only_file, owner_only_folder
 from ringzero.core.protocols import Checkpointer
 from ringzero.core.references import import_reference
 from ringzero.top import SORT_KEYS
@@ -61,7 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--ray", action="store_true",
                       help="instead: agents on a local Ray cluster, one node killed mid-run (needs --db)")
     demo.add_argument("--db", metavar="POSTGRESQL_DSN", help="the PostgreSQL store the --ray demo's nodes share")
-    commands.add_parser("doctor", help="probe which executors and isolation controls work on this host")
+    doctor = commands.add_parser("doctor", help="probe which executors and isolation controls work on this host, "
+                                 "and whether other users can read a store")
+    doctor.add_argument("--db", type=Path, action="append", default=None,
+                        help="a SQLite store to check (default: .ringzero/state.db; repeat for more)")
     db_help = "SQLite state file, or a postgresql:// DSN (a cluster's shared store) (default: %(default)s)"
     ps = commands.add_parser("ps", help="list the processes recorded in a state database (every node's)")
     ps.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
@@ -105,6 +110,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="where code runs (default: %(default)s)")
     mcp.add_argument("--state-dir", type=Path, default=Path(".ringzero") / "mcp",
                      help="where tasks and state are kept (default: %(default)s)")
+    mcp.add_argument("--token", default=None,
+                     help="the bearer token HTTP clients must send (default: $RINGZERO_MCP_TOKEN, else one generated "
+                          "once and kept owner-only in the state folder's mcp-token)")
+    mcp.add_argument("--no-auth", action="store_true",
+                     help="serve HTTP without a token: any local user or program may then run code and your tools")
     return parser
 
 
@@ -115,10 +125,34 @@ def _serve_mcp(args: argparse.Namespace) -> int:
     from ringzero.providers.executors import MontyExecutor, ProcessExecutor
     from ringzero.providers.llm import provider_from_environment
 
+    token = None
+    if args.transport == "http":
+        if args.no_auth:
+            print(f"ringzero mcp: WARNING: no token: any local user or program that reaches 127.0.0.1:{args.port} "
+                  "can run code and your tools", file=sys.stderr)
+        else:
+            token = _mcp_token(args.token or os.environ.get("RINGZERO_MCP_TOKEN"), args.state_dir)
     executor: Executor = MontyExecutor() if args.executor == "monty" else ProcessExecutor()
     agent = CodeAgent(args.tools, llm=provider_from_environment(), executor=executor, state_dir=args.state_dir)
-    serve(agent, args.transport, args.port)
+    serve(agent, args.transport, args.port, token=token, no_auth=args.no_auth)
     return 0
+
+
+def _mcp_token(given: str | None, state_dir: Path) -> str:
+    """The bearer token: the one given, else the one kept in the state folder (owner-only),
+    made and printed once where there is none."""
+    if given:
+        return given
+    kept = owner_only_folder(state_dir) / "mcp-token"
+    if kept.exists():
+        print(f"ringzero mcp: HTTP clients send 'Authorization: Bearer <the token in {kept}>'", file=sys.stderr)
+        return kept.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    owner_only_file(kept)
+    kept.write_text(token)
+    print(f"ringzero mcp: HTTP clients send 'Authorization: Bearer {token}' (kept, owner-only, in {kept})",
+          file=sys.stderr)
+    return token
 
 
 def _is_dsn(db: str) -> bool:
@@ -245,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from ringzero.doctor import diagnose
 
-            return asyncio.run(diagnose(console))
+            return asyncio.run(diagnose(console, args.db))
         if args.command == "demo" and args.ray:
             from ringzero.demo_cluster import run_cluster_demo
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ringzero.agents import CodeAgent, RecursiveAgent
+from ringzero.core.owner_only import owner_only_file, owner_only_folder
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider, count_tokens
 
@@ -100,9 +101,10 @@ async def run_agents_demo(state_dir: Path, console: Console) -> int:
     failures += result.error is not None
 
     console.rule("[bold]Recursive agent: a log far larger than the context")
-    log = state_dir / "service.log"
+    log = owner_only_folder(state_dir) / "service.log"
     lines = [f"2026-11-{1 + i % 28:02d}T12:{i % 60:02d} {'ERROR disk full' if i % 13 == 0 else 'INFO ok'} req={i}"
              for i in range(20_000)]
+    await asyncio.to_thread(owner_only_file, log)
     await asyncio.to_thread(log.write_text, "\n".join(lines))
     model = ScriptedProvider(narrated(recursive_model, console, _recursive_step))
     async with RecursiveAgent(llm=model, state_dir=state_dir) as recursive:

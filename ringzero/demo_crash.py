@@ -28,6 +28,7 @@ from rich.console import Console
 from ringzero import Context, Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.journal import llm_fingerprint
+from ringzero.core.owner_only import owner_only_file, owner_only_folder
 from ringzero.core.store import KernelStore
 from ringzero.core.types import LLMRequest
 from ringzero.testing import ScriptedProvider
@@ -141,12 +142,11 @@ async def run_crash_demo(state_dir: Path, console: Console) -> int:
     from ringzero.resuming import resume
 
     console.rule("[bold]kill -9 mid-run, resume, and an approval from another OS process")
-    folder = state_dir / "crash"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = owner_only_folder(state_dir / "crash")
     db, log = folder / "state.db", folder / "calls.log"
     for stale in (db, log, *folder.glob("state.db*")):
         stale.unlink(missing_ok=True)
-    log.touch()
+    owner_only_file(log)
     os.environ[LOG_VARIABLE] = str(log)
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     await asyncio.to_thread(_run_host_and_kill, db, log, environment)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import glob
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from ringzero.core.errors import RingzeroError
+from ringzero.core.owner_only import OWN_FOLDER, readable_by_others
 
-__all__ = ["diagnose"]
+__all__ = ["DEFAULT_STORE", "diagnose", "store_warnings"]
+
+DEFAULT_STORE = Path(OWN_FOLDER) / "state.db"
 
 
 async def _try_run(executor: object) -> str:
@@ -76,7 +81,19 @@ def _microvm() -> tuple[str, str]:
     return "[green]host ready[/]", "a boot still needs a root file system image (see the executor's docs)"
 
 
-async def diagnose(console: Console) -> int:
+def store_warnings(stores: list[Path]) -> list[str]:
+    """For each SQLite store that exists (its journals hold every prompt and tool argument), why
+    other users on this machine can read it, if they can."""
+    found = []
+    for store in stores:
+        for path in (store, *store.parent.glob(f"{glob.escape(store.name)}-*")):
+            why = readable_by_others(path)
+            if why is not None:
+                found.append(why)
+    return found
+
+
+async def diagnose(console: Console, stores: list[Path] | None = None) -> int:
     table = Table(title="ringzero doctor: executors on this host", show_lines=True)
     table.add_column("executor")
     table.add_column("status")
@@ -86,4 +103,6 @@ async def diagnose(console: Console) -> int:
         table.add_row(name, status, detail)
     table.add_row("MicrosandboxExecutor", *_microvm())
     console.print(table)
+    for warning in store_warnings(stores if stores is not None else [DEFAULT_STORE]):
+        console.print(f"[yellow]warning: {warning}[/]")
     return 0

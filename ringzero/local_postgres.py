@@ -2,23 +2,30 @@
 ``ringzero postgres start`` (what ``PostgresCheckpointer`` and ``ringzero demo --ray`` need, in
 one command, with no account or config to set up).
 
-The server keeps its data in one folder (``.ringzero/postgres`` by default), trusts local
-connections on 127.0.0.1 only (no password: a server for one machine's development and tests,
-not for a network), and stays up until ``ringzero postgres stop``. It needs PostgreSQL's server
-programs (``initdb``, ``pg_ctl``: Debian's and Ubuntu's ``postgresql`` package, Homebrew's
-``postgresql``); as root it runs them as the ``postgres`` user, as PostgreSQL requires.
+The server keeps its data in one folder (``.ringzero/postgres`` by default, its owner's alone),
+listens on 127.0.0.1 only, and stays up until ``ringzero postgres stop``. Every connection needs
+the password of its ``postgres`` user (``scram-sha-256``): generated when the folder is made,
+kept owner-only in it (``password``), and carried by the DSN ``start`` prints, so another user
+of the machine cannot connect (a superuser can run programs as the server's user). A folder
+made by an older ringzero, which trusted local connections, gets a password at its next start.
+It needs PostgreSQL's server programs (``initdb``, ``pg_ctl``: Debian's and Ubuntu's
+``postgresql`` package, Homebrew's ``postgresql``); as root it runs them as the ``postgres``
+user, as PostgreSQL requires.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import secrets
 import shutil
 import socket
 import subprocess
 from pathlib import Path
+from urllib.parse import quote
 
 from ringzero.core.errors import RingzeroError
+from ringzero.core.owner_only import owner_only_file, owner_only_folder
 
 __all__ = ["LocalPostgres", "NoPostgres", "server_programs"]
 
@@ -53,23 +60,65 @@ class LocalPostgres:
         self.data = self.folder / "data"
         kept = self.folder / "port"
         self.port = port or (int(kept.read_text()) if kept.exists() else _free_port())
-        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self.password_file = self.folder / "password"
+        """The ``postgres`` user's password, owner-only."""
+
+    @property
+    def dsn(self) -> str:
+        """How to connect, password included (once the folder is made)."""
+        password = self.password_file.read_text().strip() if self.password_file.exists() else ""
+        user = f"postgres:{quote(password, safe='')}" if password else "postgres"
+        return f"postgresql://{user}@127.0.0.1:{self.port}/postgres"
 
     def create(self) -> None:
-        """Make the folder's database cluster, where it has none."""
+        """Make the folder's database cluster, where it has none, with a password; give one to
+        a cluster an older ringzero made without."""
         if (self.data / "PG_VERSION").exists():
+            if not self.password_file.exists():
+                self._add_password()
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.data.mkdir(exist_ok=True)
+        owner_only_folder(self.folder)
+        self.data.mkdir(mode=0o700, exist_ok=True)
+        self._write("password", secrets.token_urlsafe(24))
+        self._write("port", str(self.port))
         self._own(self.folder)
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-instructions")
-        (self.folder / "port").write_text(str(self.port))
+        self._run("initdb", "-D", str(self.data), "-A", "scram-sha-256", "-U", "postgres", "--pwfile",
+                  str(self.password_file), "--no-instructions")
+
+    def _write(self, name: str, text: str) -> None:
+        path = self.folder / name
+        owner_only_file(path)
+        path.write_text(text)
+
+    def _add_password(self) -> None:
+        """A cluster made when local connections were trusted: set a password (in single-user
+        mode, the server stopped) and ask every connection for it from now on."""
+        running = self.running()
+        if running:
+            self.stop()
+        password = secrets.token_urlsafe(24)
+        single = subprocess.run(self._as_owner("postgres", "--single", "-D", str(self.data), "postgres"),
+                                input=f"ALTER ROLE postgres PASSWORD '{password}';\n", capture_output=True,
+                                text=True, timeout=120)
+        if single.returncode != 0:
+            raise NoPostgres(f"could not give the postgres user a password: {single.stderr.strip()[-800:]}")
+        rules = self.data / "pg_hba.conf"
+        lines = rules.read_text().splitlines()
+        rules.write_text("\n".join(line if line.lstrip().startswith("#") else line.replace("trust", "scram-sha-256")
+                                   for line in lines) + "\n")
+        self._write("password", password)
+        self._own(self.folder)
+        if running:
+            self.start()
 
     def start(self) -> str:
         """Make the folder's database cluster if it has none, start the server (if it is not
         running already) and return its DSN."""
         self.create()
         if not self.running():
+            log = self.folder / "log"
+            owner_only_file(log)
+            self._own(log)
             options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
             self._run("pg_ctl", "-D", str(self.data), "-o", options, "-w", "-l", str(self.folder / "log"), "start")
         return self.dsn
@@ -106,11 +155,11 @@ class LocalPostgres:
         return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
     @staticmethod
-    def _own(folder: Path) -> None:
+    def _own(path: Path) -> None:
         """As root, the ``postgres`` user must own the folder: PostgreSQL refuses to run as root."""
         if os.geteuid() == 0:
-            for path in (folder, *folder.rglob("*")):
-                shutil.chown(path, "postgres", "postgres")
+            for each in (path, *(path.rglob("*") if path.is_dir() else ())):
+                shutil.chown(each, "postgres", "postgres")
 
 
 def _free_port() -> int:

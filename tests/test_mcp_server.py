@@ -76,6 +76,7 @@ async def test_the_mcp_server_over_streamable_http_on_loopback(tmp_path: Path) -
     import socket
     import subprocess
 
+    import httpx
     from mcp.client.streamable_http import streamable_http_client
 
     with socket.socket() as probe:
@@ -85,7 +86,8 @@ async def test_the_mcp_server_over_streamable_http_on_loopback(tmp_path: Path) -
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ringzero.cli", "mcp", "--transport", "http", "--port", str(port),
         "--state-dir", str(tmp_path), "--tools", "tests.agent_tools:get_weather",
-        cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT), "RINGZERO_MCP_TOKEN": "a-token-for-this-test"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for _ in range(200):  # until it listens
             try:
@@ -93,8 +95,9 @@ async def test_the_mcp_server_over_streamable_http_on_loopback(tmp_path: Path) -
                 break
             except OSError:
                 await asyncio.sleep(0.05)
-        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, _), \
-                ClientSession(read, write) as session:
+        client = httpx.AsyncClient(headers={"Authorization": "Bearer a-token-for-this-test"})
+        async with client, streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=client) as (
+                read, write, _), ClientSession(read, write) as session:
             await session.initialize()
             ran = await session.call_tool("execute_code", {"code": "get_weather('Oslo')"})
             assert text_of(ran) == "Result: 'snow'"

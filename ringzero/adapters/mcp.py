@@ -10,13 +10,21 @@ survive a server restart.
 
     ringzero mcp --tools myapp.tools:search_docs --tools myapp.tools:fetch          # stdio
     ringzero mcp --transport http --port 8765 ...                                  # 127.0.0.1 only
+
+Over HTTP the server runs code and the host's tools for whoever reaches 127.0.0.1: every local
+user and program. So it needs a bearer token (``BearerToken``): a request without it gets 401
+and no session. ``Host`` and ``Origin`` are checked as well (no browser reaches it through DNS
+rebinding). stdio needs none: only the process that started the server speaks to it.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import ringzero
 from ringzero.agents import CodeAgent, TaskManager
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.ids import time_ordered_id
@@ -24,20 +32,58 @@ from ringzero.core.kernel import Kernel
 from ringzero.core.types import JSON, Checkpoint
 
 try:
+    import anyio
     from mcp.server.fastmcp import FastMCP
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.mcp", "mcp") from exc
 
-__all__ = ["create_server"]
+__all__ = ["BearerToken", "create_server", "serve"]
 
 _STATE_THREAD = "ringzero-mcp-state"
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BearerToken:
+    """An ASGI app that lets through only HTTP requests carrying ``Authorization: Bearer
+    <token>`` (compared in constant time); any other gets 401 before the MCP app sees it."""
+
+    def __init__(self, app: App, token: str) -> None:
+        if not token:
+            raise InvalidArgument("a bearer token must not be empty")
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = next((value for name, value in scope.get("headers", []) if name.lower() == b"authorization"), b"")
+            if not hmac.compare_digest(given, self._expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b'Bearer realm="ringzero"')]})
+                await send({"type": "http.response.body",
+                            "body": b'{"error": "this MCP server needs its bearer token (Authorization: Bearer ...)"}'})
+                return
+        await self.app(scope, receive, send)
+
+
+class _KernelMCP(FastMCP):
+    """FastMCP whose ``serverInfo.version`` is ringzero's (FastMCP takes no version, and would
+    report the MCP library's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._mcp_server.version = ringzero.__version__
 
 
 def create_server(agent: CodeAgent, *, name: str = "ringzero", host: str = "127.0.0.1", port: int = 8765) -> FastMCP:
     """An MCP server over ``agent``'s kernel (its tools, model and store)."""
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise InvalidArgument(f"the MCP server listens on loopback only, not {host!r}")
-    server = FastMCP(name, instructions="An agent kernel: run Python with tools in a sandbox, run agent tasks in "
+    server = _KernelMCP(name, instructions="An agent kernel: run Python with tools in a sandbox, run agent tasks in "
                      "the background, keep state.", host=host, port=port, log_level="WARNING")
     tasks = TaskManager(agent)
 
@@ -127,12 +173,31 @@ def create_server(agent: CodeAgent, *, name: str = "ringzero", host: str = "127.
     return server
 
 
-def serve(agent: CodeAgent, transport: str = "stdio", port: int = 8765) -> None:
-    """Run the server until it is stopped (``stdio``, or streamable ``http`` on 127.0.0.1)."""
+def serve(agent: CodeAgent, transport: str = "stdio", port: int = 8765, *, token: str | None = None,
+          no_auth: bool = False) -> None:
+    """Run the server until it is stopped: ``stdio``, or streamable ``http`` on 127.0.0.1, which
+    needs ``token`` (clients send ``Authorization: Bearer <token>``) unless ``no_auth``."""
     if transport not in ("stdio", "http"):
         raise RingzeroError(f"transport must be 'stdio' or 'http', not {transport!r}")
+    if transport == "http" and token is None and not no_auth:
+        raise InvalidArgument("the MCP server over HTTP needs a bearer token (token=...), or no_auth=True")
     server = create_server(agent, port=port)
     try:
-        server.run("stdio" if transport == "stdio" else "streamable-http")
+        if transport == "stdio":
+            server.run("stdio")
+        else:
+            anyio.run(_serve_http, server, None if no_auth else token)
     finally:
         agent.close()
+
+
+async def _serve_http(server: FastMCP, token: str | None) -> None:
+    """FastMCP's own streamable-HTTP app and server, behind the token where there is one."""
+    import uvicorn
+
+    app: Any = server.streamable_http_app()
+    if token is not None:
+        app = BearerToken(app, token)
+    config = uvicorn.Config(app, host=server.settings.host, port=server.settings.port,
+                            log_level=server.settings.log_level.lower())
+    await uvicorn.Server(config).serve()

@@ -8,6 +8,7 @@ are folded into the file (``folds``). See the package's docstring for why each i
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -24,6 +25,7 @@ from ringzero.checkpointers.sqlite.schema import SELECT, checkpoint_of, checkpoi
 from ringzero.checkpointers.sqlite.thread import WaitingThread
 from ringzero.checkpointers.sqlite.writer import Writer
 from ringzero.core.errors import CheckpointerError, Closed, InvalidArgument
+from ringzero.core.owner_only import OWN_FOLDER, owner_only_file, owner_only_folder
 from ringzero.core.protocols import CheckpointerCapabilities
 from ringzero.core.types import JSON, Checkpoint, PendingWrite
 
@@ -95,7 +97,7 @@ class SqliteCheckpointer:
         async with self._opening:
             if self.writer.db is None:
                 if self._create_folder:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    await asyncio.to_thread(self._make_folder)
                 await self.writer.open()
                 try:
                     with self.writer.errors("preparing"):
@@ -105,6 +107,17 @@ class SqliteCheckpointer:
                     raise
         assert self.writer.db is not None
         return self.writer.db
+
+    def _make_folder(self) -> None:
+        """The file's folder, made where missing; where the folder is ringzero's (made now, or a
+        ``.ringzero`` one), it and the store's files are the owner's alone (``owner_only``)."""
+        folder = self.path.parent
+        ours = not folder.exists() or OWN_FOLDER in folder.absolute().parts
+        owner_only_folder(folder)
+        if ours:
+            owner_only_file(self.path)
+            for sibling in folder.glob(f"{glob.escape(self.path.name)}-*"):  # WAL, shared memory, append logs
+                owner_only_file(sibling)
 
     async def _transaction(self, statements: Statements, *, appended: bool = False) -> Pending:
         """Commit ``(sql, rows)`` pairs atomically, grouped with the other writes of this turn

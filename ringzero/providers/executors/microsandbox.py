@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
+from ringzero.core.owner_only import owner_only_folder
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
@@ -226,7 +227,7 @@ class MicrosandboxExecutor:
         if reason is not None:
             raise ExecutorError(reason)
         if self.workspace is not None:
-            self.workspace.mkdir(parents=True, exist_ok=True)
+            owner_only_folder(self.workspace)
         await self._pool.fill()
         self._started = True
 

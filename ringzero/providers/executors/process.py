@@ -43,6 +43,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringzero.core.errors import ExecutorError, InvalidArgument
+from ringzero.core.owner_only import owner_only_folder
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.timeouts import fail_after
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
@@ -251,7 +252,7 @@ class ProcessExecutor:
         workspace runs as it, and no other run does), readable by that uid alone, and put it in
         a file system of its own with its quota (``workspaces``)."""
         if os.geteuid() != 0:
-            os.makedirs(self.workspace, exist_ok=True)
+            owner_only_folder(self.workspace)
             self.missing_controls["workspace_quota"] = str(workspaces.unavailable())
             return
         self._workspace_uid = workspaces.workspace_uid(self.workspace)

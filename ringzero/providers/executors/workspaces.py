@@ -31,6 +31,7 @@ import subprocess
 import tempfile
 import zlib
 
+from ringzero.core.owner_only import owner_only_folder
 from ringzero.providers.executors import _mounts
 from ringzero.providers.executors._confine import RUN_UIDS, UID_SPAN
 
@@ -102,7 +103,7 @@ def prepare(path: str, uid: int, *, max_bytes: int, max_files: int) -> str | Non
     mode 0700, holding a file system of ``max_bytes`` and ``max_files`` (mounted now, unless it
     already is). Returns why the quota cannot be enforced on this host (the folder is then a
     plain folder), or None. Not following a symlink: a workspace path is the host's."""
-    os.makedirs(path, exist_ok=True)
+    owner_only_folder(path)
     real = os.path.realpath(path)
     refused = _quota(real, uid, max_bytes, max_files)
     os.chown(real, uid, uid, follow_symlinks=False)
