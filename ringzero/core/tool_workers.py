@@ -142,12 +142,13 @@ class ToolWorkers:
                 return
             worker.conn.send_bytes(request)
             outcome = worker.conn.recv_bytes()
-        except Exception:  # the worker died, or could not start
+        except Exception as failure:  # the worker died (or was killed for its caller), or could not start
+            outcome = failure
             if worker is not None:
                 worker.stop()
-                exc = ToolCrashed(f"the worker process running a cpu_bound tool died ({worker.death()}); the "
-                                  "next call starts a fresh one")
-            outcome = exc
+                self.replaced += not call.abandoned
+                outcome = ToolCrashed(f"the worker process running a cpu_bound tool died ({worker.death()}); the "
+                                      "next call starts a fresh one")
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             done.get_loop().call_soon_threadsafe(_settle, done, outcome)
 
