@@ -6,9 +6,14 @@ The server's model is OpenAIProvider talking to a local server in OpenAI's wire 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import socket
+import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -71,38 +76,51 @@ async def test_an_mcp_client_lists_the_tools_runs_code_and_manages_background_ta
     assert len(model_server.requests) == 2  # the task's two model calls, through OpenAI's wire format
 
 
-async def test_the_mcp_server_over_streamable_http_on_loopback(tmp_path: Path) -> None:
-    import asyncio
-    import socket
-    import subprocess
+class HttpServer:
+    """A ``ringzero mcp --transport http`` process on a free port of 127.0.0.1."""
 
-    import httpx
-    from mcp.client.streamable_http import streamable_http_client
+    def __init__(self, port: int, process: asyncio.subprocess.Process) -> None:
+        self.port, self.process = port, process
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.stderr = b""
+        """What it printed, once it stopped."""
 
+
+@contextlib.asynccontextmanager
+async def mcp_over_http(*args: str, cwd: Path, env: dict[str, str] | None = None) -> AsyncIterator[HttpServer]:
+    """Start the server with these arguments, wait until it listens; stop it when the block ends."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
-    server = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "ringzero.cli", "mcp", "--transport", "http", "--port", str(port),
-        "--state-dir", str(tmp_path), "--tools", "tests.agent_tools:get_weather",
-        cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT), "RINGZERO_MCP_TOKEN": "a-token-for-this-test"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "RINGZERO_MCP"))}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ringzero.cli", "mcp", "--transport", "http", "--port", str(port), *args, cwd=cwd,
+        env={**clean, "PYTHONPATH": str(ROOT), **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = HttpServer(port, process)
     try:
-        for _ in range(200):  # until it listens
+        for _ in range(400):  # until it listens
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 break
             except OSError:
                 await asyncio.sleep(0.05)
+        yield server
+    finally:
+        process.terminate()
+        _, server.stderr = await asyncio.wait_for(process.communicate(), 10)  # reaps it, closes its pipe
+
+
+async def test_the_mcp_server_over_streamable_http_on_loopback(tmp_path: Path) -> None:
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with mcp_over_http("--state-dir", str(tmp_path), "--tools", "tests.agent_tools:get_weather", cwd=ROOT,
+                             env={"RINGZERO_MCP_TOKEN": "a-token-for-this-test"}) as server:
         client = httpx.AsyncClient(headers={"Authorization": "Bearer a-token-for-this-test"})
-        async with client, streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=client) as (
-                read, write, _), ClientSession(read, write) as session:
+        async with client, streamable_http_client(server.url, http_client=client) as (read, write, _), \
+                ClientSession(read, write) as session:
             await session.initialize()
             ran = await session.call_tool("execute_code", {"code": "get_weather('Oslo')"})
             assert text_of(ran) == "Result: 'snow'"
             no_model = await session.call_tool("execute_task", {"task": "anything"})
             assert no_model.isError and "no LLM provider" in no_model.content[0].text  # type: ignore[union-attr]
-    finally:
-        server.terminate()
-        await asyncio.wait_for(server.communicate(), 10)  # reaps it and closes its stderr pipe

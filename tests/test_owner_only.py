@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 
 import ringzero
 from tests.test_cli import ROOT
+from tests.test_mcp_server import mcp_over_http
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="acting as another user (setpriv to nobody) needs root")
@@ -134,42 +134,21 @@ except urllib.error.HTTPError as error:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_an_mcp_session_over_http_needs_the_token(shared_folder: Path) -> None:
     """Any local process that POSTed ``initialize`` to 127.0.0.1 got a session, and with it the
     host's tools and code runs; ``serverInfo.version`` was the MCP library's. Now the server
     needs its bearer token, generated at its first start and kept owner-only."""
     python = python_for_nobody()
-    port = _free_port()
     state = shared_folder / ".ringzero" / "mcp"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "RINGZERO_MCP"))}
-    server = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "ringzero.cli", "mcp", "--transport", "http", "--port", str(port),
-        "--state-dir", str(state), cwd=shared_folder, env={**env, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        for _ in range(400):  # until it listens
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
-        url = f"http://127.0.0.1:{port}/mcp"
+    async with mcp_over_http("--state-dir", str(state), cwd=shared_folder) as server:
         kept = state / "mcp-token"
         token = kept.read_text()
         assert stat.S_IMODE(kept.stat().st_mode) == 0o600 and stat.S_IMODE(state.stat().st_mode) == 0o700
         assert as_nobody("cat", str(kept)).returncode != 0
-        refused = await asyncio.to_thread(as_nobody, python, "-c", POST, url, INITIALIZE)
-        wrong = await asyncio.to_thread(as_nobody, python, "-c", POST, url, INITIALIZE, "not-the-token")
-        allowed = await asyncio.to_thread(as_nobody, python, "-c", POST, url, INITIALIZE, token)
-    finally:
-        server.terminate()
-        _, stderr = await asyncio.wait_for(server.communicate(), 10)
+        refused = await asyncio.to_thread(as_nobody, python, "-c", POST, server.url, INITIALIZE)
+        wrong = await asyncio.to_thread(as_nobody, python, "-c", POST, server.url, INITIALIZE, "not-the-token")
+        allowed = await asyncio.to_thread(as_nobody, python, "-c", POST, server.url, INITIALIZE, token)
+    stderr = server.stderr
     assert refused.stdout.startswith("401 False"), (refused, stderr)
     assert wrong.stdout.startswith("401 False"), wrong
     assert allowed.stdout.startswith("200 True"), (allowed, stderr)
