@@ -672,7 +672,7 @@ HOST_SIDE_ATTACKS = [
                    lambda r: r.error is not None and r.error.type == "ValueError"
                    and 8192 <= len(r.error.message) < 8300 and len(r.error.traceback) < 9000,
                    {}, ExecLimits(wall_seconds=10)),
-    HostSideAttack("7 a GIL-holding tool declared cpu_bound runs in a process", "total(150_000_000)",
+    HostSideAttack("7 a GIL-holding tool declared cpu_bound runs in a process", "total(600_000_000)",
                    lambda r: r.error is not None and (r.error.type, r.error.origin) == ("TimeoutError", "executor"),
                    {"total": cpu_tools.total}, ExecLimits(wall_seconds=1)),
     HostSideAttack("11 a tool's exception text stays with the host", SHOWN.format(call="lookup('Paris')"),
