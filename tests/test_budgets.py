@@ -107,3 +107,19 @@ async def test_a_program_that_swallows_the_stop_is_still_stopped(budget_kernel: 
         await p.wait()
     assert p.stop_reason is StopReason.STEPS
     await budget_kernel.aclose()
+
+
+
+async def test_a_child_spawned_without_limits_gets_half_of_what_its_parent_has_left() -> None:
+    async def parent(ctx: Context) -> int:
+        await ctx.llm("one two three four")  # one of its ten calls spent: nine left
+        child = await ctx.spawn(chatter)  # no limits: half of the nine, in whole calls
+        with pytest.raises(BudgetExceeded):
+            await ctx.wait(child)
+        return child.info().llm_calls
+
+    provider = ScriptedProvider(lambda r: "ok ok")
+    async with Kernel(checkpointer=MemoryCheckpointer(), llm=provider) as kernel:
+        p = await kernel.spawn(parent, limits=Limits(llm_calls=10))
+        assert await p.wait() == 4
+    assert provider.calls == 1 + 4

@@ -323,6 +323,31 @@ async def test_7_the_final_value_obeys_output_bytes(sandbox: Executor) -> None:
     assert result.value is None and result.error is not None and result.error.type == "OutputLimitExceeded", result
 
 
+async def test_7_a_final_value_of_exactly_output_bytes_passes_and_one_byte_more_is_refused(sandbox: Executor) -> None:
+    limits = ExecLimits(wall_seconds=5, output_bytes=1000)
+    at_limit = await sandbox.run("'x' * 998", limits=limits)  # 1,000 bytes of JSON, quotes included
+    assert at_limit.error is None and at_limit.value == "x" * 998, at_limit
+    over = await sandbox.run("'x' * 999", limits=limits)
+    assert over.value is None and over.error is not None and over.error.type == "OutputLimitExceeded", over
+
+
+@full_cpython_only
+async def test_7_a_forged_done_one_byte_over_output_bytes_is_refused_by_the_host(sandbox: Executor) -> None:
+    """The sandbox's own runner applies ``output_bytes`` too; code that writes its ``done``
+    itself skips it, and meets the host's check."""
+    code = ("import os, stat, json, struct, time\n" + IS_SOCKET + FIND_CHANNEL +
+            "value = json.dumps('x' * 999).encode()\n"
+            "body = json.dumps({'op': 'done', 'error': None, 'data': [len(value), 0]}).encode()\n"
+            "for fd in channel:\n"
+            "    os.write(fd, struct.pack('!I', len(body)) + body + struct.pack('!I', len(value)) + value"
+            " + struct.pack('!I', 0))\n"
+            "time.sleep(5)\n")
+    result = await sandbox.run(code, limits=ExecLimits(wall_seconds=5, output_bytes=1000))
+    assert result.value is None and result.error is not None, result
+    assert result.error.type == "OutputLimitExceeded" and result.error.origin == "executor", result
+    assert "1001 bytes" in result.error.message, result
+
+
 async def test_7_only_the_executor_can_report_its_own_timeout(sandbox: Executor) -> None:
     faked = await sandbox.run("raise TimeoutError('the run took longer than 5 s and was killed')", limits=LIMITS)
     assert faked.error is not None and faked.error.type == "TimeoutError" and faked.error.origin == "code"

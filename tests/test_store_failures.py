@@ -10,14 +10,15 @@ import errno
 import os
 import sqlite3
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ringzero import CheckpointerError, Context, Kernel
-from ringzero.checkpointers import PostgresCheckpointer, SqliteCheckpointer
+from ringzero import CheckpointerError, Context, Kernel, ProcessStatus
+from ringzero.checkpointers import MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer
+from ringzero.core.types import Checkpoint
 from ringzero.core.store import KernelStore
 from ringzero.testing import InProcessExecutor, ScriptedProvider
 from tests.postgres import PostgresServer, fresh_database, server_or_skip
@@ -85,6 +86,50 @@ async def test_a_file_locked_past_the_busy_timeout_stops_the_process_unfinished_
         [again] = await kernel.recover()  # the store is back: the same kernel finishes it
         assert await again.wait(timeout=30) == expected
     assert sorted(set(CALLS)) == sorted(f"round {i}" for i in range(40))
+
+
+async def asks_once(ctx: Context) -> str:
+    return (await ctx.llm("the last question")).content
+
+
+ENDS = ("exited", "failed", "killed")
+
+
+class RefusesEnds(MemoryCheckpointer):
+    """A store that fails every write of a process's end while ``refusing`` (as a disk that
+    fills up just then would), and takes every other write."""
+
+    refusing = True
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        if self.refusing and checkpoint.namespace == "status" and checkpoint.metadata.get("status") in ENDS:
+            raise CheckpointerError("the store is full (a test's refusal)")
+        await super().put(checkpoint)
+
+    async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
+        for checkpoint in checkpoints:  # refused before any of them is written, as one commit is
+            if self.refusing and checkpoint.namespace == "status" and checkpoint.metadata.get("status") in ENDS:
+                raise CheckpointerError("the store is full (a test's refusal)")
+        await super().put_many(checkpoints)
+
+
+async def test_an_end_that_could_not_be_written_is_not_shown_as_an_end() -> None:
+    CALLS.clear()
+    store = RefusesEnds()
+    async with Kernel(checkpointer=store, llm=ScriptedProvider(answer)) as kernel:
+        handle = await kernel.spawn(asks_once)
+        with pytest.raises(CheckpointerError, match="full"):
+            await handle.wait(timeout=30)
+        assert not handle.status.terminal, "its status in memory is the one the store holds"
+        assert handle.info().status is ProcessStatus.RUNNING
+        stored = await kernel.store.load_process(handle.pid)
+        assert stored is not None and not stored.status.terminal
+        store.refusing = False
+        [again] = await kernel.recover()
+        assert await again.wait(timeout=30) == "answer to the last question"
+        stored = await kernel.store.load_process(handle.pid)
+        assert stored is not None and stored.status is ProcessStatus.EXITED
+    assert CALLS == ["the last question"], "the recorded answer is served, not asked again"
 
 
 async def test_a_file_deleted_under_a_running_kernel_is_an_error_not_a_silent_loss(tmp_path: Path) -> None:

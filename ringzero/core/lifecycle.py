@@ -89,6 +89,8 @@ async def finish(process: Process, status: ProcessStatus, reason: StopReason, er
     Nothing cancels this (request_stop leaves a finishing process alone), and waiters are
     woken even if the store fails, with that failure.
     """
+    record = process.record
+    before = (record.state, record.stop_reason, record.error, record.result)
     process.finishing = True
     process.ended_at = time.monotonic()
     problem = json_problem(process.record.state, "ctx.state")
@@ -108,6 +110,9 @@ async def finish(process: Process, status: ProcessStatus, reason: StopReason, er
         # process left.
         await set_status(process, status, reason.value)
     except BaseException as exc:
+        # Not ended: the record is the unfinished one the store holds, for recover() to resume
+        # (a stop reason left on it would read as a stop before the program ran again).
+        record.state, record.stop_reason, record.error, record.result = before
         process.settle(exc)
         raise
     try:

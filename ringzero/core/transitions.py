@@ -135,10 +135,15 @@ async def set_status(process: Process, status: ProcessStatus, detail: str = "") 
     process.unsaved_steps.append((process.transition_seq,
                           {"from": old_value, "to": new_value, "at": time.time(), "detail": detail}))
     if status.terminal:  # its event comes once it is written, as whoever reads the store expects
+        seq = process.transition_seq
         try:
             await save_transitions(process, with_state=True)
         except BaseException:
-            process.record.status = old  # not ended where it was not recorded as ended
+            # Not ended where it was not recorded as ended: neither in memory nor in the
+            # transitions a later write carries.
+            process.record.status = old
+            unsaved = [step for step in process.unsaved_steps or () if step[0] != seq]
+            process.unsaved_steps = unsaved or None
             raise
     else:
         process.runtime.save_soon(process)
