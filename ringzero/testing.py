@@ -21,6 +21,7 @@ from ringzero.core.errors import BadRequest, InvalidArgument, ProviderError
 from ringzero.core.loops import run_on
 from ringzero.core.protocols import ExecutorCapabilities, ProviderCapabilities, TextSink, Tool
 from ringzero.core.timeouts import fail_after
+from ringzero.core.tool_calls import ToolCalls
 from ringzero.core.types import (
     JSON,
     ExecError,
@@ -147,13 +148,14 @@ class InProcessExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
+        calls: ToolCalls | None = None,
     ) -> ExecResult:
         loop = asyncio.get_running_loop()
         limits = limits or self.default_limits
         wall = self.default_limits.wall_seconds if limits.wall_seconds is None else limits.wall_seconds
         stdout = io.StringIO()
-        host = HostTools(tools or {}, limits, show_errors=True)  # no isolation: the code is the host's own
-        calls = host.calls
+        host = HostTools(tools or {}, limits, show_errors=True, calls=calls)  # no isolation: the code is the host's own
+        made = host.calls
         namespace: dict[str, Any] = {"__name__": "__ringzero__", **dict(inputs or {})}
         namespace["print"] = lambda *a, sep=" ", end="\n", **_: stdout.write(sep.join(map(str, a)) + end)
         for name in host.tools:
@@ -175,7 +177,7 @@ class InProcessExecutor:
         output = stdout.getvalue()
         if limits.output_bytes is not None:
             output = output[: limits.output_bytes]
-        return ExecResult(value, output, error, time.perf_counter() - started, tuple(calls))
+        return ExecResult(value, output, error, time.perf_counter() - started, tuple(made))
 
     async def aclose(self) -> None:
         return None

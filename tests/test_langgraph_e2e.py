@@ -19,6 +19,7 @@ from typing import Any
 from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.protocols import Executor, Tool
+from ringzero.core.tool_calls import ToolCalls
 from ringzero.core.types import JSON, ExecLimits, ExecResult, LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.programs import sandboxed_graph_agent
@@ -35,9 +36,10 @@ class CountingExecutor:
         self.runs = 0
 
     async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
-                  tools: Mapping[str, Tool] | None = None, limits: ExecLimits | None = None) -> ExecResult:
+                  tools: Mapping[str, Tool] | None = None, limits: ExecLimits | None = None,
+                  calls: ToolCalls | None = None) -> ExecResult:
         self.runs += 1
-        return await self.inner.run(code, inputs=inputs, tools=tools, limits=limits)
+        return await self.inner.run(code, inputs=inputs, tools=tools, limits=limits, calls=calls)
 
     async def aclose(self) -> None:
         """The test's fixture owns the real executor and closes it."""

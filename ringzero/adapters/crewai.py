@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.adapters._shipping import ARGUMENTS, POSITIONAL, ExecutorChoice, raise_as_raised, shippable_call
 from ringzero.core.context import Context
-from ringzero.core.effects import error_record, retry_safe, served
+from ringzero.core.effects import retry_safe, served
 from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
+from ringzero.core.failures import failure
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.routing import route_sync
 from ringzero.core.tool_parameters import schema_tool
@@ -341,7 +342,7 @@ def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any
                 if inspect.isawaitable(result):
                     result = await result
             except Exception as exc:
-                return {"error": error_record(exc)}
+                return {"error": failure(exc)}
             return {"value": result if json_problem(result, "result") is None else str(result)}
 
         try:

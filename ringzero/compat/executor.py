@@ -136,6 +136,29 @@ class ExecutorConformance:
         result = await executor.run("[record(i) for i in range(100)]", tools={"record": record})
         assert seen == list(range(100)) and len(result.tool_calls) == 100
 
+    async def test_every_tool_call_goes_through_the_calls_it_was_handed(self, executor: Executor) -> None:
+        """``ctx.exec`` hands ``run`` the journal of its tool calls (``calls``): each call the code
+        makes is journaled there, under the exec's slot, so that a resumed program's code gets
+        the recorded results and no call runs twice."""
+        from ringzero.checkpointers.memory import MemoryCheckpointer
+        from ringzero.core.context import Context
+        from ringzero.core.kernel import Kernel
+
+        needs_tools(executor)
+
+        def lookup(key: str) -> str:
+            return key.upper()
+
+        async def program(ctx: Context) -> JSON:
+            return (await ctx.exec("[lookup('a'), lookup('b')]", tools={"lookup": lookup})).value
+
+        store = MemoryCheckpointer()
+        async with Kernel(checkpointer=store, executor=executor) as kernel:
+            handle = await kernel.spawn(program)
+            assert await handle.wait() == ["A", "B"]
+            calls = sorted([cp.id async for cp in store.list(f"ringzero/process/{handle.pid}", "calls")])
+        assert len(calls) == 2, f"the executor journaled {len(calls)} of the code's 2 tool calls through `calls`"
+
     async def test_the_wall_time_limit_stops_a_run_that_sleeps(self, executor: Executor) -> None:
         started = time.perf_counter()
         result = await executor.run("import time\ntime.sleep(2)\n'woke'", limits=ExecLimits(wall_seconds=0.3))

@@ -30,6 +30,7 @@ from ringzero.core.loops import run_on
 from ringzero.core.new_run import ContinueAsNew
 from ringzero.core.protocols import Executor, Tool
 from ringzero.core.remote import RemoteProcessHandle
+from ringzero.core.syscall import syscall
 from ringzero.core.tokens import estimate_message_tokens
 from ringzero.core.transitions import write_status
 from ringzero.core.types import (
@@ -258,8 +259,8 @@ class Context:
             raise InvalidArgument(f"recv needs a non-negative timeout in seconds or None, not {timeout!r}")
         mailbox = self._process.mailbox
         # The receive is passed on, not held here: the syscall lets go of it once it has started it.
-        outcome = await self._process.syscall(
-            "recv", {"timeout": timeout}, "" if timeout is None else f"timeout {timeout}s",
+        outcome = await syscall(
+            self._process, "recv", {"timeout": timeout}, "" if timeout is None else f"timeout {timeout}s",
             mailbox.receive if timeout is None else functools.partial(mailbox.receive, timeout), waits=True)
         got = outcome["value"]
         return None if got is None else got["message"]  # type: ignore[call-overload,index]
@@ -308,7 +309,7 @@ class Context:
             return {"value": None, "state": prints}
 
         runtime = process.runtime
-        outcome = await process.syscall("checkpoint", {}, f"{len(state)} keys", live)
+        outcome = await syscall(process, "checkpoint", {}, f"{len(state)} keys", live)
         recorded = outcome.get("state")
         if isinstance(recorded, dict) and recorded != prints:
             differ = sorted({*recorded, *prints} - {k for k in recorded if recorded[k] == prints.get(k)})
@@ -336,17 +337,17 @@ class Context:
     # ------------------------------------------------------------ time and chance
     async def now(self) -> datetime.datetime:
         """The time now (UTC), journaled: a resumed program gets the time it got the first time."""
-        outcome = await self._process.syscall("now", {}, "", _value_of(time.time))
+        outcome = await syscall(self._process, "now", {}, "", _value_of(time.time))
         return datetime.datetime.fromtimestamp(float(outcome["value"]), datetime.timezone.utc)  # type: ignore[arg-type]
 
     async def random(self) -> float:
         """A random float in [0, 1), journaled: a resumed program draws the same number."""
-        outcome = await self._process.syscall("random", {}, "", _value_of(random.random))
+        outcome = await syscall(self._process, "random", {}, "", _value_of(random.random))
         return float(outcome["value"])  # type: ignore[arg-type]
 
     async def uuid(self) -> uuid.UUID:
         """A random UUID (version 4), journaled: a resumed program gets the same one."""
-        outcome = await self._process.syscall("uuid", {}, "", _value_of(lambda: str(uuid.uuid4())))
+        outcome = await syscall(self._process, "uuid", {}, "", _value_of(lambda: str(uuid.uuid4())))
         return uuid.UUID(str(outcome["value"]))
 
     async def sleep(self, seconds: float) -> None:
@@ -358,7 +359,7 @@ class Context:
             await asyncio.sleep(seconds)
             return {"value": None}
 
-        await self._process.syscall("sleep", {"seconds": seconds}, f"{seconds}s", live, waits=True)
+        await syscall(self._process, "sleep", {"seconds": seconds}, f"{seconds}s", live, waits=True)
 
 
 def _value_of(draw: Callable[[], JSON]) -> Callable[[], Awaitable[dict[str, JSON]]]:

@@ -6,7 +6,7 @@ A coroutine function is awaited; a plain function runs in a thread of a bounded
 declared :func:`~ringzero.core.tool_pool.cpu_bound` runs in a worker process. A tool that
 exits (``SystemExit``, ``KeyboardInterrupt``) fails that call only. Used by ``ctx.tool`` and
 by every executor's tool calls; inside a kernel process's ``ctx.exec`` each call is journaled
-on its own (``ringzero.core.effects``).
+on its own, by the ``ToolCalls`` the executor was handed (``ringzero.core.tool_calls``).
 """
 
 from __future__ import annotations
@@ -17,22 +17,21 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ringzero.core.effects import NESTED_CALLS
 from ringzero.core.protocols import Tool
 from ringzero.core.telemetry import exec_tool_span
+from ringzero.core.tool_calls import ResultCheck, ToolCalls
 from ringzero.core.tool_pool import as_exception, shared_pool
 
-__all__ = ["ResultCheck", "SyncRunner", "call_tool"]
+__all__ = ["SyncRunner", "call_tool"]
 
 
 SyncRunner = Callable[[Tool, list[Any], dict[str, Any]], Awaitable[Any]]
 """How a sync tool is run off the loop: a pool's ``run``, with its owner and result limit bound."""
-ResultCheck = Callable[[Any], Awaitable[None]]
-"""Judges a tool's result before anyone keeps it: raises ``ResultRefused`` for one that may not cross."""
 
 
 async def call_tool(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, name: str | None = None,
-                    run: SyncRunner | None = None, check: ResultCheck | None = None) -> Any:
+                    run: SyncRunner | None = None, check: ResultCheck | None = None,
+                    calls: ToolCalls | None = None) -> Any:
     """Call a host tool off the event loop: awaited if it is async, else through ``run`` (a
     tool pool's ``run``; the host's shared pool where not given: the thread's context carries
     the caller's, so a kernel process's ``ctx`` is seen there). ``check`` judges the result as
@@ -41,10 +40,9 @@ async def call_tool(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, name
     Which arguments sandboxed code may pass is decided before this, at the boundary
     (``ringzero.core.tool_parameters``): a call arrives here bound and allowed.
 
-    Called by code that a kernel process runs through ``ctx.exec``, the call is journaled under
-    the exec (``name`` identifies it there; the tool's own name where not given): a recorded one
-    is answered from the journal when the code runs again after a crash."""
-    calls = NESTED_CALLS.get()
+    With ``calls`` (what ``ctx.exec`` hands its executor), the call is journaled under the exec
+    (``name`` identifies it there; the tool's own name where not given): a recorded one is
+    answered from the journal when the code runs again after a crash."""
     if calls is not None:
         return await calls.call(name or str(getattr(tool, "__qualname__", None) or repr(tool)), tool, args, kwargs,
                                 functools.partial(_live, run=run, name=name, check=check), check)

@@ -203,22 +203,38 @@ class Journal:
             self._effects = await self._store.effects(self._pid) if self.resumed else Effects(frozenset(), {})
         return self._effects
 
+    async def recorded_call(self, key: str, kind: str, fp: str, summary: str) -> dict[str, JSON] | None:
+        """The recorded outcome of the tool call that sandboxed code made in slot ``key``
+        (``<slot>.<n>``), or None where it has none; NonDeterminismError where the code now asks
+        for another call there."""
+        if not self.resumed:
+            return None
+        entry = (await self.effects()).calls.get(key)
+        if entry is None:
+            return None
+        if entry.kind != kind or entry.fingerprint != fp:
+            raise diverged(self._pid, key, (entry.kind, entry.fingerprint, entry.summary), (kind, fp, summary))
+        return entry.outcome
+
     async def in_doubt(self, key: str) -> bool:
         """Whether effect ``key`` (a slot, or ``<slot>.<n>`` under an exec) was started before the
-        crash without its result being recorded: it may or may not have had its effect."""
-        if not self.resumed:
-            return False
-        effects = await self.effects()
-        return key in effects.intents and key not in effects.calls
+        crash without its outcome being recorded (asked only of a slot without a record): it may
+        or may not have had its effect."""
+        return self.resumed and key in (await self.effects()).intents
 
     async def record_intent(self, key: str, kind: str, fp: str, summary: str) -> None:
         """Durable before the effect starts: a resume that finds it without a result knows the
         effect was in flight (``in_doubt``)."""
         await self._store.record_intent(self._pid, key, kind, fp, summary)
 
-    async def record_call(self, key: str, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> None:
-        """Record the outcome of a tool call that sandboxed code made (``<slot>.<n>``)."""
-        await self._store.record_call(self._pid, key, kind, fp, summary, outcome)
+    async def fill(self, slot: str, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> dict[str, JSON]:
+        """Record the outcome of ``slot``: a syscall's (``record``), or a tool call's that
+        sandboxed code made (``<slot>.<n>``). Durable when this returns; returns the slot's
+        outcome (see ``record``)."""
+        if "." in slot:
+            await self._store.record_call(self._pid, slot, kind, fp, summary, outcome)
+            return outcome
+        return await self.record(int(slot), kind, fp, summary, outcome)
 
     async def check_owner(self, *, force: bool = False) -> None:
         """Raise Fenced if another node has taken the process over (a fenced journal only).

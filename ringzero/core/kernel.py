@@ -16,6 +16,7 @@ This module is the users' facade. What processes ask of the kernel lives in the 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -73,6 +74,7 @@ class Kernel:
             executor = backends.executor(executor)
         _require(checkpointer, Checkpointer, "checkpointer", "e.g. SqliteCheckpointer('state.db'), or a path")
         _require(executor, Executor, "executor", "e.g. MontyExecutor() or ProcessExecutor(), or 'monty'/'process'")
+        _takes_calls(executor)
         if scheduler is not None:
             _require(scheduler, Scheduler, "scheduler", "e.g. LocalScheduler()")
         if tools is not None and (not isinstance(tools, Mapping) or not all(
@@ -371,6 +373,20 @@ def _require(value: Any, protocol: type, what: str, example: str) -> None:
     if not isinstance(value, protocol):
         raise InvalidArgument(f"{what} must be a ringzero {protocol.__name__} ({example}), not "
                               f"{type(value).__name__} {value!r:.60}")
+
+
+def _takes_calls(executor: Executor) -> None:
+    """InvalidArgument unless ``executor.run`` takes ``calls`` (the journal of its tool calls,
+    which ``ctx.exec`` hands over): refused now, not as a TypeError at the first exec."""
+    try:
+        parameters = inspect.signature(executor.run).parameters
+    except (TypeError, ValueError):
+        return  # no signature to read (a C method): the call itself says
+    if "calls" not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        raise InvalidArgument(
+            f"{type(executor).__name__}.run() takes no 'calls' argument: the Executor protocol passes it the "
+            "journal of the run's tool calls (ringzero.core.tool_calls.ToolCalls); accept calls=None and hand it to "
+            "HostTools or call_tool, so that no tool call runs twice after a crash")
 
 
 def _gates(llm: LLMProvider | LLMGate | Mapping[str, LLMProvider | LLMGate] | None) -> dict[str, LLMGate]:

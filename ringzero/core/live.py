@@ -16,8 +16,8 @@ RUNNING_LIVE: contextvars.ContextVar[Process | None] = contextvars.ContextVar("r
 """The process whose syscall is running live in this context: a syscall it makes from there (an
 LLM call inside a tool) is part of the enclosing one, whose record holds its effect."""
 SLOT: contextvars.ContextVar[str] = contextvars.ContextVar("ringzero_slot", default="")
-"""The journal slot of the effect running live in this context (``Process.syscall`` with
-``effect`` or ``slotted``): what its idempotency key and its nested calls are named by."""
+"""The journal slot of the syscall running live in this context (``ringzero.core.effect.perform``):
+what its idempotency key (``ctx.idempotency_key()``) and its exec's tool calls are named by."""
 
 
 def running_live() -> bool:

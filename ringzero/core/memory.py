@@ -27,6 +27,7 @@ from ringzero.core.errors import InvalidArgument
 from ringzero.core.ids import time_ordered_id
 from ringzero.core.protocols import Checkpointer, MemoryIndexed
 from ringzero.core.ranking import Embed, rank, words
+from ringzero.core.syscall import syscall
 from ringzero.core.types import JSON, Checkpoint, ensure_json
 
 if TYPE_CHECKING:
@@ -287,6 +288,6 @@ class ProcessMemory:
             result = await work(store)
             return {"value": result.to_dict() if isinstance(result, Memory) else result}
 
-        outcome = await self._process.syscall("memory", {"op": op, "namespace": self.name, **args},
+        outcome = await syscall(self._process, "memory", {"op": op, "namespace": self.name, **args},
                                               f"{op} in {self.name}", live)
         return outcome["value"]

@@ -1,8 +1,8 @@
 """A process: one program's run, with its record, budget, mailbox, journal and run slot.
 
 The program itself is an ``async def`` taking a Context; the kernel wraps it in an asyncio
-task, whose life is ``ringzero.core.lifecycle``'s. Every syscall passes ``Process.syscall``
-(``ringzero.core.syscall``), the one boundary where pause, scheduling, budgets and the journal
+task, whose life is ``ringzero.core.lifecycle``'s. Every syscall passes
+``ringzero.core.syscall.syscall``, the one boundary where pause, scheduling, budgets and the journal
 act, so a program cannot slip past any of them; its transitions are written by
 ``ringzero.core.transitions``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core.budget import Meter
@@ -21,8 +21,6 @@ from ringzero.core.journal import Journal
 from ringzero.core.lifecycle import run, run_in_span
 from ringzero.core.mailbox import Mailbox
 from ringzero.core.store import ProcessRecord
-from ringzero.core.syscall import Outcome
-from ringzero.core.syscall import syscall as run_syscall
 from ringzero.core.timeouts import RECANCEL_EVERY
 from ringzero.core.transitions import write_status
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason
@@ -346,25 +344,6 @@ class Process:
     def _check_alive(self, what: str) -> None:
         if self.status.terminal:
             raise ProcessStateError(f"cannot {what} pid {self.pid}: it has already {self.status.value}")
-
-    # ------------------------------------------------------------------ syscalls
-    def syscall(
-        self,
-        kind: str,
-        args: Any,
-        summary: str,
-        live: Callable[[], Awaitable[Outcome]],
-        *,
-        needs: tuple[tuple[str, float], ...] = (),
-        waits: bool = False,
-        fp: str | None = None,
-        about: Callable[[], dict[str, Any]] | None = None,
-        effect: Callable[[], bool] | None = None,
-        slotted: bool = False,
-    ) -> Coroutine[Any, Any, Outcome]:
-        """Run one syscall through the boundary, the journal and the budgets (``ringzero.core.syscall``)."""
-        return run_syscall(self, kind, args, summary, live, needs=needs, waits=waits, fp=fp, about=about,
-                           effect=effect, slotted=slotted)
 
     @property
     def pause_pending(self) -> bool:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ringzero.core.types import JSON, Checkpoint, ExecLimits, ExecResult, LLMRequest, LLMResponse, PendingWrite
+
+if TYPE_CHECKING:
+    from ringzero.core.tool_calls import ToolCalls
 
 __all__ = [
     "Appending",
@@ -112,8 +115,14 @@ class Executor(Protocol):
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
+        calls: ToolCalls | None = None,
     ) -> ExecResult:
         """Run ``code`` with ``inputs`` bound as variables and ``tools`` callable as functions.
+
+        ``calls`` journals the run's tool calls one by one (``ctx.exec`` hands it over): pass
+        it to ``ringzero.providers.executors.boundary.HostTools`` (or to
+        ``ringzero.core.host_tools.call_tool`` with each call), so that after a crash each call
+        already made is answered from the journal and none runs twice.
 
         An exception in the code, a limit hit or a timeout is reported in ``ExecResult.error``.
         Raises ExecutorError only when the executor itself fails.

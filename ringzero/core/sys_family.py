@@ -10,6 +10,7 @@ from ringzero.core.errors import BudgetExceeded, InvalidArgument, ProcessFailed,
 from ringzero.core.handles import ProcessHandle, process_of
 from ringzero.core.references import program_reference
 from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
+from ringzero.core.syscall import syscall
 from ringzero.core.timeouts import fail_after, shielded
 from ringzero.core.types import JSON, Limits, ProcessStatus, StopReason
 
@@ -37,7 +38,7 @@ async def send(process: Process, to: int | ProcessHandle | RemoteProcessHandle, 
                               maybe_delivered=process.recovered)
         return {"value": None}
 
-    await process.syscall("send", {"to": pid, "message": message, "priority": priority}, f"to {pid}", live)
+    await syscall(process, "send", {"to": pid, "message": message, "priority": priority}, f"to {pid}", live)
 
 
 async def spawn(
@@ -78,7 +79,7 @@ async def spawn(
 
     fp = {"program": program_reference(program)[0], "args": list(args), "name": name,
           "priority": child_priority, "limits": child_limits.to_dict()}
-    outcome = await process.syscall("spawn", fp, fp["program"], live)  # type: ignore[arg-type]
+    outcome = await syscall(process, "spawn", fp, fp["program"], live)  # type: ignore[arg-type]
     child_pid = int(outcome["value"])  # type: ignore[arg-type]
     if placed:
         return placed[0]
@@ -127,7 +128,7 @@ async def wait(process: Process, child: ProcessHandle | RemoteProcessHandle | in
             return {"value": result}
         return {"error": {"status": status.value, "reason": reason, "detail": detail}}
 
-    outcome = await process.syscall("wait", {"pid": pid}, str(pid), live, waits=True)
+    outcome = await syscall(process, "wait", {"pid": pid}, str(pid), live, waits=True)
     if "error" in outcome:
         info: Any = outcome["error"]
         reason = StopReason(info["reason"]) if info["reason"] else None

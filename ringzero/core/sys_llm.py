@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.core import errors
 from ringzero.core.errors import NoProvider, ProviderError
+from ringzero.core.failures import exception_of, failure, message_of
 from ringzero.core.journal import llm_fingerprint, trimmed
 from ringzero.core.live import NESTED_COST
 from ringzero.core.protocols import TextSink
+from ringzero.core.syscall import syscall
 from ringzero.core.types import JSON, LLMRequest, LLMResponse, Message, ToolSchema, coerce_messages
 
 if TYPE_CHECKING:
@@ -51,8 +53,7 @@ async def llm(
             response = await gate.complete(request, pid=process.pid, priority=process.record.priority,
                                            on_text=on_text)
         except ProviderError as exc:
-            return {"error": {"type": type(exc).__name__, "message": str(exc),
-                              "retry_after": getattr(exc, "retry_after", None)}}
+            return {"error": failure(exc, retry_after=getattr(exc, "retry_after", None))}
         recorded: dict[str, JSON] = {"value": response.to_dict()}
         fresh.append((response, recorded))
         return recorded
@@ -63,7 +64,7 @@ async def llm(
     telemetry = process.runtime.telemetry
     about = None if not telemetry.enabled else (
         lambda: telemetry.llm_about(process.runtime.gates.get(provider), provider, request))
-    outcome = await process.syscall("llm", None, summary, live, needs=_LLM_NEEDS,
+    outcome = await syscall(process, "llm", None, summary, live, needs=_LLM_NEEDS,
                                     fp=llm_fingerprint(provider, request), about=about)
     if "error" in outcome:
         raise _provider_error(outcome["error"])  # type: ignore[arg-type]
@@ -99,10 +100,8 @@ def gate_of(process: Process, provider: str) -> LLMGate:
 
 
 def _provider_error(info: Mapping[str, Any]) -> ProviderError:
-    cls = getattr(errors, str(info.get("type")), None)
-    message = str(info.get("message", ""))
-    if cls is errors.RateLimited:
-        return errors.RateLimited(message, info.get("retry_after"))
-    if isinstance(cls, type) and issubclass(cls, ProviderError):
-        return cls(message)
-    return ProviderError(message)
+    """The provider's error a recorded failure stands for (``ringzero.core.failures``)."""
+    exc = exception_of(info)
+    if isinstance(exc, errors.RateLimited):
+        exc.retry_after = info.get("retry_after")
+    return exc if isinstance(exc, ProviderError) else ProviderError(message_of(info))

@@ -8,19 +8,15 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.effects import (
-    NESTED_CALLS,
-    NestedCalls,
-    clip,
-    retry_safe,
-    takes_idempotency_key,
-    tool_summary,
-)
+from ringzero.core.effects import retry_safe, takes_idempotency_key, tool_summary
 from ringzero.core.errors import InvalidArgument, ToolFailed, ToolInDoubt, ToolNotFound
+from ringzero.core.failures import failure, message_of
 from ringzero.core.host_tools import call_tool
 from ringzero.core.journal import trimmed
 from ringzero.core.live import NESTED_COST, current_slot
 from ringzero.core.protocols import Tool
+from ringzero.core.syscall import syscall
+from ringzero.core.tool_calls import ToolCalls
 from ringzero.core.tool_parameters import IDEMPOTENCY_KEY
 from ringzero.core.types import JSON, ExecLimits, ExecResult, ensure_json
 
@@ -55,13 +51,11 @@ async def exec_code(
         nonlocal ran_live
         ran_live = True
         nested: dict[str, float] = {}
-        slot = current_slot()
-        calls = NestedCalls(process.journal, process.pid, slot, process.idempotency_key(""))
-        token, calls_token = NESTED_COST.set(nested), NESTED_CALLS.set(calls)
+        calls = ToolCalls(process.journal, process.pid, current_slot(), process.idempotency_key(""), process)
+        token = NESTED_COST.set(nested)
         try:
-            result = await process.runtime.executor.run(code, inputs=inputs, tools=tools, limits=limits)
+            result = await process.runtime.executor.run(code, inputs=inputs, tools=tools, limits=limits, calls=calls)
         finally:
-            NESTED_CALLS.reset(calls_token)
             NESTED_COST.reset(token)
         if isinstance(calls.problem, ToolInDoubt):  # the program decides, now and on every replay
             return {"in_doubt": {"slot": calls.problem.slot, "tool": calls.problem.tool,
@@ -76,10 +70,10 @@ async def exec_code(
     args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
     executor = process.runtime.executor
     first_line = code.strip().partition("\n")[0]
-    outcome = await process.syscall("exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
-                                    needs=(("exec_seconds", 1e-9),), slotted=True,
-                                    about=lambda: {"ringzero.executor": type(executor).__name__,
-                                                   "ringzero.isolation": executor.capabilities.isolation})
+    outcome = await syscall(process, "exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
+                            needs=(("exec_seconds", 1e-9),),
+                            about=lambda: {"ringzero.executor": type(executor).__name__,
+                                           "ringzero.isolation": executor.capabilities.isolation})
     if "in_doubt" in outcome:
         doubt: Any = outcome["in_doubt"]
         raise ToolInDoubt(process.pid, str(doubt["tool"]), str(doubt["slot"]))
@@ -106,17 +100,17 @@ async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSO
         try:
             value = await call_tool(call, list(args), given)
         except Exception as exc:
-            return {"error": {"type": type(exc).__name__, "message": clip(str(exc))}}
+            return {"error": failure(exc)}
         return {"value": ensure_json(value, f"the result of tool {name!r}")}
 
-    outcome = await process.syscall("tool", {"name": name, "args": list(args), "kwargs": kwargs},
-                                    tool_summary(name, args, kwargs), live, effect=lambda: retry_safe(target()),
-                                    about=lambda: {"gen_ai.tool.name": name})
+    outcome = await syscall(process, "tool", {"name": name, "args": list(args), "kwargs": kwargs},
+                            tool_summary(name, args, kwargs), live, retry_safe=lambda: retry_safe(target()),
+                            about=lambda: {"gen_ai.tool.name": name})
     if "in_doubt" in outcome:
         raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
     if "error" in outcome:
         err = outcome["error"]
-        raise ToolFailed(name, str(err["type"]), str(err["message"]))  # type: ignore[index,call-overload]
+        raise ToolFailed(name, str(err["type"]), message_of(err))  # type: ignore[arg-type,index,call-overload]
     return outcome["value"]
 
 
@@ -126,8 +120,8 @@ async def journaled_tool(
 ) -> dict[str, JSON]:
     """``Context.journaled_tool`` (see there), for ``process``."""
     safe = retry_safe if callable(retry_safe) else lambda: retry_safe
-    outcome = await process.syscall("tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
-                                    live, effect=safe, about=lambda: {"gen_ai.tool.name": name})
+    outcome = await syscall(process, "tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
+                            live, retry_safe=safe, about=lambda: {"gen_ai.tool.name": name})
     if "in_doubt" in outcome:
         raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
     return outcome

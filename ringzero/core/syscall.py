@@ -2,8 +2,9 @@
 
 A syscall takes its journal slot in program order before its first await; a recorded one is
 served from the journal (a resumed program makes no call twice), a live one passes the
-process's boundary (pause, the scheduler's turn), its budgets and, for an effect (a tool), the
-record of its intent, runs inside its span, and is recorded before the program sees it.
+process's boundary (pause, the scheduler's turn) and its budgets, and runs inside its span
+through the effect engine (``ringzero.core.effect.perform``: its intent where it is an effect
+on the world, its live run, its record before the program sees it).
 """
 
 from __future__ import annotations
@@ -13,18 +14,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ringzero.core.effect import Outcome, perform
 from ringzero.core.errors import CheckpointerError, Fenced
-from ringzero.core.journal import Journal, fingerprint
-from ringzero.core.live import RUNNING_LIVE, SLOT
+from ringzero.core.journal import fingerprint
+from ringzero.core.live import RUNNING_LIVE
 from ringzero.core.transitions import set_status
-from ringzero.core.types import JSON, ProcessStatus
+from ringzero.core.types import ProcessStatus
 
 if TYPE_CHECKING:
     from ringzero.core.process import Process
 
-__all__ = ["Outcome", "syscall", "wait_begins", "wait_ends"]
-
-Outcome = dict[str, JSON]
+__all__ = ["syscall", "wait_begins", "wait_ends"]
 
 
 async def syscall(
@@ -38,8 +38,7 @@ async def syscall(
     waits: bool = False,
     fp: str | None = None,
     about: Callable[[], dict[str, Any]] | None = None,
-    effect: Callable[[], bool] | None = None,
-    slotted: bool = False,
+    retry_safe: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Run one syscall through the boundary, the journal and the budgets.
 
@@ -47,11 +46,10 @@ async def syscall(
     syscalls that block on an event (recv, sleep), which give their run slot back; ``fp``
     is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``);
     ``about`` gives the attributes of the syscall's span, called only where telemetry is on.
-    ``effect`` marks a call with an effect on the world (a tool): its intent is recorded
-    before it runs, and on resume one in flight at the crash is in doubt; ``effect()`` says
+    ``retry_safe`` marks a call with an effect on the world (a tool): its intent is recorded
+    before it runs, and on resume one in flight at the crash is in doubt; ``retry_safe()`` says
     whether it may run again (else the outcome is ``{"in_doubt": ...}``, recorded, and the
-    caller raises ``ToolInDoubt``). ``slotted``: ``live`` reads its slot (``current_slot``),
-    as ``effect`` syscalls can.
+    caller raises ``ToolInDoubt``). ``live`` may read its slot (``current_slot``).
     """
     if process.fenced is not None:
         raise asyncio.CancelledError("fenced")
@@ -71,16 +69,15 @@ async def syscall(
     # The journal slot is taken before the first await: program order, not finishing order.
     if fp is None:
         fp = fingerprint(args)
-    seq, outcome = process.journal.take_slot(kind, fp, summary)
+    journal = process.journal
+    seq, outcome = journal.take_slot(kind, fp, summary)
     if outcome is None:
-        if effect is not None or slotted:
-            live = _as_effect(process.journal, str(seq), kind, fp, summary, live, effect)
         if process.pause_pending or process.runtime.scheduler.should_yield(process.pid, process.record.priority):
             await _boundary(process)
         process.in_syscall = current = (kind, summary, time.monotonic())
         try:
-            if process.journal.owner is not None:
-                await process.journal.check_owner()
+            if journal.owner is not None:
+                await journal.check_owner()
             # Live, inside its span where telemetry is on. A waiting syscall (recv, sleep,
             # wait) runs the kernel's own code, which makes no syscall, so it is not marked
             # as running live (a token less held by every idle process).
@@ -93,17 +90,17 @@ async def syscall(
                     del live  # the bound method (``Mailbox.receive``): an object less per idle process
                     outcome = await waiting
                     await wait_ends(process)
+                    outcome = await journal.fill(str(seq), kind, fp, summary, outcome)
                 else:
                     token = RUNNING_LIVE.set(process)
                     try:
-                        outcome = await live()
+                        outcome = await perform(journal, str(seq), kind, fp, summary, live, retry_safe=retry_safe)
                     finally:
                         RUNNING_LIVE.reset(token)
             except BaseException as exc:
                 telemetry.syscall_closed(opened, process, kind, None, exc)
                 raise
             telemetry.syscall_closed(opened, process, kind, outcome, None)
-            outcome = await process.journal.record(seq, kind, fp, summary, outcome)
         except CheckpointerError as exc:
             # The store could not record the syscall (or what it needed): the program must not
             # go on as if it had happened. It stops unfinished, for recover() to resume.
@@ -119,28 +116,6 @@ async def syscall(
     elif process.span is not None:
         process.runtime.telemetry.replayed(process.span, kind, seq)
     return outcome
-
-
-def _as_effect(journal: Journal, slot: str, kind: str, fp: str, summary: str, live: Callable[[], Awaitable[Outcome]],
-               effect: Callable[[], bool] | None) -> Callable[[], Awaitable[Outcome]]:
-    """``live`` with its intent recorded first (an ``effect``), and its slot readable inside."""
-
-    async def run() -> Outcome:
-        rerun = False
-        if effect is not None:
-            if await journal.in_doubt(slot):
-                if not effect():  # the program decides: the outcome says so, live and replayed
-                    return {"in_doubt": {"slot": slot, "summary": summary}}
-                rerun = True
-            await journal.record_intent(slot, kind, fp, summary)
-        token = SLOT.set(slot)
-        try:
-            outcome = await live()
-        finally:
-            SLOT.reset(token)
-        return {**outcome, "rerun": "in_doubt"} if rerun else outcome
-
-    return run
 
 
 def _charge_step(process: Process) -> None:

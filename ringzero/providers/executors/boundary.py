@@ -22,12 +22,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.effects import ERROR_CHARS, clip
 from ringzero.core.errors import ResultRefused, ToolError
+from ringzero.core.failures import ERROR_CHARS, clip
 from ringzero.core.host_tools import call_tool
 from ringzero.core.json_cost import NOT_JSON, check_value, measure, measure_async
-from ringzero.core.live import RUNNING_LIVE
 from ringzero.core.protocols import Tool
+from ringzero.core.tool_calls import ToolCalls
 from ringzero.core.tool_parameters import ToolParameters
 from ringzero.core.tool_pool import ToolPool, shared_pool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ToolCallRecord
@@ -222,14 +222,17 @@ class HostTools:
     the budget, refused calls are only counted, in one last record."""
 
     def __init__(self, tools: Mapping[str, Tool], limits: ExecLimits, pool: ToolPool | None = None, *,
-                 show_errors: bool = False) -> None:
+                 show_errors: bool = False, calls: ToolCalls | None = None) -> None:
         self.tools = dict(tools)
         self.tool_bytes = limits.tool_bytes
         self.budget = limits.run_tool_bytes
         self.spent = 0
         """Bytes of the budget charged so far."""
         self.pool = pool
-        self.owner: object = RUNNING_LIVE.get() or self
+        self.journal = calls
+        """What journals the run's calls, one by one (the ``calls`` that ``ctx.exec`` handed the
+        executor); None for a run outside a kernel process."""
+        self.owner: object = self if calls is None else calls.owner
         """Whose share of the pool its sync tools take: the kernel process the run is for, else the run."""
         self.show_errors = show_errors
         self.calls: list[ToolCallRecord] = []
@@ -289,7 +292,7 @@ class HostTools:
         try:
             run = functools.partial((self.pool or shared_pool()).run, owner=self.owner, result_bytes=self.tool_bytes)
             result = await call_tool(tool, args, kwargs, name=name, run=run,
-                                     check=functools.partial(self._admit_result, name))
+                                     check=functools.partial(self._admit_result, name), calls=self.journal)
         except asyncio.CancelledError:
             self._failed(name, args, kwargs, "Cancelled: the run ended before the tool returned")
             raise

@@ -33,6 +33,7 @@ from typing import Any, Generic, TypeVar
 from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
 from ringzero.core.owner_only import owner_only_folder
 from ringzero.core.protocols import ExecutorCapabilities, Tool
+from ringzero.core.tool_calls import ToolCalls
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors import _runner
@@ -238,14 +239,15 @@ class MicrosandboxExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
+        calls: ToolCalls | None = None,
     ) -> ExecResult:
         await self.start()
         limits = merge_limits(limits, self.limits)
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors)
-        calls = host.calls
+        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors, calls=calls)
+        made = host.calls
         started = time.perf_counter()
         sandbox = await self._pool.acquire()
         request = {"op": "run", "code": code, "inputs": dict(inputs or {}), "tools": sorted(host.tools),
@@ -257,7 +259,7 @@ class MicrosandboxExecutor:
             mapped = map_failure(exc)
             if mapped is None:
                 raise ExecutorError(f"microsandbox failed: {exc}") from exc
-            return ExecResult(None, "", mapped, time.perf_counter() - started, tuple(calls))
+            return ExecResult(None, "", mapped, time.perf_counter() - started, tuple(made))
         except BaseException:
             await self._pool.discard(sandbox)
             raise
@@ -265,7 +267,7 @@ class MicrosandboxExecutor:
             await self._pool.discard(sandbox)
         else:
             await self._pool.release(sandbox)
-        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(calls))
+        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(made))
 
     async def _converse(self, sandbox: Any, request: dict[str, Any], host: HostTools,
                         limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:

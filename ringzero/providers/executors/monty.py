@@ -30,6 +30,7 @@ from typing import Any
 
 from ringzero.core.errors import Closed, ExecutorError, InvalidArgument, MissingExtra
 from ringzero.core.protocols import ExecutorCapabilities, Tool
+from ringzero.core.tool_calls import ToolCalls
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecLimits, ExecResult
 from ringzero.providers.executors import _monty_wall
@@ -168,13 +169,14 @@ class MontyExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
+        calls: ToolCalls | None = None,
     ) -> ExecResult:
         merged = merge_limits(limits, self.limits)
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
         pool = await self._get_pool()
-        run = MontyRun(self, pool, merged, tools or {})
+        run = MontyRun(self, pool, merged, tools or {}, calls)
         return await run.execute(code, dict(inputs or {}), session=None)
 
     def session(self) -> MontySession:

@@ -15,6 +15,7 @@ from ringzero.core.errors import RingzeroError
 from ringzero.core.json_cost import too_large
 from ringzero.core.protocols import Tool
 from ringzero.core.timeouts import cancel_and_wait, fail_after
+from ringzero.core.tool_calls import ToolCalls
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors._runner import CappedOutput
 from ringzero.providers.executors.boundary import NOT_JSON, HostTools, check_value, clip, executor_error
@@ -34,12 +35,12 @@ class MontyRun:
     """One run: drives the snapshots, answers tool calls, parks on slow ones."""
 
     def __init__(self, executor: MontyExecutor, pool: pm.AsyncMonty, limits: ExecLimits,
-                 tools: Mapping[str, Tool]) -> None:
+                 tools: Mapping[str, Tool], calls: ToolCalls | None = None) -> None:
         self.executor = executor
         self.pool = pool
         self.limits = limits
         self.tools = tools
-        self.host = HostTools(tools, limits, executor.tool_pool, show_errors=executor.show_tool_errors)
+        self.host = HostTools(tools, limits, executor.tool_pool, show_errors=executor.show_tool_errors, calls=calls)
         self.output = CappedOutput(limits.output_bytes if limits.output_bytes is not None else 1 << 62)
         self.session_broken = False
         self.async_style = False

@@ -46,6 +46,7 @@ from ringzero.core.errors import ExecutorError, InvalidArgument
 from ringzero.core.owner_only import owner_only_folder
 from ringzero.core.protocols import ExecutorCapabilities, Tool
 from ringzero.core.timeouts import fail_after
+from ringzero.core.tool_calls import ToolCalls
 from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.providers.executors import workspaces
@@ -295,6 +296,7 @@ class ProcessExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
+        calls: ToolCalls | None = None,
     ) -> ExecResult:
         if not isinstance(code, str):
             raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
@@ -302,7 +304,7 @@ class ProcessExecutor:
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors)
+        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors, calls=calls)
         started = time.perf_counter()
         server, channel = await self._open_run(limits)
         greeting: dict[str, Any] = {}
