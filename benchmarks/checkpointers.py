@@ -37,7 +37,7 @@ from typing_extensions import TypedDict
 
 from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.types import Checkpoint, PendingWrite
+from ringzero.core.contract.types import Checkpoint, PendingWrite
 
 
 class State(TypedDict):

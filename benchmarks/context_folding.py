@@ -24,8 +24,8 @@ from rich.table import Table
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import MemoryCheckpointer
-from ringzero.core.conversation import SUMMARIZE
-from ringzero.core.types import LLMRequest, Message
+from ringzero.core._engine.conversation import SUMMARIZE
+from ringzero.core.contract.types import LLMRequest, Message
 from ringzero.testing import ScriptedProvider
 
 ENCODING = bpe_openai.get_encoding("o200k_base")

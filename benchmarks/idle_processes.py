@@ -28,7 +28,7 @@ from rich.table import Table
 
 from ringzero import Context, Event, Kernel
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.protocols import Checkpointer
+from ringzero.core.contract.protocols import Checkpointer
 
 Row = tuple[float, float, float]
 

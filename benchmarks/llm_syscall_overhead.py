@@ -25,8 +25,8 @@ from rich.table import Table
 
 from ringzero import Context, Kernel, LLMGate
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.protocols import Checkpointer
-from ringzero.core.types import LLMRequest, Message
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.contract.types import LLMRequest, Message
 from ringzero.testing import ScriptedProvider
 
 REQUEST = LLMRequest(messages=(Message("user", "ping"),))

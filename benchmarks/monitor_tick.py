@@ -2,7 +2,7 @@
 
 Each second a kernel with live processes writes one activity row (the syscall each is in, its
 spend, the gates; at most 1,000 processes listed) and reads the newest commands
-(``ringzero.core.monitor``). This measures one tick, on the kernel's event loop, with 1,000
+(``ringzero.core.support.monitor``). This measures one tick, on the kernel's event loop, with 1,000
 and 10,000 idle processes (in ``ctx.recv()``), in memory and in SQLite. The peer is
 ``kernel.ps()`` over the same processes: the snapshot a program would take to show them.
 
@@ -22,7 +22,7 @@ from rich.table import Table
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.protocols import Checkpointer
+from ringzero.core.contract.protocols import Checkpointer
 
 
 async def idle(ctx: Context) -> object:

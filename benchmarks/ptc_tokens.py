@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # for _ptc_tools, registered by 
 from ringzero import Context, Kernel
 from ringzero.agents import CodeAgent
 from ringzero.checkpointers import MemoryCheckpointer
-from ringzero.core.types import LLMRequest, Message, ToolSchema
+from ringzero.core.contract.types import LLMRequest, Message, ToolSchema
 from ringzero.testing import ScriptedProvider
 
 ENCODING = bpe_openai.get_encoding("o200k_base")

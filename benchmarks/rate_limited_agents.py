@@ -27,9 +27,9 @@ from rich.table import Table
 
 from ringzero import Context, Kernel, LLMGate, RateLimit, RetryPolicy
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import ProviderError, ProviderUnavailable, RateLimited
-from ringzero.core.protocols import ProviderCapabilities
-from ringzero.core.types import LLMRequest, LLMResponse, Message, Usage
+from ringzero.core.contract.errors import ProviderError, ProviderUnavailable, RateLimited
+from ringzero.core.contract.protocols import ProviderCapabilities
+from ringzero.core.contract.types import LLMRequest, LLMResponse, Message, Usage
 
 HERE = Path(__file__).resolve().parent
 

@@ -31,7 +31,7 @@ from rich.table import Table
 from ringzero import Context, Kernel
 from ringzero.adapters.langgraph import KernelToolNode, sandboxed
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.protocols import Checkpointer
+from ringzero.core.contract.protocols import Checkpointer
 from ringzero.providers.executors import MontyExecutor
 
 # The measured program is a closure over its graphs on purpose: nothing here is resumed after a crash.

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.checkpointers.sqlite.log import PUT_CHECKPOINT
-from ringzero.core.types import Checkpoint
+from ringzero.core.contract.types import Checkpoint
 
 Row = tuple[float, int, float]
 """rows/s, WAL pages at the end, longest stall in ms."""

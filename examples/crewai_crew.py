@@ -27,7 +27,7 @@ from crewai.tools import tool
 from ringzero import Context, Kernel, Limits, LLMGate, RateLimit
 from ringzero.adapters.crewai import KernelLLM, kickoff, sandboxed
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.types import LLMRequest
 from ringzero.providers.llm import provider_from_environment
 from ringzero.testing import ScriptedProvider
 

@@ -24,7 +24,7 @@ from ringzero import Context, Kernel, LLMGate, RateLimit
 from ringzero.adapters.langchain import KernelChatModel
 from ringzero.adapters.langgraph import KernelToolNode, sandboxed
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.types import LLMRequest
 from ringzero.providers.llm import provider_from_environment
 from ringzero.testing import ScriptedProvider
 

@@ -16,7 +16,7 @@ import itertools
 import pytest
 
 from ringzero.compat.scheduler import SchedulerConformance
-from ringzero.core.protocols import SchedulerCapabilities
+from ringzero.core.contract.protocols import SchedulerCapabilities
 
 
 class StrictPriorityScheduler:

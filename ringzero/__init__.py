@@ -7,10 +7,8 @@ so a crashed host resumes every process without repeating a recorded call.
 
 from __future__ import annotations
 
-from ringzero.core.backends import install as _install_backends
 from ringzero.core.context import Context
-from ringzero.core.effects import idempotent
-from ringzero.core.errors import (
+from ringzero.core.contract.errors import (
     AuthenticationFailed,
     BadRequest,
     BudgetExceeded,
@@ -43,11 +41,7 @@ from ringzero.core.errors import (
     ToolNotFound,
     WrongEventLoop,
 )
-from ringzero.core.gate import LLMGate, Pricing, RateLimit, RetryPolicy
-from ringzero.core.kernel import Event, Kernel, ProcessHandle, ProcessInfo
-from ringzero.core.tool_parameters import code_may_set
-from ringzero.core.tool_pool import cpu_bound
-from ringzero.core.types import (
+from ringzero.core.contract.types import (
     ExecLimits,
     ExecResult,
     Limits,
@@ -57,6 +51,12 @@ from ringzero.core.types import (
     ProcessStatus,
     StopReason,
 )
+from ringzero.core.kernel import Event, Kernel, ProcessHandle, ProcessInfo
+from ringzero.core.support.backends import install as _install_backends
+from ringzero.core.support.effects import idempotent
+from ringzero.core.support.gate import LLMGate, Pricing, RateLimit, RetryPolicy
+from ringzero.core.support.tool_parameters import code_may_set
+from ringzero.core.support.tool_pool import cpu_bound
 from ringzero.defaults import BuiltInBackends as _BuiltInBackends
 
 _install_backends(_BuiltInBackends())  # before any Kernel: core itself imports no backend

@@ -17,10 +17,10 @@ from rich.console import Console
 
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import InvalidArgument, RingzeroError
-from ringzero.core.owner_only import owner_only_file, owner_only_folder
-from ringzero.core.protocols import Checkpointer
-from ringzero.core.references import import_reference
+from ringzero.core.contract.errors import InvalidArgument, RingzeroError
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
+from ringzero.core.support.references import import_reference
 from ringzero.top import SORT_KEYS
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
 def _serve_mcp(args: argparse.Namespace) -> int:
     from ringzero.adapters.mcp import serve
     from ringzero.agents import CodeAgent
-    from ringzero.core.protocols import Executor
+    from ringzero.core.contract.protocols import Executor
     from ringzero.providers.executors import MontyExecutor, ProcessExecutor
     from ringzero.providers.llm import provider_from_environment
 
@@ -177,9 +177,9 @@ def _where(db: Path | str, store: Checkpointer) -> str:
 
 
 async def _ps(db: Path | str, console: Console) -> int:
-    from ringzero.core.journal import spend_in_journal
+    from ringzero.core.contract.records import spend_in_journal
+    from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import ProcessInfo
-    from ringzero.core.store import KernelStore
     from ringzero.demo import process_table
 
     store = _store(db)

@@ -3,20 +3,20 @@ the Monty executor, the local asyncio scheduler; and what a name stands for (a p
 the store, ``"monty"``/``"process"`` for the executor).
 
 Each is imported when first needed, so ``import ringzero`` loads none of them. Core imports
-none of this module either: ``ringzero/__init__`` installs it (``ringzero.core.backends``).
+none of this module either: ``ringzero/__init__`` installs it (``ringzero.core.support.backends``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ringzero.core.protocols import Checkpointer, Executor, Scheduler
+from ringzero.core.contract.protocols import Checkpointer, Executor, Scheduler
 
 __all__ = ["BuiltInBackends"]
 
 
 class BuiltInBackends:
-    """ringzero's own backends, behind ``ringzero.core.backends.DefaultBackends``."""
+    """ringzero's own backends, behind ``ringzero.core.support.backends.DefaultBackends``."""
 
     def checkpointer(self, spec: str | Path | None, state_dir: Path) -> Checkpointer:
         if spec is None:

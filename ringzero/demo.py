@@ -20,8 +20,8 @@ from rich.text import Text
 
 from ringzero import Context, Kernel, Limits, LLMGate, ProcessInfo, RateLimit, RetryPolicy
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import RateLimited, RingzeroError
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.errors import RateLimited, RingzeroError
+from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 
 __all__ = ["process_table", "run_demo"]

@@ -15,8 +15,8 @@ from pathlib import Path
 from rich.console import Console
 
 from ringzero.agents import CodeAgent, RecursiveAgent
-from ringzero.core.owner_only import owner_only_file, owner_only_folder
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.types import LLMRequest
+from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
 from ringzero.testing import ScriptedProvider, count_tokens
 
 __all__ = ["run_agents_demo", "sales_table"]

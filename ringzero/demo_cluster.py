@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringzero import Context, Kernel, RateLimit
-from ringzero.core.remote import RemoteProcessHandle
+from ringzero.core.contract.remote import RemoteProcessHandle
 from ringzero.testing import ScriptedProvider
 
 __all__ = ["node_kernel", "researcher", "run_cluster_demo"]

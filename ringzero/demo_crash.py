@@ -27,10 +27,10 @@ from rich.console import Console
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.journal import llm_fingerprint
-from ringzero.core.owner_only import owner_only_file, owner_only_folder
-from ringzero.core.store import KernelStore
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.fingerprints import llm_fingerprint
+from ringzero.core.contract.store import KernelStore
+from ringzero.core.contract.types import LLMRequest
+from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
 from ringzero.testing import ScriptedProvider
 
 __all__ = ["make_kernel", "run_crash_demo"]

@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ringzero.core.errors import RingzeroError
-from ringzero.core.owner_only import OWN_FOLDER, readable_by_others
+from ringzero.core.contract.errors import RingzeroError
+from ringzero.core.support.owner_only import OWN_FOLDER, readable_by_others
 
 __all__ = ["DEFAULT_STORE", "diagnose", "store_warnings"]
 
@@ -28,12 +28,11 @@ async def _try_run(executor: object) -> str:
 
 async def _monty() -> tuple[str, str]:
     from ringzero.providers.executors import MontyExecutor
-    from ringzero.providers.executors._monty_wall import WALL_CONTROLS
 
     executor = MontyExecutor(max_workers=1)
     try:
         status = await _try_run(executor)
-        walls = [c for c in WALL_CONTROLS if c not in executor.missing_controls]
+        walls = [c for c in executor.wall_controls if c not in executor.missing_controls]
         detail = ("interpreter: no file system, network or subprocess; time/memory limits\n"
                   f"workers' second wall: {', '.join(walls) or 'none'}, empty environment")
         if executor.missing_controls:
@@ -48,7 +47,6 @@ async def _monty() -> tuple[str, str]:
 
 async def _process() -> tuple[str, str]:
     from ringzero.providers.executors import ProcessExecutor, workspaces
-    from ringzero.providers.executors._confine import CONTROLS
 
     try:
         executor = ProcessExecutor(allow_weaker_isolation=True, warm=1)
@@ -57,7 +55,7 @@ async def _process() -> tuple[str, str]:
         return f"[red]does not work: {exc}[/]", ""
     try:
         status = await _try_run(executor)
-        enforced = [c for c in CONTROLS if c not in executor.missing_controls]
+        enforced = [c for c in executor.controls if c not in executor.missing_controls]
         detail = "enforced: " + ", ".join(enforced)
         quota = workspaces.unavailable()
         detail += ("\nworkspaces: a file system of their own each, with a quota, and a uid of their own"

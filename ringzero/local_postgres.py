@@ -24,8 +24,8 @@ import subprocess
 from pathlib import Path
 from urllib.parse import quote
 
-from ringzero.core.errors import RingzeroError
-from ringzero.core.owner_only import owner_only_file, owner_only_folder
+from ringzero.core.contract.errors import RingzeroError
+from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
 
 __all__ = ["LocalPostgres", "NoPostgres", "server_programs"]
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from ringzero.core.errors import InvalidArgument, NotResumed, RingzeroError
+from ringzero.core.contract.errors import InvalidArgument, NotResumed, RingzeroError
 
 if TYPE_CHECKING:
+    from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import Kernel, ProcessHandle
-    from ringzero.core.store import KernelStore
 
 __all__ = ["FACTORY_SIGNATURE", "KernelFactory", "StoreCounts", "build_kernel", "check_factory", "parse_message",
            "resume", "send", "serve"]
@@ -149,7 +149,7 @@ async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel
 async def _resumed(kernel: Kernel, paused: Sequence[int]) -> bool:
     """Carry out the resume commands (``ringzero top``'s ``r``) left for ``paused``, processes
     that wait in the store: each is marked not paused there, for the next wake-up to run."""
-    from ringzero.core.monitor import take_stored_commands
+    from ringzero.core.support.monitor import take_stored_commands
 
     if not paused or not kernel.checkpointer.capabilities.claims:
         return False

@@ -17,12 +17,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Union
 
 from ringzero.checkpointers.memory import MemoryCheckpointer
-from ringzero.core.errors import BadRequest, InvalidArgument, ProviderError
-from ringzero.core.loops import run_on
-from ringzero.core.protocols import ExecutorCapabilities, ProviderCapabilities, TextSink, Tool
-from ringzero.core.timeouts import fail_after
-from ringzero.core.tool_calls import ToolCalls
-from ringzero.core.types import (
+from ringzero.core.contract.errors import BadRequest, InvalidArgument, ProviderError
+from ringzero.core.contract.protocols import ExecutorCapabilities, ProviderCapabilities, TextSink, Tool, ToolCallJournal
+from ringzero.core.contract.types import (
     JSON,
     ExecError,
     ExecLimits,
@@ -33,6 +30,8 @@ from ringzero.core.types import (
     Usage,
     ensure_json,
 )
+from ringzero.core.support.loops import run_on
+from ringzero.core.support.timeouts import fail_after
 from ringzero.providers.executors.boundary import HostTools
 
 __all__ = ["InProcessExecutor", "ManualClock", "MemoryCheckpointer", "ScriptedProvider", "count_tokens"]
@@ -148,7 +147,7 @@ class InProcessExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCalls | None = None,
+        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         loop = asyncio.get_running_loop()
         limits = limits or self.default_limits
@@ -209,7 +208,7 @@ def _bridge(name: str, host: HostTools, loop: asyncio.AbstractEventLoop) -> Call
 
 
 class ManualClock:
-    """A ``Clock`` (``ringzero.core.timeouts``) that moves only when the test says so.
+    """A ``Clock`` (``ringzero.core.support.timeouts``) that moves only when the test says so.
 
     ``LLMGate(provider, limits, clock=ManualClock())``: the gate's pacing waits and back-offs
     end when ``advance()`` passes their deadline, so a test checks what the gate let through

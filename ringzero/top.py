@@ -1,6 +1,6 @@
 """``ringzero top``: a live view of the processes in a state database, with keys to control them.
 
-It reads what any kernel on the store writes (``ringzero.core.monitor``): the process table,
+It reads what any kernel on the store writes (``ringzero.core.support.monitor``): the process table,
 and each live kernel's activity row (the syscall each process is in now, its spend so far,
 the LLM gate's line and rate). Pause, resume and kill are commands left in the store; the
 kernel that runs the process carries them out at its next tick, whether it is in this OS
@@ -29,10 +29,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ringzero.core.errors import RingzeroError
-from ringzero.core.monitor import KernelActivity, command_outcome, read_activity, send_command
-from ringzero.core.protocols import Checkpointer
-from ringzero.core.store import KernelStore, ProcessRecord
+from ringzero.core.contract.errors import RingzeroError
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.contract.store import KernelStore, ProcessRecord
+from ringzero.core.support.monitor import KernelActivity, command_outcome, read_activity, send_command
 from ringzero.demo import STATUS_STYLE
 
 __all__ = ["SORT_KEYS", "TopView", "run_top"]

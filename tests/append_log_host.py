@@ -27,7 +27,7 @@ from ringzero import Kernel
 from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.checkpointers.sqlite import folds as sqlite
-from ringzero.core.types import Checkpoint
+from ringzero.core.contract.types import Checkpoint
 from ringzero.testing import ScriptedProvider
 from tests.programs import asks_then_dies, receiver
 

@@ -9,7 +9,7 @@ import asyncio
 import sys
 
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.types import Checkpoint, PendingWrite
+from ringzero.core.contract.types import Checkpoint, PendingWrite
 
 
 async def main(db: str, thread: str, count: int) -> None:

@@ -21,9 +21,9 @@ import pytest
 
 from ringzero import Kernel
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import RateLimited
-from ringzero.core.protocols import Checkpointer
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.errors import RateLimited
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.executors import executor, sandbox  # noqa: F401 - fixtures for the executor suites
 from tests.postgres import fresh_database, postgres_dsn  # noqa: F401 - the PostgreSQL server fixture

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from ringzero import Context, ToolInDoubt
 from ringzero.adapters.crewai import KernelFlowPersistence, KernelLLM, kickoff, sandboxed
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.types import LLMRequest
 from tests.tool_bodies import crew_read_file, crew_word_count
 
 

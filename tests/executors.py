@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ringzero.core.errors import ExecutorError
-from ringzero.core.protocols import Executor
+from ringzero.core.contract.errors import ExecutorError
+from ringzero.core.contract.protocols import Executor
 from ringzero.testing import InProcessExecutor
 
 

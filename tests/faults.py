@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringzero import Context, Kernel, LLMGate, ProcessFailed, ProviderError, RateLimit, RetryPolicy
-from ringzero.core.protocols import Checkpointer
-from ringzero.core.timeouts import fail_after
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.support.timeouts import fail_after
 from ringzero.testing import InProcessExecutor
 from tests.vendor_servers import (
     Reply,

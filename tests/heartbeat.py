@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ringzero.core.timeouts import fail_after
+from ringzero.core.support.timeouts import fail_after
 
 
 class Beats:

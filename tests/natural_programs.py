@@ -31,8 +31,8 @@ from typing import Any
 
 from ringzero import Context, Kernel, ToolInDoubt
 from ringzero.checkpointers import open_checkpointer
-from ringzero.core.journal import llm_fingerprint
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.fingerprints import llm_fingerprint
+from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 
 STEP = 0.03

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ringzero import Context, idempotent
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.types import LLMRequest
 
 
 def log_line(line: str) -> None:
@@ -243,7 +243,7 @@ def lookup_record(n: int) -> str:
 
 async def long_chat(ctx: Context, turns: int, budget: int) -> dict[str, Any]:
     """A long conversation with tool calls, folded to stay under ``budget``; a fact is told at turn 20."""
-    from ringzero.core.types import Message
+    from ringzero.core.contract.types import Message
 
     conversation = ctx.conversation("You are a careful assistant.", budget=budget, keep_recent=budget // 2)
     for turn in range(turns):

@@ -12,7 +12,7 @@ from typing import Any
 
 from ringzero import Context, Kernel, Limits
 from ringzero.checkpointers.postgres import PostgresCheckpointer
-from ringzero.core.gate import LLMGate, RetryPolicy
+from ringzero.core.support.gate import LLMGate, RetryPolicy
 from ringzero.providers.llm.openai import OpenAIProvider
 from tests.vendor_servers import Reply, VendorServer, openai_answer, openai_error
 

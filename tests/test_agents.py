@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ringzero.agents import CodeAgent, RecursiveAgent, TaskManager, ToolRegistry, create_agent, execute_task
-from ringzero.core.errors import Closed, InvalidArgument, NoProvider
-from ringzero.core.ranking import rank
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.errors import Closed, InvalidArgument, NoProvider
+from ringzero.core.contract.types import LLMRequest
+from ringzero.core.support.ranking import rank
 from ringzero.testing import ScriptedProvider
 from tests import agent_tools
 from tests.agent_tools import (
@@ -271,7 +271,7 @@ def test_an_agents_workspace_persists_between_its_tasks_and_nothing_else_is_writ
 
 
 def test_a_long_task_with_a_context_budget_folds_its_oldest_steps(tmp_path: Path) -> None:
-    from ringzero.core.conversation import SUMMARIZE
+    from ringzero.core._engine.conversation import SUMMARIZE
     from ringzero.testing import count_tokens
 
     def script(request: LLMRequest) -> str:

@@ -30,7 +30,7 @@ from ringzero import (
     ToolNotFound,
 )
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.gate import Pricing
+from ringzero.core.support.gate import Pricing
 from ringzero.testing import InProcessExecutor, ScriptedProvider
 
 NAN = math.nan

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 
 from ringzero import Context, Event, Kernel, Limits, ProcessStatus, StopReason
-from ringzero.core.errors import BudgetExceeded
+from ringzero.core.contract.errors import BudgetExceeded
 from ringzero.testing import InProcessExecutor, MemoryCheckpointer, ScriptedProvider
 
 

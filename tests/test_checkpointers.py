@@ -12,8 +12,8 @@ import pytest
 
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.compat.checkpointer import CheckpointerConformance, cp
-from ringzero.core.errors import CheckpointerError, Closed
-from ringzero.core.types import Checkpoint
+from ringzero.core.contract.errors import CheckpointerError, Closed
+from ringzero.core.contract.types import Checkpoint
 
 
 async def test_a_closed_sqlite_checkpointer_refuses_instead_of_reopening(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.store import KernelStore
+from ringzero.core.contract.store import KernelStore
 from tests.test_durable import crash_host_midrun
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ async def test_a_process_paused_mid_syscall_is_paused_in_ps_as_in_top(tmp_path: 
     ``ringzero ps`` (another OS process, reading the store) say paused at once, as ``top`` does."""
     import asyncio
 
-    from ringzero.core.types import ProcessStatus
+    from ringzero.core.contract.types import ProcessStatus
 
     release = asyncio.Event()
     started = asyncio.Event()
@@ -146,7 +146,7 @@ async def test_ringzero_postgres_start_prints_a_dsn_a_checkpointer_uses_and_stop
     import tempfile
 
     from ringzero.checkpointers.postgres import PostgresCheckpointer
-    from ringzero.core.types import Checkpoint
+    from ringzero.core.contract.types import Checkpoint
     from ringzero.local_postgres import server_programs
     from tests.debian import apt_install
 

@@ -21,9 +21,9 @@ from pydantic import BaseModel
 from ringzero import Kernel, Limits
 from ringzero.adapters.crewai import CodeExecutionTool, KernelFlowPersistence, KernelLLM, sandboxed
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import BudgetExceeded, InvalidArgument, ProcessFailed
-from ringzero.core.protocols import Executor
-from ringzero.core.types import LLMRequest, ProcessStatus, StopReason
+from ringzero.core.contract.errors import BudgetExceeded, InvalidArgument, ProcessFailed
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.contract.types import LLMRequest, ProcessStatus, StopReason
 from ringzero.testing import ScriptedProvider
 from tests.crew_programs import crew_program, flow_persistence, flow_program, react_script
 from tests.test_langgraph_e2e import CountingExecutor

@@ -14,7 +14,7 @@ import pytest
 
 from ringzero import Context, Kernel, ProcessStatus, StopReason
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import NotResumed, ProcessFailed, ProgramNotFound
+from ringzero.core.contract.errors import NotResumed, ProcessFailed, ProgramNotFound
 from ringzero.testing import ScriptedProvider
 from tests.hosts import kill_host_when
 from tests.programs import echo_twice, logging_llm, parent_waits_for_child, prompt_from_env, receiver, record_tool

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ringzero.core.types import LLMRequest, Message
+from ringzero.core.contract.types import LLMRequest, Message
 from tests.vendor_servers import Reply, openai_answer, vendor_server
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,7 +31,7 @@ async def test_a_thousand_processes_through_a_failing_model_server(tmp_path: Pat
 
 def test_the_checks_catch_each_kind_of_disagreement() -> None:
     """The harness's own checks, fed disagreements: a clean run above then means something."""
-    from ringzero.core.store import JournalEntry
+    from ringzero.core.contract.store import JournalEntry
     from tests.faults import Attempt, _disagreements
 
     def answered(prompt: str) -> JournalEntry:

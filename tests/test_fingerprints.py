@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ringzero.core.journal import fingerprint, llm_fingerprint
-from ringzero.core.types import LLMRequest, Message, ToolCall, ToolSchema
+from ringzero.core.contract.fingerprints import fingerprint, llm_fingerprint
+from ringzero.core.contract.types import LLMRequest, Message, ToolCall, ToolSchema
 
 REQUESTS = [
     LLMRequest(messages=(Message("user", "ping"),)),

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from ringzero import Context, Kernel, LLMGate, Pricing, RateLimit, RetryPolicy
-from ringzero.core.errors import BadRequest, InvalidArgument, ProviderUnavailable, RateLimited
-from ringzero.core.types import LLMRequest, Message, Usage
+from ringzero.core.contract.errors import BadRequest, InvalidArgument, ProviderUnavailable, RateLimited
+from ringzero.core.contract.types import LLMRequest, Message, Usage
 from ringzero.testing import ManualClock, MemoryCheckpointer, ScriptedProvider
 from tests.conftest import RateLimitedServer
 

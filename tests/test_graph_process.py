@@ -11,7 +11,7 @@ import pytest
 from ringzero import Kernel
 from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests import programs
 from tests.programs import graph_agent

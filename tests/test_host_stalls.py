@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ringzero.core.protocols import Executor
-from ringzero.core.types import ExecLimits, ExecResult
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.contract.types import ExecLimits, ExecResult
 from tests import cpu_tools
 from tests.heartbeat import bystander
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ringzero.core.protocols import Executor
-from ringzero.core.types import ExecLimits
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.contract.types import ExecLimits
 
 LIMITS = ExecLimits(wall_seconds=2.0, memory_bytes=256 * 1024 * 1024, output_bytes=64 * 1024)
 KILLED = "SandboxKilled"  # a process executor's confined child died of a limit or signal

@@ -14,8 +14,8 @@ import pytest
 
 from ringzero import Kernel, ToolFailed
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.protocols import Executor
-from ringzero.core.types import ExecLimits
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.contract.types import ExecLimits
 
 BUDGET = 256 * 1024
 LIMITS = ExecLimits(wall_seconds=60.0, run_tool_bytes=BUDGET)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from ringzero.core.journal import fingerprint
-from ringzero.core.store import dumps
-from ringzero.core.types import json_encoder
+from ringzero.core.contract.fingerprints import fingerprint
+from ringzero.core.contract.store import dumps
+from ringzero.core.contract.types import json_encoder
 
 
 class Colour(enum.Enum):

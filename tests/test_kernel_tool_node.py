@@ -21,8 +21,8 @@ from ringzero import Context, Kernel, Limits
 from ringzero.adapters.langchain import KernelChatModel
 from ringzero.adapters.langgraph import KernelToolNode
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import BudgetExceeded, WrongEventLoop
-from ringzero.core.journal import fingerprint
+from ringzero.core.contract.errors import BudgetExceeded, WrongEventLoop
+from ringzero.core.contract.fingerprints import fingerprint
 from ringzero.testing import ScriptedProvider
 
 RUNS: list[str] = []

@@ -121,7 +121,7 @@ def run_host_and_kill(store: str, url: str, tool_log: Path, kill_after: float) -
 async def snapshot(store: str) -> dict[int, list[tuple[int, str, str, Any]]]:
     """Every journal in the store: (seq, kind, fingerprint, outcome) by pid."""
     from ringzero.checkpointers import open_checkpointer
-    from ringzero.core.store import KernelStore
+    from ringzero.core.contract.store import KernelStore
 
     checkpointer = open_checkpointer(store)
     try:
@@ -151,7 +151,7 @@ def recorded_effects(journals: dict[int, list[tuple[int, str, str, Any]]],
 
 async def names_by_pid(store: str) -> dict[int, str]:
     from ringzero.checkpointers import open_checkpointer
-    from ringzero.core.store import KernelStore
+    from ringzero.core.contract.store import KernelStore
 
     checkpointer = open_checkpointer(store)
     try:

@@ -14,9 +14,9 @@ from ringzero import Context, Kernel, LLMGate, RateLimit
 from ringzero.adapters.langchain import ChatModelProvider, KernelChatModel
 from ringzero.adapters.langgraph import KernelSaver, sandboxed
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import ProcessFailed, ProviderError, ProviderUnavailable, RateLimited
-from ringzero.core.gate import RetryPolicy
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.errors import ProcessFailed, ProviderError, ProviderUnavailable, RateLimited
+from ringzero.core.contract.types import LLMRequest
+from ringzero.core.support.gate import RetryPolicy
 from ringzero.testing import ScriptedProvider
 from tests.tool_bodies import word_stats
 

@@ -10,8 +10,8 @@ import pytest
 from langchain_core.callbacks import CallbackManagerForToolRun
 
 from ringzero.adapters.langgraph import code_tool, sandboxed
-from ringzero.core.errors import InvalidArgument
-from ringzero.core.protocols import Executor
+from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.contract.protocols import Executor
 from tests.executors import ISOLATING, _started
 from tests.tool_bodies import read_file, shout, uses_module_constant, uses_module_json, word_stats
 

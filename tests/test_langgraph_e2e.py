@@ -18,9 +18,8 @@ from typing import Any
 
 from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.protocols import Executor, Tool
-from ringzero.core.tool_calls import ToolCalls
-from ringzero.core.types import JSON, ExecLimits, ExecResult, LLMRequest
+from ringzero.core.contract.protocols import Executor, Tool, ToolCallJournal
+from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.programs import sandboxed_graph_agent
 
@@ -37,7 +36,7 @@ class CountingExecutor:
 
     async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
                   tools: Mapping[str, Tool] | None = None, limits: ExecLimits | None = None,
-                  calls: ToolCalls | None = None) -> ExecResult:
+                  calls: ToolCallJournal | None = None) -> ExecResult:
         self.runs += 1
         return await self.inner.run(code, inputs=inputs, tools=tools, limits=limits, calls=calls)
 

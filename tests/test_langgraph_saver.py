@@ -18,8 +18,8 @@ from typing_extensions import TypedDict
 
 from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import WrongEventLoop
-from ringzero.core.protocols import Checkpointer
+from ringzero.core.contract.errors import WrongEventLoop
+from ringzero.core.contract.protocols import Checkpointer
 from tests.postgres import fresh_database
 
 

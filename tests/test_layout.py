@@ -1,16 +1,23 @@
-"""The package's shape, read from its source: no module reaches into another's private names,
-no import circle joins core with a backend, and modules stay small enough to read."""
+"""The package's shape, read from its source.
+
+No module reaches into another's private names, nor imports from another package's private
+module; no import circle joins core with a backend, and none runs inside core at all; core's
+layers import downwards only (contract, then support, then the private engine, which only the
+face imports); and no module writes the attributes of a class another module defines. Each
+rule is a function of the modules' source, run on the package and on a probe that breaks it."""
 
 from __future__ import annotations
 
 import ast
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import ringzero
 
 PACKAGE = Path(ringzero.__file__).parent
-MAX_LINES = 400
 
 THIRD_PARTY_PRIVATE = {"_exit"}
 """Private names of other libraries that are their documented API (``os._exit``)."""
@@ -114,17 +121,6 @@ def test_nothing_uses_the_private_names_of_asyncio_or_aiosqlite() -> None:
     assert reached == []
 
 
-def test_no_import_circle_joins_core_with_a_backend() -> None:
-    """Core names protocols; backends (checkpointers, providers, adapters) import core, never the
-    other way, so no circle of imports holds both."""
-    modules = _modules()
-    graph = {name: _imported_modules(name, ast.parse(path.read_text())) & modules.keys()
-             for name, path in modules.items()}
-    for circle in _circles(graph):
-        layers = {m.split(".")[1] for m in circle if m.count(".") >= 1}
-        assert not ("core" in layers and layers & {"checkpointers", "providers", "adapters"}), sorted(circle)
-
-
 def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
     """The strongly connected parts of ``graph`` with more than one module (Tarjan's)."""
     index: dict[str, int] = {}
@@ -160,7 +156,265 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_no_module_is_longer_than_a_maintainer_reads_at_once() -> None:
-    over = {str(path.relative_to(PACKAGE.parent)): lines for path in _modules().values()
-            if (lines := len(path.read_text().splitlines())) > MAX_LINES}
-    assert over == {}, "split these modules"
+# ---------------------------------------------------------------------------------- core's layers
+# Each rule below is a function of the modules' syntax trees, so that a probe (a module made
+# up to break the rule) shows the rule fails where it must.
+
+Trees = dict[str, tuple[ast.Module, bool]]
+"""Module name -> (its syntax tree, whether it is a package's ``__init__``)."""
+
+CONTRACT, SUPPORT, ENGINE, FACE, OUTSIDE = range(5)
+LAYER_NAMES = ("the contract", "support", "the engine", "the face", "outside core")
+
+
+def _trees() -> Trees:
+    return {name: (ast.parse(path.read_text()), path.name == "__init__.py") for name, path in _modules().items()}
+
+
+def _with_probe(name: str, source: str) -> Trees:
+    """The package's modules and the probe ``name``; a source holding ``# ---- <name>`` lines is
+    several probe modules, each named by the line before it."""
+    trees = _trees()
+    for part in source.split("# ---- "):
+        if part.strip():
+            first, _, rest = part.partition("\n")
+            module, text = (first.strip(), rest) if first.startswith("ringzero.") else (name, part)
+            trees[module] = (ast.parse(text), False)
+    return trees
+
+
+def _type_only_nodes(tree: ast.AST) -> set[int]:
+    """The nodes under ``if TYPE_CHECKING:``: annotations' imports, which never run."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                found.update(id(n) for n in ast.walk(child))
+    return found
+
+
+def _imports_of(name: str, tree: ast.AST, is_package: bool, known: set[str], *,
+                run_time_only: bool) -> set[str]:
+    """The ringzero modules ``name`` imports, at any level (function-level imports included;
+    those under ``if TYPE_CHECKING:`` only where not ``run_time_only``)."""
+    skip = _type_only_nodes(tree) if run_time_only else set()
+    package = name if is_package else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if m in known}
+
+
+def _graph(trees: Trees, *, run_time_only: bool) -> dict[str, set[str]]:
+    known = set(trees)
+    return {name: _imports_of(name, tree, is_package, known, run_time_only=run_time_only)
+            for name, (tree, is_package) in trees.items()}
+
+
+def core_cycles(trees: Trees) -> list[set[str]]:
+    """Circles of imports inside core that run: module-level and function-level imports (an
+    import under ``if TYPE_CHECKING:`` never runs)."""
+    graph = _graph(trees, run_time_only=True)
+    core = {name: {m for m in targets if m.startswith("ringzero.core")} for name, targets in graph.items()
+            if name.startswith("ringzero.core")}
+    return _circles(core)
+
+
+def backend_circles(trees: Trees) -> list[set[str]]:
+    """Circles that hold core and a backend: core names protocols, backends import core."""
+    found = []
+    for circle in _circles(_graph(trees, run_time_only=False)):
+        layers = {m.split(".")[1] for m in circle if m.count(".") >= 1}
+        if "core" in layers and layers & {"checkpointers", "providers", "adapters"}:
+            found.append(circle)
+    return found
+
+
+def layer_of(name: str) -> int:
+    """``ringzero.core.contract``, ``.support`` and ``._engine`` are a layer each; the other modules
+    of ``ringzero.core`` are its face."""
+    parts = name.split(".")
+    if parts[:2] != ["ringzero", "core"]:
+        return OUTSIDE
+    folder = parts[2] if len(parts) > 2 else ""
+    return {"contract": CONTRACT, "support": SUPPORT, "_engine": ENGINE}.get(folder, FACE)
+
+
+def layer_breaches(trees: Trees) -> list[str]:
+    """Core's layers import downwards: the contract imports nothing above it, not even for an
+    annotation; support imports the contract and itself; the engine imports no face; and the
+    engine is imported by itself and the face alone."""
+    breaches = []
+    for name, targets in _graph(trees, run_time_only=False).items():
+        mine = layer_of(name)
+        for target in sorted(targets):
+            theirs = layer_of(target)
+            if theirs in (OUTSIDE, mine):
+                continue
+            allowed = {CONTRACT: theirs < CONTRACT, SUPPORT: theirs < SUPPORT, ENGINE: theirs < ENGINE,
+                       FACE: True, OUTSIDE: theirs != ENGINE}[mine]
+            if not allowed:
+                breaches.append(f"{name} ({LAYER_NAMES[mine]}) imports {target} ({LAYER_NAMES[theirs]})")
+    return breaches
+
+
+def private_module_imports(trees: Trees) -> list[str]:
+    """A private module (``_http``, ``_engine``) is its package's: only modules inside that
+    package import it (or anything beneath it)."""
+    reached = []
+    for name, targets in _graph(trees, run_time_only=False).items():
+        for target in sorted(targets):
+            parts = target.split(".")
+            for i, part in enumerate(parts):
+                if part.startswith("_") and not part.startswith("__"):
+                    owner = ".".join(parts[:i])
+                    if not (name == owner or name.startswith(owner + ".")):
+                        reached.append(f"{name} imports {target}, private to {owner}")
+                    break
+    return reached
+
+
+def _class_attributes(tree: ast.AST) -> set[str]:
+    """The attributes the classes of a module define: assigned on ``self`` or ``cls``, declared
+    in the class body, or named in ``__slots__``."""
+    names: set[str] = set()
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+                        if target.id == "__slots__":
+                            names.update(c.value for c in ast.walk(node.value)
+                                         if isinstance(c, ast.Constant) and isinstance(c.value, str))
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+    return {n for n in names if not (n.startswith("__") and n.endswith("__"))}
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    """Names a module binds by importing a module (``import sys``): their attributes are modules'."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _on_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def foreign_attribute_writes(trees: Trees) -> list[str]:
+    """No module writes an attribute of an object whose class another ringzero module defines: not
+    by assignment (``process.in_syscall = ...``), nor by ``setattr``/``object.__setattr__`` with the
+    name written out, nor through an object's ``__dict__``. A class owns its state; another module
+    asks it to change (a method). An attribute is judged by its name: one a class of another
+    module defines, and no class of the writer's own."""
+    own = {name: _class_attributes(tree) for name, (tree, _) in trees.items()}
+    defined_by: dict[str, set[str]] = defaultdict(set)
+    for name, attributes in own.items():
+        for attribute in attributes:
+            defined_by[attribute].add(name)
+
+    def foreign(module: str, attribute: str) -> bool:
+        return attribute not in own[module] and bool(defined_by.get(attribute, set()) - {module})
+
+    writes = []
+    for name, (tree, _) in trees.items():
+        modules = _imported_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                if _on_self(node.value) or (isinstance(node.value, ast.Name) and node.value.id in modules):
+                    continue
+                if node.attr == "__dict__" or foreign(name, node.attr):
+                    writes.append(f"{name}:{node.lineno}: {ast.unparse(node)} = ...")
+            elif isinstance(node, ast.Call):
+                func = ast.unparse(node.func)
+                if func in ("setattr", "delattr", "object.__setattr__", "object.__delattr__") and len(node.args) >= 2 \
+                        and not _on_self(node.args[0]) and isinstance(node.args[1], ast.Constant) \
+                        and isinstance(node.args[1].value, str) and foreign(name, node.args[1].value):
+                    writes.append(f"{name}:{node.lineno}: {func}(..., {node.args[1].value!r}, ...)")
+                elif isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Attribute) and \
+                        node.func.value.attr == "__dict__" and not _on_self(node.func.value.value) and \
+                        node.func.attr in ("update", "setdefault", "pop", "clear", "__setitem__"):
+                    writes.append(f"{name}:{node.lineno}: {func}(...)")
+            elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)) and \
+                    isinstance(node.value, ast.Attribute) and node.value.attr == "__dict__" and \
+                    not _on_self(node.value.value):
+                writes.append(f"{name}:{node.lineno}: {ast.unparse(node)} = ...")
+    return writes
+
+
+def test_no_import_circle_joins_core_with_a_backend() -> None:
+    assert [sorted(c) for c in backend_circles(_trees())] == []
+
+
+def test_no_import_circle_runs_inside_core() -> None:
+    assert [sorted(c) for c in core_cycles(_trees())] == []
+
+
+def test_core_s_layers_import_downwards_and_only_the_face_imports_the_engine() -> None:
+    assert layer_breaches(_trees()) == []
+
+
+def test_no_module_imports_another_package_s_private_module() -> None:
+    assert private_module_imports(_trees()) == []
+
+
+def test_no_module_writes_the_attributes_of_another_module_s_class() -> None:
+    assert foreign_attribute_writes(_trees()) == []
+
+
+def test_core_is_drawn_in_its_three_layers_and_a_face() -> None:
+    layers = {layer_of(name) for name in _modules() if name.startswith("ringzero.core.")}
+    assert layers == {CONTRACT, SUPPORT, ENGINE, FACE}
+
+
+PROBES = [
+    ("a circle inside core", core_cycles, "",
+     "# ---- ringzero.core.support.probe\nfrom ringzero.core.support import other_probe\n"
+     "# ---- ringzero.core.support.other_probe\n"
+     "def f():\n    from ringzero.core.support.probe import g  # a function-level import: it runs\n",
+     "ringzero.core.support.other_probe"),
+    ("a backend in a circle with core", backend_circles, "",
+     "# ---- ringzero.core.support.probe\nfrom ringzero.providers import probe\n"
+     "# ---- ringzero.providers.probe\nfrom ringzero.core.support.probe import g\n", "ringzero.providers.probe"),
+    ("the contract importing the engine, for an annotation", layer_breaches, "ringzero.core.contract.probe",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ringzero.core._engine.process import Process\n",
+     "ringzero.core.contract.probe (the contract) imports ringzero.core._engine.process"),
+    ("support importing the engine", layer_breaches, "ringzero.core.support.probe",
+     "from ringzero.core._engine.journal import Journal\n", "ringzero.core.support.probe (support)"),
+    ("a backend importing the engine", layer_breaches, "ringzero.providers.probe",
+     "from ringzero.core._engine.runtime import Runtime\n", "ringzero.providers.probe (outside core) imports"),
+    ("a public name from another package's private module", private_module_imports, "ringzero.adapters.probe",
+     "from ringzero.providers.llm._http import error_of_exception\n", "private to ringzero.providers.llm"),
+    ("a write of another class's attribute", foreign_attribute_writes, "ringzero.core._engine.probe",
+     "def f(process):\n    process.in_syscall = None\n", "process.in_syscall"),
+    ("a write through setattr", foreign_attribute_writes, "ringzero.core._engine.probe",
+     "def f(process):\n    setattr(process, 'fenced', None)\n", "setattr(..., 'fenced'"),
+    ("a write through object.__setattr__", foreign_attribute_writes, "ringzero.core._engine.probe",
+     "def f(message):\n    object.__setattr__(message, 'content', '')\n", "object.__setattr__(..., 'content'"),
+    ("a write through __dict__", foreign_attribute_writes, "ringzero.core._engine.probe",
+     "def f(message):\n    message.__dict__['cache'] = 1\n", "message.__dict__['cache']"),
+]
+
+
+@pytest.mark.parametrize(("rule", "probe", "source", "named"), [p[1:] for p in PROBES], ids=[p[0] for p in PROBES])
+def test_each_rule_fails_on_a_probe_that_breaks_it(rule: Any, probe: str, source: str, named: str) -> None:
+    found = rule(_with_probe(probe, source))
+    assert any(named in str(item) for item in found), found

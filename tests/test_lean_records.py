@@ -17,11 +17,11 @@ import pytest
 
 from ringzero import Context, Kernel, ProcessStatus
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import CheckpointerError
-from ringzero.core.records import new_row
-from ringzero.core.timeouts import fail_after
-from ringzero.core.types import Checkpoint
-from ringzero.core.waitline import PriorityLine
+from ringzero.core.contract.errors import CheckpointerError
+from ringzero.core.contract.records import new_row
+from ringzero.core.contract.types import Checkpoint
+from ringzero.core.support.timeouts import fail_after
+from ringzero.core.support.waitline import PriorityLine
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
 
 

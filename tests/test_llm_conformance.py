@@ -20,9 +20,9 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 
 from ringzero.adapters.langchain import ChatModelProvider
 from ringzero.compat.llm import LLMProviderConformance
-from ringzero.core.errors import AuthenticationFailed, ContextTooLong, ProviderUnavailable, RateLimited
-from ringzero.core.protocols import LLMProvider
-from ringzero.core.types import LLMRequest, LLMResponse, Message, Usage
+from ringzero.core.contract.errors import AuthenticationFailed, ContextTooLong, ProviderUnavailable, RateLimited
+from ringzero.core.contract.protocols import LLMProvider
+from ringzero.core.contract.types import LLMRequest, LLMResponse, Message, Usage
 from ringzero.testing import ScriptedProvider
 from tests.test_llm_providers import ERRORS, provider_for, rate_limit
 from tests.vendor_servers import (

@@ -10,7 +10,7 @@ import pytest
 
 from ringzero import Context, Kernel, LLMGate
 from ringzero.checkpointers import MemoryCheckpointer
-from ringzero.core.errors import (
+from ringzero.core.contract.errors import (
     AuthenticationFailed,
     BadRequest,
     ContextTooLong,
@@ -19,9 +19,9 @@ from ringzero.core.errors import (
     ProviderUnavailable,
     RateLimited,
 )
-from ringzero.core.gate import RetryPolicy
-from ringzero.core.protocols import LLMProvider
-from ringzero.core.types import LLMRequest, Message, ToolCall, ToolSchema
+from ringzero.core.contract.protocols import LLMProvider
+from ringzero.core.contract.types import LLMRequest, Message, ToolCall, ToolSchema
+from ringzero.core.support.gate import RetryPolicy
 from ringzero.providers.llm import AnthropicProvider, OpenAIProvider
 from tests.vendor_servers import (
     Reply,

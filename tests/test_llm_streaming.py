@@ -11,9 +11,9 @@ import pytest
 
 from ringzero import Context, Kernel, LLMGate
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import ProviderUnavailable
-from ringzero.core.gate import RetryPolicy
-from ringzero.core.types import LLMRequest, Message, ToolCall
+from ringzero.core.contract.errors import ProviderUnavailable
+from ringzero.core.contract.types import LLMRequest, Message, ToolCall
+from ringzero.core.support.gate import RetryPolicy
 from tests.test_llm_providers import WEATHER, provider_for
 from tests.vendor_servers import Stream, anthropic_error, anthropic_stream, openai_stream, vendor_server
 

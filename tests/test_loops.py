@@ -18,9 +18,9 @@ from ringzero.adapters.langgraph import KernelMemoryStore, KernelSaver, code_too
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
 from ringzero.checkpointers.sqlite.thread import THREAD_NAME as SQLITE_THREAD_NAME
 from ringzero.core.context import Context
-from ringzero.core.errors import Closed, WrongEventLoop
-from ringzero.core.loops import LoopHome
-from ringzero.core.tool_pool import TOOL_THREAD_NAME
+from ringzero.core.contract.errors import Closed, WrongEventLoop
+from ringzero.core.support.loops import LoopHome
+from ringzero.core.support.tool_pool import TOOL_THREAD_NAME
 from ringzero.testing import ScriptedProvider
 from tests.tool_bodies import word_stats
 

@@ -11,10 +11,10 @@ import pytest
 
 from ringzero import Kernel
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.conversation import SUMMARIZE
-from ringzero.core.errors import InvalidArgument
-from ringzero.core.memory import MemoryStore
-from ringzero.core.types import LLMRequest
+from ringzero.core._engine.conversation import SUMMARIZE
+from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.contract.types import LLMRequest
+from ringzero.core.support.memory import MemoryStore
 from ringzero.providers.llm import AnthropicProvider, OpenAIProvider
 from ringzero.testing import ScriptedProvider, count_tokens
 from tests.programs import long_chat, recall_from, remember_in

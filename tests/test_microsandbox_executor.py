@@ -12,7 +12,7 @@ from pathlib import Path
 import microsandbox as ms
 import pytest
 
-from ringzero.core.errors import ExecutorError, InvalidArgument
+from ringzero.core.contract.errors import ExecutorError, InvalidArgument
 from ringzero.providers.executors._runner import frame
 from ringzero.providers.executors.boundary import FrameBuffer, ProtocolViolation
 from ringzero.providers.executors.microsandbox import (

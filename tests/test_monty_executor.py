@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ringzero.core.errors import Closed
-from ringzero.core.types import ExecLimits
+from ringzero.core.contract.errors import Closed
+from ringzero.core.contract.types import ExecLimits
 from ringzero.providers.executors import MontyExecutor
 
 

@@ -85,7 +85,7 @@ def start_host(store: str, program: str, log: Path) -> subprocess.Popen[str]:
 async def store_view(store: str) -> dict[str, Any]:
     """What the store holds: journal entries and code tool calls by pid, and each record."""
     from ringzero.checkpointers import open_checkpointer
-    from ringzero.core.store import KernelStore
+    from ringzero.core.contract.store import KernelStore
 
     checkpointer = open_checkpointer(store)
     try:

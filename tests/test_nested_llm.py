@@ -8,8 +8,8 @@ from typing import Any
 
 from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.protocols import Executor
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.programs import asks_inside_code
 

@@ -8,7 +8,7 @@ import pytest
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import PostgresCheckpointer
-from ringzero.core.errors import CheckpointerError
+from ringzero.core.contract.errors import CheckpointerError
 from tests.postgres import fresh_database
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ringzero.core.protocols import Executor
+from ringzero.core.contract.protocols import Executor
 from ringzero.providers.executors import MontyExecutor
 from tests.executors import _started
 from tests.test_processes import until
@@ -101,7 +101,7 @@ WEAKER_HOST = """
 import asyncio, json, sys
 from ringzero.providers.executors import _confine
 from ringzero.providers.executors.process import ProcessExecutor
-from ringzero.core.errors import ExecutorError
+from ringzero.core.contract.errors import ExecutorError
 
 _confine.seccomp_deny()  # from here on, unshare() fails: a host without namespaces
 
@@ -281,7 +281,7 @@ async def test_a_pool_of_fork_servers_grows_only_while_runs_overlap_and_never_pa
 
 
 def test_fork_servers_must_be_a_whole_number_of_at_least_one() -> None:
-    from ringzero.core.errors import InvalidArgument
+    from ringzero.core.contract.errors import InvalidArgument
     from ringzero.providers.executors import ProcessExecutor
 
     for bad in (0, -1, 1.5, True, "2"):

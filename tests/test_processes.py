@@ -12,7 +12,7 @@ import pytest
 
 from ringzero import Context, Kernel, Limits, ProcessStatus, StopReason
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.errors import (
+from ringzero.core.contract.errors import (
     BudgetExceeded,
     InvalidLimits,
     NotAProgram,
@@ -22,8 +22,8 @@ from ringzero.core.errors import (
     ProcessStateError,
     RingzeroError,
 )
-from ringzero.core.timeouts import fail_after
-from ringzero.core.types import Checkpoint
+from ringzero.core.contract.types import Checkpoint
+from ringzero.core.support.timeouts import fail_after
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
 
 

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 import ringzero
-from ringzero.core import errors
+from ringzero.core.contract import errors
 
 MODULES = [
     "ringzero",
-    "ringzero.core.errors",
-    "ringzero.core.types",
-    "ringzero.core.protocols",
-    "ringzero.core.gate",
+    "ringzero.core.contract.errors",
+    "ringzero.core.contract.types",
+    "ringzero.core.contract.protocols",
+    "ringzero.core.support.gate",
     "ringzero.core.kernel",
     "ringzero.checkpointers",
     "ringzero.providers.schedulers",
@@ -28,12 +28,12 @@ MODULES = [
     "ringzero.providers.llm",
     "ringzero.agents",
     "ringzero.adapters.crewai",
-    "ringzero.core.effects",
-    "ringzero.core.new_run",
+    "ringzero.core.support.effects",
+    "ringzero.core._engine.new_run",
     "ringzero.resuming",
     "ringzero.defaults",
-    "ringzero.core.backends",
-    "ringzero.core.tool_pool",
+    "ringzero.core.support.backends",
+    "ringzero.core.support.tool_pool",
     "ringzero.providers.executors.boundary",
 ]
 
@@ -62,7 +62,7 @@ def test_every_error_descends_from_ringzero_error_and_appears_in_the_tree() -> N
 
 def test_every_error_is_importable_from_ringzero() -> None:
     import ringzero
-    from ringzero.core import errors
+    from ringzero.core.contract import errors
 
     for name in errors.__all__:
         assert getattr(ringzero, name) is getattr(errors, name), name
@@ -100,7 +100,7 @@ def test_core_imports_no_backend() -> None:
 
 async def test_a_program_may_install_its_own_default_backends(tmp_path: Path) -> None:
     from ringzero.checkpointers import MemoryCheckpointer
-    from ringzero.core import backends
+    from ringzero.core.support import backends
     from ringzero.defaults import BuiltInBackends
 
     class InMemory(BuiltInBackends):
@@ -123,13 +123,13 @@ async def test_a_checkpointer_declaring_append_without_its_methods_is_refused_wh
     import dataclasses
 
     from ringzero.checkpointers import MemoryCheckpointer
-    from ringzero.core.errors import InvalidArgument
+    from ringzero.core.contract.errors import InvalidArgument
 
     class Promises(MemoryCheckpointer):
         capabilities = dataclasses.replace(MemoryCheckpointer.capabilities, append=True)
 
     with pytest.raises(InvalidArgument, match=r"declares capabilities.append but has no append, append_many, "
-                                              r"append_writes: implement ringzero.core.protocols.Appending"):
+                                              r"append_writes: implement ringzero.core.contract.protocols.Appending"):
         ringzero.Kernel(checkpointer=Promises(), state_dir=tmp_path)
 
 
@@ -138,7 +138,7 @@ async def test_a_checkpointer_named_by_a_string_is_the_one_the_name_says(tmp_pat
     """``memory`` keeps nothing after the process (no file called ``memory``); ``sqlite:///path``
     is that file; another scheme is refused with the list, rather than taken for a file path."""
     from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer, open_checkpointer
-    from ringzero.core.errors import InvalidArgument
+    from ringzero.core.contract.errors import InvalidArgument
 
     monkeypatch.chdir(tmp_path)
 

@@ -20,7 +20,7 @@ pytest.importorskip("ray", reason="the Ray tests need the 'ray' extra (pip insta
 
 from ringzero import InvalidArgument, Kernel, ProcessFailed, ProcessStatus, StopReason
 from ringzero.checkpointers.postgres import PostgresCheckpointer
-from ringzero.core.remote import RemoteProcessHandle
+from ringzero.core.contract.remote import RemoteProcessHandle
 from tests import ray_programs
 from tests.postgres import fresh_database
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.store import KernelStore
+from ringzero.core.contract.store import KernelStore
 from tests.hosts import kill_host_when
 
 RINGZERO = Path(sys.executable).parent / "ringzero"

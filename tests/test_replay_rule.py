@@ -25,7 +25,7 @@ import pytest
 import ringzero
 from ringzero import Context, Kernel, NonDeterminismError, ProcessFailed, ToolInDoubt
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.types import LLMRequest
+from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.executors import full_cpython_only
 
@@ -280,7 +280,7 @@ async def test_non_determinism_shows_both_prompts(tmp_path: Path) -> None:
 
 
 def test_a_divergence_whose_summaries_read_the_same_names_the_fingerprints() -> None:
-    from ringzero.core.journal import diverged
+    from ringzero.core._engine.journal import diverged
 
     error = diverged(3, "4", ("llm", "aaaa", "2 messages to default"), ("llm", "bbbb", "2 messages to default"))
     assert isinstance(error, NonDeterminismError)

@@ -19,7 +19,7 @@ import pytest
 
 from ringzero import Kernel, ProcessNotFound, ProcessStateError
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.store import KernelStore
+from ringzero.core.contract.store import KernelStore
 from tests.hosts import stop_host
 from tests.test_natural_kills import cli, start_host
 
@@ -198,7 +198,7 @@ def test_send_refuses_a_message_that_is_not_json(tmp_path: Path) -> None:
 
 
 async def test_serve_resumes_a_paused_process_when_top_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ringzero.core.monitor import command_outcome, send_command
+    from ringzero.core.support.monitor import command_outcome, send_command
     from tests import natural_programs
 
     db, log = str(tmp_path / "state.db"), tmp_path / "calls.log"

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import ringzero
-from ringzero.core.protocols import Executor
-from ringzero.core.types import ExecLimits, ExecResult
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.contract.types import ExecLimits, ExecResult
 from tests import cpu_tools
 from tests.executors import full_cpython_only
 from tests.heartbeat import bystander, heartbeat
@@ -545,7 +545,7 @@ async def test_nan_and_infinity_never_reach_the_journal(sandbox: Executor, code:
     """Issue 44, row 3: NaN and the infinities crossed the boundary, and the journal then refused
     the run's record, failing the process. A tool never gets them, the code gets a ValueError
     for a tool's, and a final value is refused (or, in Monty, comes back as its text)."""
-    from ringzero.core.types import strict_json
+    from ringzero.core.contract.types import strict_json
 
     calls: list[float] = []
 

@@ -8,7 +8,7 @@ import pytest
 
 from ringzero import Context, Kernel
 from ringzero.compat.scheduler import SchedulerConformance
-from ringzero.core.errors import InvalidArgument
+from ringzero.core.contract.errors import InvalidArgument
 from ringzero.providers.schedulers import LocalScheduler
 from ringzero.testing import MemoryCheckpointer
 

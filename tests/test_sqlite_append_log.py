@@ -21,9 +21,9 @@ import pytest
 from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.checkpointers.sqlite.log import FOLD_AFTER, FOLD_EVERY, RESTART_AFTER, AppendLog, encode
-from ringzero.core.errors import CheckpointerError
-from ringzero.core.pids import PID_BLOCK
-from ringzero.core.types import Checkpoint, PendingWrite
+from ringzero.core._engine.pids import PID_BLOCK
+from ringzero.core.contract.errors import CheckpointerError
+from ringzero.core.contract.types import Checkpoint, PendingWrite
 from ringzero.testing import ScriptedProvider
 from tests.programs import receiver
 

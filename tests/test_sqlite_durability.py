@@ -80,8 +80,8 @@ async def test_two_processes_writing_one_file_at_once_lose_nothing(tmp_path: Pat
 
 
 async def test_concurrent_writes_share_commits_and_a_bad_one_fails_alone(tmp_path: Path) -> None:
-    from ringzero.core.errors import CheckpointerError
-    from ringzero.core.types import Checkpoint
+    from ringzero.core.contract.errors import CheckpointerError
+    from ringzero.core.contract.types import Checkpoint
 
     store = SqliteCheckpointer(tmp_path / "group.db")
     await store.put(Checkpoint("warm", "", "0", b"x"))
@@ -116,7 +116,7 @@ async def test_concurrent_writes_share_commits_and_a_bad_one_fails_alone(tmp_pat
 def test_kernels_in_two_processes_on_one_file_never_share_a_pid(tmp_path: Path) -> None:
     import json
 
-    from ringzero.core.store import KernelStore
+    from ringzero.core.contract.store import KernelStore
 
     db = str(tmp_path / "shared.db")
     runs = [subprocess.Popen([sys.executable, "-m", "tests.pid_spawner", db, "40", tag], cwd=ROOT,
@@ -141,7 +141,7 @@ async def test_a_write_lock_held_by_another_connection_hands_writes_off_without_
     """The loop-thread write path never waits for a lock: while another connection (another
     process, to SQLite) holds the write lock, writes wait on the waiting thread, the loop keeps
     running, and once the lock is free every write lands, in the order written."""
-    from ringzero.core.types import Checkpoint
+    from ringzero.core.contract.types import Checkpoint
 
     db = tmp_path / "locked.db"
     store = SqliteCheckpointer(db, busy_timeout=10)
@@ -167,7 +167,7 @@ async def test_a_write_lock_held_by_another_connection_hands_writes_off_without_
 
 async def test_wal_checkpoints_run_off_the_loop_and_keep_the_wal_bounded(tmp_path: Path) -> None:
     from ringzero.checkpointers.sqlite.wal import CHECKPOINT_EVERY
-    from ringzero.core.types import Checkpoint
+    from ringzero.core.contract.types import Checkpoint
 
     db = tmp_path / "wal.db"
     store = SqliteCheckpointer(db)
@@ -194,7 +194,7 @@ async def test_the_append_logs_folds_count_their_rows_toward_a_wal_checkpoint(tm
     syncs: written without pause, the WAL holds whatever was written while a checkpoint ran
     (12,181 pages once on a slow CI machine)."""
     from ringzero.checkpointers.sqlite.wal import CHECKPOINT_EVERY
-    from ringzero.core.types import Checkpoint
+    from ringzero.core.contract.types import Checkpoint
 
     db = tmp_path / "wal.db"
     store = SqliteCheckpointer(db)
@@ -222,7 +222,7 @@ async def test_writes_keep_off_the_write_lock_while_a_restart_checkpoint_wants_i
     """The RESTART checkpoint takes the write lock ahead of this process's writers: left to
     SQLite's busy handler, it lost the lock to the loop's commits for 150 ms and more while the
     WAL grew. Meanwhile a write waits in line on the waiting thread, and commits once it is over."""
-    from ringzero.core.types import Checkpoint
+    from ringzero.core.contract.types import Checkpoint
 
     store = SqliteCheckpointer(tmp_path / "restart.db")
     await store.put(Checkpoint("t", "", "000000", b"first"))
@@ -247,7 +247,7 @@ async def test_writers_go_back_to_the_fast_path_once_a_held_lock_is_let_go(tmp_p
     once it lets go, they commit on the loop's thread again, even under steady load from many
     writers (a round trip to the thread per write kept some in flight at every moment, so the
     writes never went back: about 100 µs more each; 1,951 round trips here before, 1 now)."""
-    from ringzero.core.types import Checkpoint
+    from ringzero.core.contract.types import Checkpoint
 
     db = tmp_path / "lock.db"
     store = SqliteCheckpointer(db)

@@ -18,8 +18,8 @@ import pytest
 
 from ringzero import CheckpointerError, Context, Kernel, ProcessStatus
 from ringzero.checkpointers import MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer
-from ringzero.core.store import KernelStore
-from ringzero.core.types import Checkpoint
+from ringzero.core.contract.store import KernelStore
+from ringzero.core.contract.types import Checkpoint
 from ringzero.testing import InProcessExecutor, ScriptedProvider
 from tests.postgres import PostgresServer, fresh_database, server_or_skip
 

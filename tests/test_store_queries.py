@@ -18,9 +18,9 @@ from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.checkpointers.sqlite.schema import SCHEMA_1
 from ringzero.compat.checkpointer import cp
-from ringzero.core.memory import MemoryStore
-from ringzero.core.protocols import Checkpointer
-from ringzero.core.types import PendingWrite
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.contract.types import PendingWrite
+from ringzero.core.support.memory import MemoryStore
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ringzero import Context, Kernel, Limits, Message, ProcessStatus
-from ringzero.core.errors import NoProvider, ProcessFailed, ProcessStateError, ToolFailed, ToolNotFound
+from ringzero.core.contract.errors import NoProvider, ProcessFailed, ProcessStateError, ToolFailed, ToolNotFound
 from ringzero.testing import MemoryCheckpointer, ScriptedProvider
 from tests.programs import receiver
 

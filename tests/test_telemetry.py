@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ringzero import Context, Kernel, ProcessFailed, ProcessStatus
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.types import LLMResponse, Message, Usage
+from ringzero.core.contract.types import LLMResponse, Message, Usage
 from ringzero.testing import ScriptedProvider
 
 
@@ -349,7 +349,7 @@ def test_the_readme_lines_send_a_kernel_s_spans_to_a_collector(tmp_path: Path) -
 
 async def test_a_429_its_retry_and_time_in_line_at_the_gate_are_events_on_the_chat_span(otel: Telemetry) -> None:
     from ringzero import LLMGate, RateLimit, RetryPolicy
-    from ringzero.core.errors import RateLimited
+    from ringzero.core.contract.errors import RateLimited
 
     refused: list[str] = []
 
@@ -410,7 +410,7 @@ async def test_a_tool_that_code_calls_is_named_by_the_name_the_code_calls_it(ote
 async def test_finish_reasons_are_the_conventions_names(otel: Telemetry) -> None:
     """A reply that asks for a tool finishes with ``tool_call``, one that ends with ``stop``: the
     GenAI conventions' values, not the provider's (``tool_use``, ``end_turn``)."""
-    from ringzero.core.types import Message, ToolCall
+    from ringzero.core.contract.types import Message, ToolCall
 
     replies = [Message("assistant", "", tool_calls=(ToolCall("c1", "lookup", {"q": "x"}),)), "done"]
 
@@ -430,7 +430,7 @@ async def test_a_vendor_call_s_span_has_the_conventions_parts_response_id_and_se
     address and port, and the provider's name on the agent span too."""
     import json
 
-    from ringzero.core.types import ToolCall
+    from ringzero.core.contract.types import ToolCall
     from ringzero.providers.llm import OpenAIProvider
     from tests.vendor_servers import openai_answer, vendor_server
 

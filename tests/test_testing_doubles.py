@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ringzero.core.errors import BadRequest, RateLimited
-from ringzero.core.protocols import Executor, LLMProvider
-from ringzero.core.types import ExecLimits, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from ringzero.core.contract.errors import BadRequest, RateLimited
+from ringzero.core.contract.protocols import Executor, LLMProvider
+from ringzero.core.contract.types import ExecLimits, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.testing import InProcessExecutor, ScriptedProvider, count_tokens
 
 

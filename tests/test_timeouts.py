@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ringzero.core.timeouts import SharedTimeout, cancel_and_wait, fail_after, shielded, started_eagerly
+from ringzero.core.support.timeouts import SharedTimeout, cancel_and_wait, fail_after, shielded, started_eagerly
 
 
 async def test_each_call_times_out_at_its_own_deadline_and_no_other() -> None:

@@ -14,8 +14,8 @@ import pytest
 from langchain_core.tools import InjectedToolArg
 
 import ringzero
-from ringzero.core.protocols import Executor
-from ringzero.core.types import ExecLimits, ExecResult
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.contract.types import ExecLimits, ExecResult
 
 LIMITS = ExecLimits(wall_seconds=10.0)
 SECRET = "sk-host-secret"

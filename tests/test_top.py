@@ -1,5 +1,5 @@
 """``ringzero top`` as a person uses it: in a real terminal (tmux), against a kernel in another OS
-process; and the kernel's side of it (``ringzero.core.monitor``)."""
+process; and the kernel's side of it (``ringzero.core.support.monitor``)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import pytest
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core.errors import InvalidArgument
-from ringzero.core.monitor import command_outcome, read_activity, send_command
-from ringzero.core.store import KernelStore
+from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.contract.store import KernelStore
+from ringzero.core.support.monitor import command_outcome, read_activity, send_command
 from ringzero.testing import ScriptedProvider
 from ringzero.top import TopView, _follow, parse_keys, read_snapshot
 from tests.debian import apt_install

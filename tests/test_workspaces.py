@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ringzero.core.types import ExecLimits
+from ringzero.core.contract.types import ExecLimits
 from ringzero.providers.executors import ProcessExecutor
 from ringzero.providers.executors import workspaces as ws
 

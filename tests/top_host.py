@@ -14,7 +14,7 @@ import os
 import sys
 
 from ringzero import Context, Kernel
-from ringzero.core.errors import RingzeroError
+from ringzero.core.contract.errors import RingzeroError
 from ringzero.testing import ScriptedProvider
 
 

@@ -364,7 +364,7 @@ def vendor_server(vendor: Vendor, script: Script) -> Iterator[VendorServer]:
 
 def openai_model(script: Callable[[Any], str]) -> Callable[[dict[str, Any]], Reply]:
     """A server step that answers as ``script`` (a ScriptedProvider-style function of an LLMRequest)."""
-    from ringzero.core.types import LLMRequest, Message
+    from ringzero.core.contract.types import LLMRequest, Message
 
     def step(body: dict[str, Any]) -> Reply:
         messages = tuple(Message(m["role"], m.get("content") or "") for m in body["messages"] if m["role"] != "tool")

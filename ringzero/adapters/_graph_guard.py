@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringzero.core.context import Context
-from ringzero.core.errors import InvalidArgument
+from ringzero.core.contract.errors import InvalidArgument
 
 __all__ = ["lives_in_memory", "refuse_in_process", "refuse_persistent_checkpointer"]
 

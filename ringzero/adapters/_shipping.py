@@ -20,10 +20,10 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from ringzero.core.context import Context
-from ringzero.core.errors import InvalidArgument, ToolFailed
-from ringzero.core.loops import LoopHome
-from ringzero.core.protocols import Executor
+from ringzero.core.contract.errors import InvalidArgument, ToolFailed
+from ringzero.core.contract.protocols import Executor
 from ringzero.core.routing import route, route_sync
+from ringzero.core.support.loops import LoopHome
 
 __all__ = ["ExecutorChoice", "call_code", "check_parameters", "raise_as_raised", "run_shipped", "shippable_call",
            "shippable_source"]

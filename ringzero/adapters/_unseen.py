@@ -22,7 +22,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 
 from ringzero.core.context import Context
-from ringzero.core.live import running_live
+from ringzero.core.support.live import running_live
 
 __all__ = ["JOURNALED", "UnjournaledCallWarning"]
 

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.adapters._shipping import ARGUMENTS, POSITIONAL, ExecutorChoice, raise_as_raised, shippable_call
 from ringzero.core.context import Context
-from ringzero.core.effects import retry_safe, served
-from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
-from ringzero.core.failures import failure
-from ringzero.core.protocols import Executor, Tool
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
+from ringzero.core.contract.protocols import Executor, Tool
+from ringzero.core.contract.types import ExecResult, json_form, json_problem
 from ringzero.core.routing import route_sync
-from ringzero.core.tool_parameters import schema_tool
-from ringzero.core.types import ExecResult, json_form, json_problem
+from ringzero.core.support.effects import retry_safe, served
+from ringzero.core.support.failures import failure
+from ringzero.core.support.tool_parameters import schema_tool
 
 try:
     from crewai.tools import BaseTool

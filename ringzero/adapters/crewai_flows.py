@@ -6,11 +6,11 @@ import datetime
 import json
 from typing import Any
 
-from ringzero.core.errors import InvalidArgument, MissingExtra
-from ringzero.core.ids import time_ordered_id
-from ringzero.core.loops import LoopHome
-from ringzero.core.protocols import Checkpointer
-from ringzero.core.types import Checkpoint
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra
+from ringzero.core.contract.ids import time_ordered_id
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.contract.types import Checkpoint
+from ringzero.core.support.loops import LoopHome
 
 try:
     from crewai.flow.persistence.base import FlowPersistence
@@ -27,7 +27,7 @@ class KernelFlowPersistence(FlowPersistence):
     Each save is one checkpoint on thread ``crewai-flow:<flow id>``, so the newest one is what
     a restarted flow loads (``flow.kickoff(inputs={"id": ...})``). Pending human feedback is
     kept in the same thread's ``pending`` namespace. CrewAI calls it synchronously: the
-    checkpointer lives on one loop (``ringzero.core.loops``), a private thread unless a loop
+    checkpointer lives on one loop (``ringzero.core.support.loops``), a private thread unless a loop
     already uses it, which ``close()`` stops (the checkpointer itself stays the caller's).
     """
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ringzero.core.context import Context
-from ringzero.core.errors import MissingExtra, NoProvider
-from ringzero.core.gate import LLMGate
-from ringzero.core.protocols import LLMProvider
+from ringzero.core.contract.errors import MissingExtra, NoProvider
+from ringzero.core.contract.protocols import LLMProvider
+from ringzero.core.contract.tokens import estimate_text_tokens
+from ringzero.core.contract.types import LLMRequest, LLMResponse, Message
 from ringzero.core.routing import route, route_sync
-from ringzero.core.tokens import estimate_text_tokens
-from ringzero.core.types import LLMRequest, LLMResponse, Message
+from ringzero.core.support.gate import LLMGate
 
 try:
     from crewai.llms.base_llm import BaseLLM

@@ -20,11 +20,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ringzero.core.errors import InvalidArgument, MissingExtra
-from ringzero.core.loops import on_this_loop
-from ringzero.core.protocols import ProviderCapabilities, TextSink
-from ringzero.core.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
-from ringzero.providers.llm._http import error_of_exception
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra
+from ringzero.core.contract.protocols import ProviderCapabilities, TextSink
+from ringzero.core.contract.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from ringzero.core.support.loops import on_this_loop
+from ringzero.providers.llm import error_of_exception
 
 try:
     from crewai.llms.base_llm import BaseLLM

@@ -19,15 +19,15 @@ from typing import Any, ClassVar
 
 from ringzero.adapters import _unseen  # noqa: F401 - the warning for models and tools the kernel cannot see
 from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
-from ringzero.core import errors
 from ringzero.core.context import Context
-from ringzero.core.errors import MissingExtra
-from ringzero.core.gate import LLMGate
-from ringzero.core.loops import Closing, LoopHome, on_this_loop, running_loop
-from ringzero.core.protocols import LLMProvider, ProviderCapabilities, TextSink
+from ringzero.core.contract import errors
+from ringzero.core.contract.errors import MissingExtra
+from ringzero.core.contract.protocols import LLMProvider, ProviderCapabilities, TextSink
+from ringzero.core.contract.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
 from ringzero.core.routing import route, route_sync
-from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
-from ringzero.providers.llm._http import error_of_exception
+from ringzero.core.support.gate import LLMGate
+from ringzero.core.support.loops import Closing, LoopHome, on_this_loop, running_loop
+from ringzero.providers.llm import error_of_exception
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -105,7 +105,7 @@ class KernelChatModel(Closing, BaseChatModel):
         kernel's gate named ``kernel_provider``); outside one, it passes ``provider``'s gate
         (a provider gets a gate of its own, which ``close()`` closes; a gate given is the
         caller's to close). Sync and async calls, from any thread or loop, run on the gate's
-        one loop (see ``ringzero.core.loops``)."""
+        one loop (see ``ringzero.core.support.loops``)."""
         gate = provider if isinstance(provider, LLMGate) or provider is None else LLMGate(provider)
         super().__init__(gate=gate, **kwargs)  # type: ignore[call-arg]  # pydantic fields as keywords
         self._owns_gate = gate is not None and gate is not provider

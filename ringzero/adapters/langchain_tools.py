@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ringzero.adapters._shipping import ExecutorChoice, raise_as_raised, run_shipped, shippable_call, shippable_source
-from ringzero.core.errors import InvalidArgument, MissingExtra, ToolFailed
-from ringzero.core.loops import Closing
-from ringzero.core.protocols import Executor
-from ringzero.core.tool_parameters import schema_tool
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra, ToolFailed
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.support.loops import Closing
+from ringzero.core.support.tool_parameters import schema_tool
 
 try:
     from langchain_core.runnables import RunnableConfig

@@ -8,7 +8,7 @@ its payload the serializer's typed bytes of the checkpoint and its metadata, and
 of the metadata kept beside it for ``list(filter=...)``. Writes keep LangGraph's rules:
 special channels (errors, interrupts, resumes) are replaced, ordinary writes never are.
 
-The checkpointer lives on one event loop (``ringzero.core.loops``): the loop that first uses
+The checkpointer lives on one event loop (``ringzero.core.support.loops``): the loop that first uses
 the saver, or, when a sync graph (``graph.invoke``) comes first, a private thread the saver
 owns. Calls from any other loop or thread run there; a blocking call on that loop's own
 thread is refused with ``WrongEventLoop`` instead of waiting on itself. ``close()``/``aclose()``
@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 
 from ringzero.adapters._graph_guard import lives_in_memory, refuse_in_process
 from ringzero.checkpointers import open_checkpointer
-from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
-from ringzero.core.loops import Closing, LoopHome, forward
-from ringzero.core.protocols import Appending, Checkpointer, check_checkpointer_parts
-from ringzero.core.store import KERNEL_THREADS
-from ringzero.core.types import Checkpoint as Record
-from ringzero.core.types import PendingWrite
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.contract.protocols import Appending, Checkpointer, check_checkpointer_parts
+from ringzero.core.contract.store import KERNEL_THREADS
+from ringzero.core.contract.types import Checkpoint as Record
+from ringzero.core.contract.types import PendingWrite
+from ringzero.core.support.loops import Closing, LoopHome, forward
 
 try:
     from langchain_core.runnables import RunnableConfig

@@ -10,7 +10,7 @@ its prefix with one query and filters as LangGraph's own stores do (``$eq``, ``$
 ``$gte``, ``$lt``, ``$lte``, nested dicts); with a query it ranks every match by the store's
 full-text index (or by the memory's ``embed`` function) and sets ``score``.
 
-The store lives on one event loop, as KernelSaver's does (``ringzero.core.loops``): calls
+The store lives on one event loop, as KernelSaver's does (``ringzero.core.support.loops``): calls
 from any loop or thread run there; ``close()``/``aclose()`` (or ``with``) stop the private
 thread it starts for sync callers, and later calls raise ``Closed``.
 """
@@ -22,10 +22,10 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from ringzero.core.errors import MissingExtra
-from ringzero.core.loops import Closing, LoopHome
-from ringzero.core.memory import Memory, MemoryStore
-from ringzero.core.protocols import Checkpointer
+from ringzero.core.contract.errors import MissingExtra
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.support.loops import Closing, LoopHome
+from ringzero.core.support.memory import Memory, MemoryStore
 
 try:
     from langgraph.store.base import (

@@ -34,10 +34,10 @@ from typing import Any
 
 from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
 from ringzero.core.context import Context
-from ringzero.core.effects import retry_safe
-from ringzero.core.errors import MissingExtra, NotSerializable, ToolFailed, WrongEventLoop
-from ringzero.core.loops import forward, running_loop
-from ringzero.core.types import JSON
+from ringzero.core.contract.errors import MissingExtra, NotSerializable, ToolFailed, WrongEventLoop
+from ringzero.core.contract.types import JSON
+from ringzero.core.support.effects import retry_safe
+from ringzero.core.support.loops import forward, running_loop
 
 try:
     from langchain_core.runnables import RunnableConfig

@@ -26,10 +26,10 @@ from typing import Any
 
 import ringzero
 from ringzero.agents import CodeAgent, TaskManager
-from ringzero.core.errors import InvalidArgument, MissingExtra, RingzeroError
-from ringzero.core.ids import time_ordered_id
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.contract.ids import time_ordered_id
+from ringzero.core.contract.types import JSON, Checkpoint
 from ringzero.core.kernel import Kernel
-from ringzero.core.types import JSON, Checkpoint
 
 try:
     import anyio

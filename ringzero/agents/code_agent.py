@@ -23,12 +23,12 @@ from typing import Any, Literal
 from ringzero.agents.host import KernelHost
 from ringzero.agents.registry import ToolRegistry, signature_of
 from ringzero.core.context import Context
-from ringzero.core.errors import InvalidArgument, NoProvider
+from ringzero.core.contract.errors import InvalidArgument, NoProvider
+from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider
+from ringzero.core.contract.types import JSON, ExecResult, Limits, Message
 from ringzero.core.kernel import Kernel
-from ringzero.core.loops import Closing
-from ringzero.core.protocols import Checkpointer, Executor, LLMProvider
-from ringzero.core.tool_parameters import code_may_set
-from ringzero.core.types import JSON, ExecResult, Limits, Message
+from ringzero.core.support.loops import Closing
+from ringzero.core.support.tool_parameters import code_may_set
 
 __all__ = [
     "AgentConfig",

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from ringzero.core.kernel import Kernel
-from ringzero.core.loops import Closing, LoopHome
+from ringzero.core.support.loops import Closing, LoopHome
 
 __all__ = ["KernelHost"]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from ringzero.agents.code_agent import AgentConfig, AgentResult, CodeAgent, solve
 from ringzero.core.context import Context
-from ringzero.core.errors import InvalidArgument
+from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.contract.types import JSON
 from ringzero.core.kernel import Kernel
-from ringzero.core.types import JSON
 
 __all__ = ["RecursiveAgent", "recursive_agent_program"]
 

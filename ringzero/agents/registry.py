@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ringzero.core.errors import InvalidArgument
-from ringzero.core.ranking import Embed, rank
-from ringzero.core.references import import_reference, importable_reference
-from ringzero.core.tool_parameters import ToolParameters
+from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.support.ranking import Embed, rank
+from ringzero.core.support.references import import_reference, importable_reference
+from ringzero.core.support.tool_parameters import ToolParameters
 
 __all__ = ["ToolRegistry", "ToolSpec", "import_tool", "signature_of"]
 

@@ -12,10 +12,10 @@ call or code run is repeated. Every method has an async twin (``adispatch_task``
 from __future__ import annotations
 
 from ringzero.agents.code_agent import AgentResult, CodeAgent, code_agent_program
-from ringzero.core.errors import InvalidArgument, ProcessFailed, ProcessNotFound
+from ringzero.core.contract.errors import InvalidArgument, ProcessFailed, ProcessNotFound
+from ringzero.core.contract.types import JSON
 from ringzero.core.kernel import Kernel, ProcessHandle
-from ringzero.core.references import reference_of
-from ringzero.core.types import JSON
+from ringzero.core.support.references import reference_of
 
 __all__ = ["TaskManager"]
 

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.checkpointers.memory import MemoryCheckpointer
 from ringzero.checkpointers.sqlite import SqliteCheckpointer
-from ringzero.core.errors import InvalidArgument
+from ringzero.core.contract.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from ringzero.checkpointers.postgres import PostgresCheckpointer
-    from ringzero.core.protocols import Checkpointer
+    from ringzero.core.contract.protocols import Checkpointer
 
 __all__ = ["NAMES", "MemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer", "open_checkpointer"]
 

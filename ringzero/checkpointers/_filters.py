@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ringzero.core.types import JSON
+from ringzero.core.contract.types import JSON
 
 
 def matches(metadata: Mapping[str, JSON], wanted: Mapping[str, JSON] | None) -> bool:

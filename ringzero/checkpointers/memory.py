@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 
 from ringzero.checkpointers._filters import matches
-from ringzero.core.memory import Memory, in_namespace, scored
-from ringzero.core.protocols import CheckpointerCapabilities
-from ringzero.core.ranking import Bm25Index
-from ringzero.core.types import JSON, NO_METADATA, Checkpoint, PendingWrite
+from ringzero.core.contract.protocols import CheckpointerCapabilities
+from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint, PendingWrite
+from ringzero.core.support.memory import Memory, in_namespace, scored
+from ringzero.core.support.ranking import Bm25Index
 
 __all__ = ["MemoryCheckpointer"]
 
@@ -30,7 +30,7 @@ class MemoryCheckpointer:
         self._memories = _InProcessMemoryIndex()
 
     def memory_index(self) -> _InProcessMemoryIndex:
-        """Long-term memory, indexed for search (``ringzero.core.memory``)."""
+        """Long-term memory, indexed for search (``ringzero.core.support.memory``)."""
         return self._memories
 
     async def put(self, checkpoint: Checkpoint) -> None:

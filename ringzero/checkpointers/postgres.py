@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from ringzero.checkpointers._filters import list_query, pushable, selected
-from ringzero.core.errors import CheckpointerError, Closed, MissingExtra
-from ringzero.core.protocols import CheckpointerCapabilities
-from ringzero.core.types import JSON, Checkpoint, PendingWrite
+from ringzero.core.contract.errors import CheckpointerError, Closed, MissingExtra
+from ringzero.core.contract.protocols import CheckpointerCapabilities
+from ringzero.core.contract.types import JSON, Checkpoint, PendingWrite
 
 try:
     import psycopg
@@ -262,7 +262,8 @@ class PostgresCheckpointer:
                 return list(await cursor.fetchall()) if cursor.description is not None else []
 
     def memory_index(self) -> PostgresMemoryIndex:
-        """Long-term memory in this database, searched through its full-text index (``ringzero.core.memory``)."""
+        """Long-term memory in this database, searched through its full-text index
+        (``ringzero.core.support.memory``)."""
         return PostgresMemoryIndex(self)
 
     async def delete_thread(self, thread_id: str) -> None:

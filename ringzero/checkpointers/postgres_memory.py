@@ -10,8 +10,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.memory import RECORD_PREFIX, Memory, memory_from_row, newest_memories
-from ringzero.core.types import JSON
+from ringzero.core.contract.types import JSON
+from ringzero.core.support.memory import RECORD_PREFIX, Memory, memory_from_row, newest_memories
 
 if TYPE_CHECKING:
     from ringzero.checkpointers.postgres import PostgresCheckpointer

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from ringzero.core.protocols import Checkpointer
-from ringzero.core.types import Checkpoint, PendingWrite
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.contract.types import Checkpoint, PendingWrite
 
 __all__ = ["CheckpointerConformance"]
 

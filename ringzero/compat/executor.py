@@ -24,9 +24,9 @@ import time
 
 import pytest
 
-from ringzero.core.protocols import Executor
-from ringzero.core.tool_parameters import code_may_set
-from ringzero.core.types import JSON, ExecLimits
+from ringzero.core.contract.protocols import Executor
+from ringzero.core.contract.types import JSON, ExecLimits
+from ringzero.core.support.tool_parameters import code_may_set
 
 __all__ = ["ExecutorConformance"]
 
@@ -115,7 +115,7 @@ class ExecutorConformance:
     async def test_a_tool_error_s_message_reaches_the_code(self, executor: Executor) -> None:
         """A ``ToolError`` is how a tool tells the code why it failed; other exceptions' texts may
         stay with the host (the built-in executors show their type only)."""
-        from ringzero.core.errors import ToolError
+        from ringzero.core.contract.errors import ToolError
 
         needs_tools(executor)
         def lookup(key: str) -> str:

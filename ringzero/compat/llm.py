@@ -26,15 +26,15 @@ from typing import Any
 
 import pytest
 
-from ringzero.core.errors import (
+from ringzero.core.contract.errors import (
     AuthenticationFailed,
     ContextTooLong,
     ProviderError,
     ProviderUnavailable,
     RateLimited,
 )
-from ringzero.core.protocols import LLMProvider, Streaming
-from ringzero.core.types import LLMRequest, Message, ToolCall, ToolSchema
+from ringzero.core.contract.protocols import LLMProvider, Streaming
+from ringzero.core.contract.types import LLMRequest, Message, ToolCall, ToolSchema
 
 __all__ = ["SCENARIOS", "WEATHER", "LLMProviderConformance"]
 

@@ -18,8 +18,8 @@ import asyncio
 
 import pytest
 
-from ringzero.core.protocols import Scheduler
-from ringzero.core.timeouts import fail_after
+from ringzero.core.contract.protocols import Scheduler
+from ringzero.core.support.timeouts import fail_after
 
 __all__ = ["SchedulerConformance"]
 

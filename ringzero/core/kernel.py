@@ -9,7 +9,7 @@ Defaults need no setup: SQLite in ``./.ringzero/state.db``, the local asyncio sc
 the Monty executor (a sandboxed Python subset in worker processes, started on first use).
 
 This module is the users' facade. What processes ask of the kernel lives in the runtime
-(``ringzero.core.runtime``), pids in ``pids``, transition writes in ``transitions``, resuming in
+(``ringzero.core._engine.runtime``), pids in ``pids``, transition writes in ``transitions``, resuming in
 ``recovery`` and a kernel's part in a cluster in ``cluster``.
 """
 
@@ -22,24 +22,25 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ringzero.core.backends import defaults
-from ringzero.core.cluster import Cluster
-from ringzero.core.errors import InvalidArgument, ProcessStateError, WrongEventLoop
-from ringzero.core.gate import LLMGate
-from ringzero.core.handles import DEFAULT_PRIORITY, Event, ProcessHandle, ProcessInfo
-from ringzero.core.memory import MemoryStore
-from ringzero.core.monitor import Monitor
-from ringzero.core.pids import PidAllocator
-from ringzero.core.process import Program
-from ringzero.core.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
-from ringzero.core.recovery import recover
-from ringzero.core.references import importing, unguarded_script
-from ringzero.core.remote import ChildPlacement, Placement, RemoteProcessHandle
-from ringzero.core.runtime import NO_LIMITS, Runtime
-from ringzero.core.store import KernelStore
-from ringzero.core.telemetry import Telemetry
-from ringzero.core.timeouts import cancel_and_wait
-from ringzero.core.types import JSON, Limits, ProcessStatus
+from ringzero.core._engine.cluster import Cluster
+from ringzero.core._engine.handles import DEFAULT_PRIORITY, Event, ProcessHandle
+from ringzero.core._engine.monitor import Monitor
+from ringzero.core._engine.pids import PidAllocator
+from ringzero.core._engine.process import Program
+from ringzero.core._engine.recovery import recover
+from ringzero.core._engine.runtime import NO_LIMITS, Runtime
+from ringzero.core.contract.errors import InvalidArgument, ProcessStateError, WrongEventLoop
+from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
+from ringzero.core.contract.records import ProcessInfo
+from ringzero.core.contract.remote import ChildPlacement, Placement, RemoteProcessHandle
+from ringzero.core.contract.store import KernelStore
+from ringzero.core.contract.types import JSON, Limits, ProcessStatus
+from ringzero.core.support.backends import defaults
+from ringzero.core.support.gate import LLMGate
+from ringzero.core.support.memory import MemoryStore
+from ringzero.core.support.references import importing, unguarded_script
+from ringzero.core.support.telemetry import Telemetry
+from ringzero.core.support.timeouts import cancel_and_wait
 
 __all__ = ["Event", "Kernel", "ProcessHandle", "ProcessInfo"]
 
@@ -98,7 +99,7 @@ class Kernel:
         if scheduler.capabilities.distributed and not isinstance(scheduler, Placement):
             raise InvalidArgument(f"{type(scheduler).__name__} says it is distributed but has no place()/owner_of()")
         self.cluster = Cluster(KernelStore(checkpointer), placement=placement, node=node)
-        """Where processes go and what this kernel owns in a cluster (``ringzero.core.cluster``)."""
+        """Where processes go and what this kernel owns in a cluster (``ringzero.core._engine.cluster``)."""
         self.runtime = Runtime(checkpointer=checkpointer, executor=executor, scheduler=scheduler, tools=tools or {},
                                gates=_gates(llm), cluster=self.cluster,
                                telemetry_from=(tracer_provider, meter_provider, capture_content))
@@ -110,7 +111,7 @@ class Kernel:
                                                                                     float(monitor_interval))
         """What ``ringzero top`` reads and how it controls this kernel's processes from another OS
         process: an activity row a second while processes live, and commands taken from the store
-        (``ringzero.core.monitor``). ``monitor_interval=None`` turns it off."""
+        (``ringzero.core.support.monitor``). ``monitor_interval=None`` turns it off."""
         self.runtime.monitor = self.monitor
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -136,7 +137,7 @@ class Kernel:
 
     @property
     def telemetry(self) -> Telemetry | None:
-        """OpenTelemetry spans and metrics (``ringzero.core.telemetry``), set when the kernel
+        """OpenTelemetry spans and metrics (``ringzero.core.support.telemetry``), set when the kernel
         starts: from ``tracer_provider``/``meter_provider``, else the providers the application
         set globally; None where there are neither (or no ``ringzero[otel]``). Prompts and
         completions go on spans only with ``capture_content=True`` (or
@@ -175,7 +176,7 @@ class Kernel:
             self._loop = running
         elif self._loop is not running:
             raise WrongEventLoop("this kernel runs on the event loop it was started on; call it there (from "
-                                 "another thread, ringzero.core.loops.run_on(loop, ...) reaches it)")
+                                 "another thread, ringzero.core.support.loops.run_on(loop, ...) reaches it)")
 
     async def aclose(self) -> None:
         """Stop running processes as a host shutdown would (``recover()`` resumes them), then
@@ -385,8 +386,8 @@ def _takes_calls(executor: Executor) -> None:
     if "calls" not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         raise InvalidArgument(
             f"{type(executor).__name__}.run() takes no 'calls' argument: the Executor protocol passes it the "
-            "journal of the run's tool calls (ringzero.core.tool_calls.ToolCalls); accept calls=None and hand it to "
-            "HostTools or call_tool, so that no tool call runs twice after a crash")
+            "journal of the run's tool calls (a ToolCallJournal); accept calls=None and hand it to HostTools or "
+            "call_tool, so that no tool call runs twice after a crash")
 
 
 def _gates(llm: LLMProvider | LLMGate | Mapping[str, LLMProvider | LLMGate] | None) -> dict[str, LLMGate]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from ringzero.core.context import Context
-from ringzero.core.loops import LoopHome, forward, running_loop
+from ringzero.core._engine.context import Context
+from ringzero.core.support.loops import LoopHome, forward, running_loop
 
 __all__ = ["route", "route_sync"]
 

@@ -51,7 +51,7 @@ def _substitute() -> None:
     import ringzero.adapters.crewai as crew_adapter
     from ringzero.adapters.crewai import KernelFlowPersistence, SandboxedTool, sandboxed
     from ringzero.checkpointers import SqliteCheckpointer
-    from ringzero.core.errors import InvalidArgument
+    from ringzero.core.contract.errors import InvalidArgument
 
     def wrap(tool: Any) -> Any:
         global wrapped

@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool, StructuredTool, Tool
 from refusals import Refusals
 
 import ringzero.adapters.langchain_tools as langchain_tools
-from ringzero.core.errors import InvalidArgument
+from ringzero.core.contract.errors import InvalidArgument
 
 CAUSES = {
     "uses self": "a tool class whose _run uses self (the tool object is not in the sandbox)",

@@ -24,10 +24,10 @@ from ringzero.checkpointers.sqlite.memory import SqliteMemoryIndex
 from ringzero.checkpointers.sqlite.schema import SELECT, checkpoint_of, checkpoint_row, write_rows
 from ringzero.checkpointers.sqlite.thread import WaitingThread
 from ringzero.checkpointers.sqlite.writer import Writer
-from ringzero.core.errors import CheckpointerError, Closed, InvalidArgument
-from ringzero.core.owner_only import OWN_FOLDER, owner_only_file, owner_only_folder
-from ringzero.core.protocols import CheckpointerCapabilities
-from ringzero.core.types import JSON, Checkpoint, PendingWrite
+from ringzero.core.contract.errors import CheckpointerError, Closed, InvalidArgument
+from ringzero.core.contract.protocols import CheckpointerCapabilities
+from ringzero.core.contract.types import JSON, Checkpoint, PendingWrite
+from ringzero.core.support.owner_only import OWN_FOLDER, owner_only_file, owner_only_folder
 
 __all__ = ["DEFAULT_PATH", "SqliteCheckpointer"]
 
@@ -282,7 +282,7 @@ class SqliteCheckpointer:
             yield checkpoint_of(row)
 
     def memory_index(self) -> SqliteMemoryIndex:
-        """Long-term memory in this file, searched through its FTS5 index (``ringzero.core.memory``)."""
+        """Long-term memory in this file, searched through its FTS5 index (``ringzero.core.support.memory``)."""
         return SqliteMemoryIndex(self)
 
     async def delete_thread(self, thread_id: str) -> None:

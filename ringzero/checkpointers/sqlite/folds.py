@@ -27,8 +27,8 @@ from ringzero.checkpointers.sqlite.log import (
     other_logs,
 )
 from ringzero.checkpointers.sqlite.writer import Writer
-from ringzero.core.errors import CheckpointerError
-from ringzero.core.timeouts import shielded
+from ringzero.core.contract.errors import CheckpointerError
+from ringzero.core.support.timeouts import shielded
 
 __all__ = ["CHECK_FILE_AFTER", "FOLD_HERE_AT_MOST", "LogFolds"]
 

@@ -1,6 +1,6 @@
 """Long-term memory in a SqliteCheckpointer's file: a table, and an FTS5 index over its words.
 
-Each memory is a row of ``memories``; its words (``ringzero.core.ranking.words``) are a row of
+Each memory is a row of ``memories``; its words (``ringzero.core.support.ranking.words``) are a row of
 the FTS5 table ``memory_words`` with the same rowid, beside a token naming its namespace, so a
 search in one namespace is one FTS5 query (``scope:<token> AND words:(w1 OR w2 ...)``) ranked
 by FTS5's own BM25. Writes go through the checkpointer's group commit, so a memory and its
@@ -15,8 +15,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.memory import RECORD_PREFIX, Memory, memory_from_row, newest_memories
-from ringzero.core.types import JSON
+from ringzero.core.contract.types import JSON
+from ringzero.core.support.memory import RECORD_PREFIX, Memory, memory_from_row, newest_memories
 
 if TYPE_CHECKING:
     from ringzero.checkpointers.sqlite import SqliteCheckpointer

@@ -14,8 +14,8 @@ from typing import Any
 
 from ringzero.checkpointers.sqlite.log import FOLDED_SCHEMA, Row
 from ringzero.checkpointers.sqlite.memory import MEMORY_SCHEMA, move_record_memories
-from ringzero.core.errors import CheckpointerError
-from ringzero.core.types import Checkpoint, PendingWrite, json_encoder
+from ringzero.core.contract.errors import CheckpointerError
+from ringzero.core.contract.types import Checkpoint, PendingWrite, json_encoder
 
 __all__ = ["SCHEMA_VERSION", "SELECT", "check_and_migrate", "checkpoint_of", "checkpoint_row", "write_rows"]
 

@@ -21,7 +21,7 @@ from ringzero.checkpointers.sqlite.log import PUT_CHECKPOINT, Row
 from ringzero.checkpointers.sqlite.schema import check_and_migrate
 from ringzero.checkpointers.sqlite.thread import WaitingThread
 from ringzero.checkpointers.sqlite.wal import WalCheckpoints
-from ringzero.core.errors import CheckpointerError
+from ringzero.core.contract.errors import CheckpointerError
 
 __all__ = ["Writer"]
 

@@ -22,7 +22,7 @@ EXECUTOR_NAMES = ("monty", "process", "microsandbox")
 def executor_named(name: str, **options: Any) -> Any:
     """A new executor of the kind ``name`` names (``EXECUTOR_NAMES``), with ``options``;
     InvalidArgument naming the known ones otherwise."""
-    from ringzero.core.errors import InvalidArgument
+    from ringzero.core.contract.errors import InvalidArgument
 
     if name == "monty":
         from ringzero.providers.executors.monty import MontyExecutor

@@ -22,15 +22,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.errors import ResultRefused, ToolError
-from ringzero.core.failures import ERROR_CHARS, clip
-from ringzero.core.host_tools import call_tool
-from ringzero.core.json_cost import NOT_JSON, check_value, measure, measure_async
-from ringzero.core.protocols import Tool
-from ringzero.core.tool_calls import ToolCalls
-from ringzero.core.tool_parameters import ToolParameters
-from ringzero.core.tool_pool import ToolPool, shared_pool
-from ringzero.core.types import JSON, ExecError, ExecLimits, ToolCallRecord
+from ringzero.core.contract.errors import ResultRefused, ToolError
+from ringzero.core.contract.protocols import Tool, ToolCallJournal
+from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ToolCallRecord
+from ringzero.core.support.failures import ERROR_CHARS, clip
+from ringzero.core.support.host_tools import call_tool
+from ringzero.core.support.json_cost import NOT_JSON, check_value, measure, measure_async
+from ringzero.core.support.tool_parameters import ToolParameters
+from ringzero.core.support.tool_pool import ToolPool, shared_pool
 from ringzero.providers.executors._runner import CONTROL_BYTES, HEADER, MAX_DEPTH, deeper_than
 
 __all__ = ["MAX_DEPTH", "NOT_JSON", "FrameBuffer", "HostTools", "ProtocolViolation", "ShownError", "check_value",
@@ -204,14 +203,14 @@ class HostTools:
     calls cross, in both directions.
 
     - A call is refused before the tool runs (the code gets a ValueError or TypeError) where
-      it sets a parameter the host keeps (``ringzero.core.tool_parameters``: bound with the
+      it sets a parameter the host keeps (``ringzero.core.support.tool_parameters``: bound with the
       tool's signature, only parameters without a default and those the tool declares with
       ``code_may_set`` are the code's); where its arguments are not JSON, nest too deeply or
       exceed ``tool_bytes``; or where the run's byte budget (``run_tool_bytes``) has no room
       left for it.
     - A tool runs off the event loop (``call_tool``: sync tools in ``pool``); whatever it raises,
       ``SystemExit`` included, is that call's error. The code sees the type name, and the message
-      only for a :class:`~ringzero.core.errors.ToolError` (or with ``show_errors``), clipped.
+      only for a :class:`~ringzero.core.contract.errors.ToolError` (or with ``show_errors``), clipped.
     - A result is checked the same way as arguments before the host keeps or returns it.
     - Every call is in ``calls``, a call cut short by the run's end too.
 
@@ -222,7 +221,7 @@ class HostTools:
     the budget, refused calls are only counted, in one last record."""
 
     def __init__(self, tools: Mapping[str, Tool], limits: ExecLimits, pool: ToolPool | None = None, *,
-                 show_errors: bool = False, calls: ToolCalls | None = None) -> None:
+                 show_errors: bool = False, calls: ToolCallJournal | None = None) -> None:
         self.tools = dict(tools)
         self.tool_bytes = limits.tool_bytes
         self.budget = limits.run_tool_bytes

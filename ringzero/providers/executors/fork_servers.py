@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from ringzero.core.timeouts import fail_after
+from ringzero.core.support.timeouts import fail_after
 from ringzero.providers.executors._runner import frame
 from ringzero.providers.executors.boundary import FrameBuffer, ProtocolViolation
 

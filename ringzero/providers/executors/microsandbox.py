@@ -30,12 +30,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ringzero.core.errors import ExecutorError, InvalidArgument, MissingExtra
-from ringzero.core.owner_only import owner_only_folder
-from ringzero.core.protocols import ExecutorCapabilities, Tool
-from ringzero.core.tool_calls import ToolCalls
-from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
-from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
+from ringzero.core.contract.errors import ExecutorError, InvalidArgument, MissingExtra
+from ringzero.core.contract.protocols import ExecutorCapabilities, Tool, ToolCallJournal
+from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
+from ringzero.core.support.owner_only import owner_only_folder
+from ringzero.core.support.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.providers.executors import _runner
 from ringzero.providers.executors.boundary import (
     FrameBuffer,
@@ -239,7 +238,7 @@ class MicrosandboxExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCalls | None = None,
+        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         await self.start()
         limits = merge_limits(limits, self.limits)

@@ -28,11 +28,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.errors import Closed, ExecutorError, InvalidArgument, MissingExtra
-from ringzero.core.protocols import ExecutorCapabilities, Tool
-from ringzero.core.tool_calls import ToolCalls
-from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
-from ringzero.core.types import JSON, ExecLimits, ExecResult
+from ringzero.core.contract.errors import Closed, ExecutorError, InvalidArgument, MissingExtra
+from ringzero.core.contract.protocols import ExecutorCapabilities, Tool, ToolCallJournal
+from ringzero.core.contract.types import JSON, ExecLimits, ExecResult
+from ringzero.core.support.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.providers.executors import _monty_wall
 from ringzero.providers.executors.boundary import (
     check_value,
@@ -62,6 +61,8 @@ _UNSUPPORTED_HINT = (
 class MontyExecutor:
     """The default executor: sub-millisecond runs of untrusted code, isolated at interpreter level."""
 
+    wall_controls = _monty_wall.WALL_CONTROLS
+    """The controls of each worker's second wall (``missing_controls`` names those this host lacks)."""
     capabilities = ExecutorCapabilities(isolation="interpreter", full_cpython=False, sessions=True, tools=True,
                                         network=False)
 
@@ -169,7 +170,7 @@ class MontyExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCalls | None = None,
+        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         merged = merge_limits(limits, self.limits)
         refused = check_value(dict(inputs or {}), "inputs", None)

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic_monty as pm
 
-from ringzero.core.errors import RingzeroError
-from ringzero.core.json_cost import too_large
-from ringzero.core.protocols import Tool
-from ringzero.core.timeouts import cancel_and_wait, fail_after
-from ringzero.core.tool_calls import ToolCalls
-from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
+from ringzero.core.contract.errors import RingzeroError
+from ringzero.core.contract.protocols import Tool, ToolCallJournal
+from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
+from ringzero.core.support.json_cost import too_large
+from ringzero.core.support.timeouts import cancel_and_wait, fail_after
 from ringzero.providers.executors._runner import CappedOutput
 from ringzero.providers.executors.boundary import NOT_JSON, HostTools, check_value, clip, executor_error
 
@@ -35,7 +34,7 @@ class MontyRun:
     """One run: drives the snapshots, answers tool calls, parks on slow ones."""
 
     def __init__(self, executor: MontyExecutor, pool: pm.AsyncMonty, limits: ExecLimits,
-                 tools: Mapping[str, Tool], calls: ToolCalls | None = None) -> None:
+                 tools: Mapping[str, Tool], calls: ToolCallJournal | None = None) -> None:
         self.executor = executor
         self.pool = pool
         self.limits = limits

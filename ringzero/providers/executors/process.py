@@ -42,13 +42,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.errors import ExecutorError, InvalidArgument
-from ringzero.core.owner_only import owner_only_folder
-from ringzero.core.protocols import ExecutorCapabilities, Tool
-from ringzero.core.timeouts import fail_after
-from ringzero.core.tool_calls import ToolCalls
-from ringzero.core.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
-from ringzero.core.types import JSON, ExecError, ExecLimits, ExecResult
+from ringzero.core.contract.errors import ExecutorError, InvalidArgument
+from ringzero.core.contract.protocols import ExecutorCapabilities, Tool, ToolCallJournal
+from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
+from ringzero.core.support.owner_only import owner_only_folder
+from ringzero.core.support.timeouts import fail_after
+from ringzero.core.support.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.providers.executors import workspaces
 from ringzero.providers.executors._confine import CONTROLS
 from ringzero.providers.executors._runner import frame
@@ -103,6 +102,8 @@ def _server_environment(extra: Mapping[str, str]) -> dict[str, str]:
 class ProcessExecutor:
     """Runs agent code as full CPython, one confined fork per run."""
 
+    controls = CONTROLS
+    """The controls each run is confined by (``missing_controls`` names those this host lacks)."""
     WORKSPACE = "/workspace"
     """Where a run finds the workspace (also ``$RINGZERO_WORKSPACE``), with a private root: that
     is, unless ``allow_weaker_isolation=True`` let it start without namespaces, when it is the
@@ -296,7 +297,7 @@ class ProcessExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCalls | None = None,
+        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         if not isinstance(code, str):
             raise InvalidArgument(f"code must be a string, not {type(code).__name__}")

@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import zlib
 
-from ringzero.core.owner_only import owner_only_folder
+from ringzero.core.support.owner_only import owner_only_folder
 from ringzero.providers.executors import _mounts
 from ringzero.providers.executors._confine import RUN_UIDS, UID_SPAN
 

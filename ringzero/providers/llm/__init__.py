@@ -5,8 +5,9 @@ Each speaks its vendor's wire format over httpx (a core dependency: no SDK to in
 maps the vendor's failures onto the kernel's typed errors.
 """
 
+from ringzero.providers.llm._http import error_of_exception
 from ringzero.providers.llm.anthropic import AnthropicProvider
 from ringzero.providers.llm.environment import provider_from_environment
 from ringzero.providers.llm.openai import OpenAIProvider
 
-__all__ = ["AnthropicProvider", "OpenAIProvider", "provider_from_environment"]
+__all__ = ["AnthropicProvider", "OpenAIProvider", "error_of_exception", "provider_from_environment"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from ringzero.core import errors
+from ringzero.core.contract import errors
 
 __all__ = ["error_of_exception", "event_json", "post_events", "post_json", "provider_error", "retry_after_seconds"]
 

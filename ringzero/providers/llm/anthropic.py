@@ -17,9 +17,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.errors import InvalidArgument, ProviderUnavailable
-from ringzero.core.protocols import ProviderCapabilities, TextSink
-from ringzero.core.types import LLMRequest, LLMResponse, Message, ToolCall, Usage
+from ringzero.core.contract.errors import InvalidArgument, ProviderUnavailable
+from ringzero.core.contract.protocols import ProviderCapabilities, TextSink
+from ringzero.core.contract.types import LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.providers.llm._client import ClientPerLoop
 from ringzero.providers.llm._http import event_json, post_events, post_json, provider_error
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import overload
 
-from ringzero.core.protocols import LLMProvider
+from ringzero.core.contract.protocols import LLMProvider
 from ringzero.providers.llm.anthropic import AnthropicProvider
 from ringzero.providers.llm.openai import OpenAIProvider
 

@@ -20,10 +20,10 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ringzero.core.errors import InvalidArgument, ProviderUnavailable
-from ringzero.core.protocols import ProviderCapabilities, TextSink
-from ringzero.core.tokens import MESSAGE_FRAMING
-from ringzero.core.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
+from ringzero.core.contract.errors import InvalidArgument, ProviderUnavailable
+from ringzero.core.contract.protocols import ProviderCapabilities, TextSink
+from ringzero.core.contract.tokens import MESSAGE_FRAMING
+from ringzero.core.contract.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.providers.llm._client import ClientPerLoop
 from ringzero.providers.llm._http import event_json, post_events, post_json
 

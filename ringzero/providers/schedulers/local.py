@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ringzero.core.errors import InvalidArgument
-from ringzero.core.protocols import SchedulerCapabilities
-from ringzero.core.waitline import PriorityLine
+from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.contract.protocols import SchedulerCapabilities
+from ringzero.core.support.waitline import PriorityLine
 
 __all__ = ["LocalScheduler"]
 

@@ -24,11 +24,11 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.errors import InvalidArgument, MissingExtra, ProcessNotFound, ProcessStateError
-from ringzero.core.gate import RateLimit
-from ringzero.core.protocols import SchedulerCapabilities
-from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
-from ringzero.core.types import JSON
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra, ProcessNotFound, ProcessStateError
+from ringzero.core.contract.protocols import SchedulerCapabilities
+from ringzero.core.contract.remote import RemoteProcessHandle, SpawnRequest
+from ringzero.core.contract.types import JSON
+from ringzero.core.support.gate import RateLimit
 from ringzero.providers.schedulers import ray_nodes
 from ringzero.providers.schedulers.local import LocalScheduler
 from ringzero.providers.schedulers.ray_gate import start_cluster_gate
@@ -43,8 +43,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingExtra("RayScheduler", "ray") from exc
 
 if TYPE_CHECKING:
+    from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import Kernel
-    from ringzero.core.store import KernelStore
 
 __all__ = ["RayScheduler"]
 
@@ -55,7 +55,7 @@ NODE_SCAN = 2.0
 
 
 class RayScheduler:
-    """A Scheduler that also places processes on a Ray cluster (``ringzero.core.remote.Placement``).
+    """A Scheduler that also places processes on a Ray cluster (``ringzero.core.contract.remote.Placement``).
 
     ``kernel`` names the factory every node calls to build its kernel (``module:function``, called
     with ``kernel_args``); it must use the same shared store (PostgreSQL) as the kernel this

@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.gate import RateLimit, TokenBucket
+from ringzero.core.support.gate import RateLimit, TokenBucket
 
 __all__ = ["ClusterGate", "ClusterPermits", "start_cluster_gate"]
 
@@ -108,7 +108,7 @@ class ClusterGate:
 
 
 class ClusterPermits:
-    """A node's side of the cluster gate (``ringzero.core.gate.PermitSource``)."""
+    """A node's side of the cluster gate (``ringzero.core.support.gate.PermitSource``)."""
 
     def __init__(self, actor: Any, *, batch: int = 8, keep: float = 0.25) -> None:
         self._actor = actor

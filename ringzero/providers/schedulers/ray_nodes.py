@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringzero.core.types import JSON
+from ringzero.core.contract.types import JSON
 
 __all__ = ["Node", "NodeOwner", "may_host", "place_groups", "quiet", "resources_text", "still_waiting", "trees"]
 

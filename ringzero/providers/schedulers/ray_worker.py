@@ -16,12 +16,12 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core import errors
-from ringzero.core.errors import Fenced, InvalidArgument, ProcessNotFound, RingzeroError
+from ringzero.core.contract import errors
+from ringzero.core.contract.errors import Fenced, InvalidArgument, ProcessNotFound, RingzeroError
+from ringzero.core.contract.remote import RemoteProcessHandle, SpawnRequest
+from ringzero.core.contract.types import JSON, Limits
 from ringzero.core.handles import ProcessHandle, process_of
-from ringzero.core.references import import_reference
-from ringzero.core.remote import RemoteProcessHandle, SpawnRequest
-from ringzero.core.types import JSON, Limits
+from ringzero.core.support.references import import_reference
 from ringzero.providers.schedulers.ray_nodes import NodeOwner
 
 if TYPE_CHECKING:

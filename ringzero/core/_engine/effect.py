@@ -1,0 +1,55 @@
+"""The one place an effect is recorded: every syscall's live run, top-level or made by
+sandboxed code, passes :func:`perform` once its slot has no record.
+
+A slot is a syscall's place in program order (``"7"``), or a tool call that the code of exec
+``7`` made (``"7.3"``, a :class:`~ringzero.core._engine.tool_calls.ToolCalls` slot). The caller takes
+the slot and serves a recorded one (``Journal.take_slot``, ``Journal.recorded_call``: each
+checks that the program asks for what was recorded there); ``perform`` runs the rest:
+
+1. an effect on the world (``retry_safe`` given: a tool, a tool call from code) that was in
+   flight when its host died is *in doubt*: it runs again only where ``retry_safe()`` says so,
+   else its outcome is ``{"in_doubt": ...}``, recorded like any other, which the caller raises
+   as ``ToolInDoubt``;
+2. its intent is recorded before it runs, so that a crash now leaves it in doubt;
+3. it runs live (``SLOT`` holds its slot meanwhile, what ``ctx.idempotency_key()`` reads);
+4. its outcome is recorded before anyone sees it (``Journal.fill``), marked
+   ``"rerun": "in_doubt"`` where it ran again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from ringzero.core.contract.types import JSON
+from ringzero.core.support.live import SLOT
+
+if TYPE_CHECKING:
+    from ringzero.core._engine.journal import Journal
+
+__all__ = ["Outcome", "perform"]
+
+Outcome = dict[str, JSON]
+"""A slot's record as the program gets it back: ``{"value": ...}``, ``{"error": failure}``
+(``ringzero.core.support.failures``) or ``{"in_doubt": {"slot", "summary"}}``, and what its syscall adds."""
+
+
+async def perform(journal: Journal, slot: str, kind: str, fp: str, summary: str,
+                  live: Callable[[], Awaitable[Outcome]], *,
+                  retry_safe: Callable[[], bool] | None = None) -> Outcome:
+    """Run slot ``slot``'s effect live and record its outcome (see the module docstring)."""
+    rerun = False
+    if retry_safe is not None:
+        if await journal.in_doubt(slot):
+            if not retry_safe():  # the program decides: the outcome says so, live and replayed
+                return await journal.fill(slot, kind, fp, summary, {"in_doubt": {"slot": slot, "summary": summary}})
+            rerun = True
+        await journal.record_intent(slot, kind, fp, summary)
+    token = SLOT.set(slot)
+    try:
+        outcome = await live()
+    finally:
+        SLOT.reset(token)
+    if rerun:
+        outcome = {**outcome, "rerun": "in_doubt"}
+    return await journal.fill(slot, kind, fp, summary, outcome)

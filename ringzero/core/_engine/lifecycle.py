@@ -1,0 +1,129 @@
+"""A process's life as its task lives it: it starts, runs its program (again from the top for
+each ``continue_as_new``), and ends, its end recorded before anybody waiting is woken."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import traceback
+from typing import TYPE_CHECKING
+
+from ringzero.core._engine.context import enter
+from ringzero.core._engine.new_run import ContinueAsNew, begin_new_run
+from ringzero.core._engine.transitions import set_status
+from ringzero.core.contract.errors import CheckpointerError, NonDeterminismError, NotSerializable
+from ringzero.core.contract.types import ProcessStatus, StopReason, ensure_json, json_form, json_problem
+
+if TYPE_CHECKING:
+    from ringzero.core._engine.process import Process
+
+__all__ = ["finish", "run", "run_in_span"]
+
+
+async def run_in_span(process: Process) -> None:
+    """``run`` inside the process's span."""
+    process.entered = True
+    telemetry = process.runtime.telemetry
+    process.span = telemetry.process_started(process, process.span_parent)
+    try:
+        await run(process)
+    finally:
+        if process.span is not None:
+            span, process.span = process.span, None
+            telemetry.process_ended(span, process)
+
+
+async def run(process: Process) -> None:
+    process.entered = True
+    status, reason, error = ProcessStatus.EXITED, StopReason.RETURNED, None
+    try:
+        if process.record.stop_reason is not None:  # stopped before it ever ran
+            raise asyncio.CancelledError(process.record.stop_reason.value)
+        await set_status(process, ProcessStatus.READY)
+        await process.acquire_slot()
+        await set_status(process, ProcessStatus.RUNNING, "recovered" if process.journal.length else "")
+        process.arm_watchdog()
+        enter(process.ctx)  # this task's context: programs and the tasks they start see it
+        while True:
+            try:
+                process.value = await process.program(process.ctx, *process.record.args)
+                break
+            except ContinueAsNew as again:
+                await begin_new_run(process, again)
+    except asyncio.CancelledError:
+        if process.fenced is None and process.left_unfinished is None and process.record.stop_reason is None:
+            # The kernel is shutting down: leave the record as a crash would, so that
+            # recover() resumes this process later.
+            raise
+    except NonDeterminismError as exc:
+        status, reason, error = ProcessStatus.FAILED, StopReason.NON_DETERMINISM, _error_info(exc)
+    except Exception as exc:
+        status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(exc)
+    finally:
+        process.release_slot()
+        process.disarm_watchdog()
+    if process.fenced is not None or process.left_unfinished is not None:
+        # Fenced: the new owner finishes it; this kernel lets go, silently. Left unfinished:
+        # recover() finishes it, once the kernel has what it needs or the store is back.
+        if process.left_unfinished is not None:
+            await process.runtime.flush()  # its transitions so far, as a shutdown leaves them
+        process.end_unfinished()
+        return
+    if process.record.stop_reason is not None:  # killed, or a budget ran out
+        status, reason = ProcessStatus.KILLED, process.record.stop_reason
+    try:
+        await finish(process, status, reason, error)
+    except CheckpointerError as exc:  # its end is not recorded: it is not over, for recover()
+        process.left_unfinished = exc
+        process.end_unfinished()
+        return
+    # Ended and recorded: its task, done now, is let go with its coroutine and its context
+    # (five objects for the garbage collector to walk in every process a handle still
+    # holds). A task that ends with an exception is kept, for whoever awaits it.
+    process.task = None
+
+
+async def finish(process: Process, status: ProcessStatus, reason: StopReason, error: dict[str, str] | None) -> None:
+    """Record the end of the process, refund its parent, and wake its waiters.
+
+    Nothing cancels this (request_stop leaves a finishing process alone), and waiters are
+    woken even if the store fails, with that failure.
+    """
+    record = process.record
+    before = (record.state, record.stop_reason, record.error, record.result)
+    process.finishing = True
+    process.ended_at = time.monotonic()
+    problem = json_problem(process.record.state, "ctx.state")
+    if problem is not None:  # kept in a JSON form, and the process fails: a resume would see other state
+        process.record.state = json_form(process.record.state)  # type: ignore[assignment]
+        if status is ProcessStatus.EXITED:
+            status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(NotSerializable(problem))
+    process.record.stop_reason = reason
+    process.record.error = error
+    if status is ProcessStatus.EXITED:
+        try:
+            process.record.result = ensure_json(process.value, "the program's return value")
+        except NotSerializable:
+            process.record.result = repr(process.value)
+    try:
+        # The result with the end, ahead of it: whoever reads an ended status finds what the
+        # process left.
+        await set_status(process, status, reason.value)
+    except BaseException as exc:
+        # Not ended: the record is the unfinished one the store holds, for recover() to resume
+        # (a stop reason left on it would read as a stop before the program ran again).
+        record.state, record.stop_reason, record.error, record.result = before
+        process.settle(exc)
+        raise
+    try:
+        process.runtime.child_finished(process)
+    finally:  # its end is recorded: its waiters wake, even where the bookkeeping after it failed
+        process.settle()
+
+
+def _error_info(exc: BaseException) -> dict[str, str]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }

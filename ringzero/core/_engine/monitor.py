@@ -1,0 +1,230 @@
+"""A kernel's side of ``ringzero top`` (see ``ringzero.core.support.monitor`` for what it
+reads and writes in the store): the ``Monitor`` task that writes the kernel's activity row and
+carries out the commands left for its processes, and ``deliver_elsewhere``, a message to a
+process another kernel runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core.contract.errors import ProcessStateError, RingzeroError
+from ringzero.core.contract.store import dumps, loads
+from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint
+from ringzero.core.support.monitor import (
+    ACTIVITY,
+    COMMAND_WINDOW,
+    COMMANDS,
+    HOST_ANNOUNCES_WITHIN,
+    MAX_LISTED,
+    RECENT_COMMANDS,
+    carried_out,
+    hosts_of,
+    send_command,
+)
+from ringzero.core.support.timeouts import cancel_and_wait
+from ringzero.core.support.tool_pool import pools_in_use
+
+if TYPE_CHECKING:
+    from ringzero.core._engine.runtime import Runtime
+
+__all__ = ["Monitor", "deliver_elsewhere"]
+
+_kernels = itertools.count(1)
+
+
+async def deliver_elsewhere(runtime: Runtime, pid: int, message: JSON, priority: int) -> None:
+    """Deliver a message to ``pid``, a process this kernel does not run (``Kernel.send``).
+
+    Where a live kernel on the store lists it (its activity row is fresh), that kernel is asked
+    to deliver it (a ``send`` command, taken at its next tick). Where none does, or none takes
+    the command within a few of its ticks, the message is stored in the process's mailbox for
+    whoever resumes it; the command's ``done`` row is claimed first, so that exactly one of
+    the host and this sender delivers it."""
+    checkpointer = runtime.checkpointer
+    own = runtime.monitor.id if runtime.monitor is not None else None
+    hosts = await hosts_of(checkpointer, pid, own)
+    record = await runtime.store.load_process(pid)
+    if not hosts and record is not None and time.time() - record.updated_at < HOST_ANNOUNCES_WITHIN:
+        # It moved a moment ago: a kernel that has just started or resumed it writes its first
+        # activity row within a tick. Wait for that row rather than store what it would not see.
+        until = time.monotonic() + HOST_ANNOUNCES_WITHIN
+        while not hosts and time.monotonic() < until:
+            await asyncio.sleep(0.05)
+            hosts = await hosts_of(checkpointer, pid, own)
+    if hosts:
+        command_id = await send_command(checkpointer, pid, "send", {"message": message, "priority": priority})
+        until = time.monotonic() + 3 * max(a.interval for a in hosts) + 1
+        outcome = await carried_out(checkpointer, command_id, until)
+        if outcome is None:  # not taken in time: store it, unless the host takes it meanwhile
+            stored = {"kernel": own or "sender", "state": "done", "message": f"send to pid {pid}: stored for its host"}
+            row = Checkpoint(thread_id=COMMANDS, namespace="done", id=command_id, payload=dumps(stored),
+                             metadata=NO_METADATA)
+            if not checkpointer.capabilities.claims or await checkpointer.claim(row):
+                outcome = None
+            else:  # the host took it after all: it delivers
+                outcome = await carried_out(checkpointer, command_id, None)
+        if outcome is not None:
+            if outcome["state"] == "failed":
+                raise ProcessStateError(str(outcome["message"]))
+            return
+    store = runtime.store
+    while True:
+        seq = await store.last_seq(pid, "mailbox") + 1
+        if await store.store_mail(pid, seq, priority, message, None):
+            return
+
+
+
+def _gate_row(name: str, gate: Any, before: Mapping[str, float] | None, seconds: float) -> dict[str, JSON]:
+    row = gate.snapshot()
+    row["name"] = name
+    if before is not None and seconds > 0:
+        row["calls_per_s"] = round((row["calls"] - before["calls"]) / seconds, 2)
+        row["tokens_per_s"] = round((row["tokens"] - before["tokens"]) / seconds, 1)
+    else:
+        row["calls_per_s"] = row["tokens_per_s"] = 0.0
+    return row  # type: ignore[no-any-return]
+
+
+@dataclass
+class Monitor:
+    """A kernel's side of ``ringzero top``: the activity row and the commands (one task)."""
+
+    runtime: Runtime
+    interval: float = 1.0
+    id: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{next(_kernels)}")
+    _task: asyncio.Task[None] | None = None
+    _wrote_idle: bool = True
+    _written: bool = False
+    _seen: dict[str, None] = field(default_factory=dict)
+    _gates_before: dict[str, dict[str, float]] = field(default_factory=dict)
+    _ticked: float = field(default_factory=time.monotonic)
+    _acting: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def start(self) -> None:
+        """Start ticking on the running loop (again, where the kernel moved to a new loop)."""
+        task = self._task
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"ringzero-monitor-{self.id}")
+
+    async def aclose(self) -> None:
+        """Stop ticking, and mark the row closed (a closed kernel is not shown as alive)."""
+        task, self._task = self._task, None
+        if task is None or task.get_loop() is not asyncio.get_running_loop():
+            return  # one on a loop that has gone ended with it
+        await cancel_and_wait((task,))  # a tick can lose one cancellation (psycopg's pool waits with wait_for)
+        if not task.cancelled():
+            task.result()  # an error that ended the ticks early
+        for acting in list(self._acting):
+            acting.cancel()
+        if self._written:  # a kernel that wrote a row says it is gone; one that never did, nothing
+            with contextlib.suppress(Exception):
+                await self._write({"kernel": self.id, "at": time.time(), "interval": self.interval, "closed": True,
+                                   "processes": [], "gates": {}})
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.tick()
+            except (RingzeroError, OSError):  # the store is down: the processes see it themselves
+                continue
+
+    async def tick(self) -> None:
+        """Write the activity row and take this kernel's commands (nothing when idle)."""
+        live = list(self.runtime.procs.values())
+        if not live and self._wrote_idle:
+            return
+        await self._write(self._activity(live))
+        self._written, self._wrote_idle = True, not live
+        if live:
+            await self._take_commands()
+
+    def _activity(self, live: list[Any]) -> dict[str, JSON]:
+        now = time.monotonic()
+        seconds, self._ticked = now - self._ticked, now
+        processes: list[JSON] = []
+        for process in live[:MAX_LISTED]:
+            spent = process.meter.spent_dict()
+            current = process.in_syscall
+            processes.append({
+                "pid": process.pid, "status": process.status.value, "paused": process.record.paused,
+                "syscall": None if current is None else current[0],
+                "detail": None if current is None else current[1][:80],
+                "in_syscall_s": None if current is None else round(now - current[2], 2),
+                "tokens": spent.get("tokens", 0), "cost": spent.get("cost", 0.0),
+                "llm_calls": spent.get("llm_calls", 0), "steps": spent.get("steps", 0),
+                "wall_s": round(process.wall_seconds, 2),
+            })
+        gates: dict[str, JSON] = {}
+        for name, gate in self.runtime.gates.items():
+            row = _gate_row(name, gate, self._gates_before.get(name), seconds)
+            self._gates_before[name] = {"calls": row["calls"], "tokens": row["tokens"]}  # type: ignore[dict-item]
+            gates[name] = row
+        return {"kernel": self.id, "node": self.runtime.cluster.node, "at": time.time(), "interval": self.interval,
+                "closed": False, "processes": processes, "more": max(0, len(live) - MAX_LISTED), "gates": gates,
+                "tools": pools_in_use(self.runtime.executor)}
+
+    async def _write(self, body: Mapping[str, JSON]) -> None:
+        await self.runtime.checkpointer.put(Checkpoint(thread_id=ACTIVITY, namespace="", id=self.id,
+                                                      payload=dumps(body), metadata=NO_METADATA))
+
+    async def _take_commands(self) -> None:
+        """Carry out the new commands for processes this kernel runs. Where several kernels share
+        the store, the one that claims a command's ``done`` row acts; each acts in a task of its
+        own, so a kill that waits for a process to end does not hold the next tick."""
+        fresh = []
+        async for cp in self.runtime.checkpointer.list(COMMANDS, "", limit=RECENT_COMMANDS):
+            if cp.id in self._seen:
+                continue
+            self._seen[cp.id] = None
+            body = loads(cp.payload, f"command {cp.id}")
+            if int(body.get("pid", -1)) in self.runtime.procs and time.time() - float(body.get("at", 0)) \
+                    <= COMMAND_WINDOW:
+                fresh.append((cp.id, body))
+        while len(self._seen) > 4 * RECENT_COMMANDS:  # oldest first: a dict keeps insertion order
+            del self._seen[next(iter(self._seen))]
+        for command_id, body in reversed(fresh):  # listed newest first; carried out in the order sent
+            if not await self._claim(command_id):
+                continue
+            task = asyncio.get_running_loop().create_task(self._act(command_id, int(body["pid"]), str(body["action"]),
+                                                                    body))
+            self._acting.add(task)
+            task.add_done_callback(self._acting.discard)
+
+    async def _claim(self, command_id: str) -> bool:
+        row = Checkpoint(thread_id=COMMANDS, namespace="done", id=command_id,
+                         payload=dumps({"kernel": self.id, "state": "taken", "message": ""}), metadata=NO_METADATA)
+        if self.runtime.checkpointer.capabilities.claims:
+            return await self.runtime.checkpointer.claim(row)
+        await self.runtime.checkpointer.put(row)
+        return True
+
+    async def _act(self, command_id: str, pid: int, action: str, body: Mapping[str, Any]) -> None:
+        state, message = "done", f"{action} pid {pid}: done"
+        try:
+            handle = self.runtime.get(pid)
+            if action == "send":
+                await handle.send(body.get("message"), priority=int(body.get("priority", 10)))
+            elif action == "kill":
+                await handle.kill()
+            elif action == "pause":
+                await handle.pause()
+            elif action == "resume":
+                await handle.resume()
+            else:
+                state, message = "failed", f"unknown action {action!r}"
+        except RingzeroError as exc:
+            state, message = "failed", f"{action} pid {pid}: {exc}"
+        with contextlib.suppress(RingzeroError, OSError):
+            await self.runtime.checkpointer.put(Checkpoint(
+                thread_id=COMMANDS, namespace="done", id=command_id,
+                payload=dumps({"kernel": self.id, "state": state, "message": message}), metadata=NO_METADATA))

@@ -1,0 +1,117 @@
+"""Resuming the unfinished processes of a store (``Kernel.recover``).
+
+Each program is imported again by ``module:qualname`` (or looked up in ``programs``) and re-run;
+its recorded syscalls are served from the journal, so no LLM call or tool run is repeated.
+Recovery never turns recoverable work into a failure: a process whose program cannot be
+imported stops without ending, its handle's ``wait()`` raising ``NotResumed`` with what was
+missing, for a later ``recover()`` to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from ringzero.core._engine.handles import ProcessHandle
+from ringzero.core._engine.journal import OWNER_RECHECK, Journal
+from ringzero.core._engine.mailbox import Mail
+from ringzero.core._engine.new_run import RunStart
+from ringzero.core._engine.process import Process, Program
+from ringzero.core._engine.runtime import Runtime, missing_program
+from ringzero.core.contract.errors import InvalidArgument, NotResumed, ProgramNotFound
+from ringzero.core.contract.store import ProcessRecord
+from ringzero.core.support.references import import_reference
+
+__all__ = ["recover"]
+
+
+async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
+                  pids: Collection[int] | None = None, from_node: str | None = None) -> list[ProcessHandle]:
+    """Resume the store's unfinished processes that ``runtime`` does not run (see
+    ``Kernel.recover``): the handles of those started, then of those left unfinished at once."""
+    await runtime.start()
+    store, cluster = runtime.store, runtime.cluster
+    wanted = None if pids is None else set(pids)
+    taken: dict[int, tuple[int, str] | None] = {}
+    everything = await store.load_processes()
+    runtime.remember_spawns(everything)
+    for record in everything:
+        if runtime.runs(record.pid) or record.status.terminal:
+            continue  # an ended one is read from the store if a resumed parent asks for it
+        if wanted is not None and record.pid not in wanted:
+            continue
+        owner = None if cluster.node is None else await cluster.take_over(record.pid, from_node)
+        if cluster.node is None or owner is not None:
+            taken[record.pid] = owner
+    if not taken:
+        return []
+    if cluster.node is not None:
+        # A process taken from another node starts once that node's ownership lease has run out:
+        # if it is alive after all, its next check stops it before this one runs, and what it
+        # recorded until then is read below.
+        await asyncio.sleep(OWNER_RECHECK)
+    # Each starts from the state it was spawned with: its replay rebuilds the rest.
+    records = [r for r in await store.load_processes(as_spawned=True) if r.pid in taken and not r.status.terminal]
+    to_start: list[Process] = []
+    unfinished: list[Process] = []
+    for record in records:
+        process = await _loaded(runtime, record, programs or {}, taken[record.pid])
+        (unfinished if process.left_unfinished is not None else to_start).append(process)
+    for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
+        process.start()
+    return [ProcessHandle(runtime, process) for process in [*to_start, *unfinished]]
+
+
+async def _loaded(runtime: Runtime, record: ProcessRecord, programs: Mapping[str, Program],
+                  owner: tuple[int, str] | None) -> Process:
+    """The process of ``record`` with its journal and mailbox read back: in the live table, or
+    ended unfinished where its program cannot be found."""
+    store = runtime.store
+    program, why = _resolve(record, programs)
+    start = RunStart.of(record.run_start)  # where its current run began (continue-as-new)
+    journal = Journal(store, record.pid, start.of_this_run(await store.journal(record.pid)),
+                      owner=owner, base=start.journal_base)
+    journal.resumed = True
+    process = Process(
+        runtime, record, program or missing_program, journal,
+        transition_seq=await store.last_seq(record.pid, "transitions"),
+        mail_seq=await store.last_seq(record.pid, "mailbox"),
+    )
+    process.recovered = True
+    if start.journal_base:
+        process.sends, process.spawns = start.sends, start.spawns
+        process.meter.charge(**(start.spent or {}))
+    if program is None:  # left as the crash left it, for a resume that can import it
+        process.left_unfinished = NotResumed(record.pid, record.name, ProgramNotFound(
+            f"cannot import its program {record.program!r} (pass recover(programs={{...}}), or make it "
+            f"importable from where you resume): {why}"))
+        process.end_unfinished()
+        return process
+    runtime.procs[record.pid] = process
+    consumed = {_received_seq(e.outcome) for e in journal.entries if e.kind == "recv" and e.outcome.get("value")}
+    for seq, body in await store.mail(record.pid):
+        if seq not in consumed and not start.received_before(seq):
+            process.mailbox.put(Mail(int(body["priority"]), seq, body["message"], body.get("sender")))
+    return process
+
+
+def _received_seq(outcome: Mapping[str, Any]) -> int:
+    """The mailbox seq a journaled recv consumed."""
+    return int(outcome["value"]["seq"])
+
+
+def _resolve(record: ProcessRecord, programs: Mapping[str, Program]) -> tuple[Program | None, str]:
+    """The program of ``record`` (from ``programs``, else imported), or None and why not."""
+    if record.program in programs:
+        return programs[record.program], ""
+    if record.name in programs:
+        return programs[record.name], ""
+    try:
+        target = import_reference(record.program, "the program")
+    except InvalidArgument as exc:
+        return None, str(exc)
+    if not inspect.iscoroutinefunction(target):
+        return None, f"{record.program!r} is not an async function"
+    return target, ""

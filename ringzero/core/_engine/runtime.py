@@ -1,0 +1,359 @@
+"""The runtime: the process table and the kernel's side of every syscall.
+
+``Process`` and ``Context`` see this object and nothing else of the kernel: it creates a process,
+retires it, delivers its mail, adopts its children and settles their budgets, kills a tree of
+processes, and emits events. ``Kernel`` (``ringzero.core.kernel``) is the users' facade over it.
+Its methods are internal to ``ringzero.core`` (and to schedulers that run kernels on cluster
+nodes): free to change, not for programs to call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import socket
+import time
+import warnings
+import weakref
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ringzero.core._engine.budget import Spend
+from ringzero.core._engine.cluster import Cluster
+from ringzero.core._engine.handles import DEFAULT_PRIORITY, Event, ProcessHandle
+from ringzero.core._engine.journal import Journal
+from ringzero.core._engine.mailbox import Mail
+from ringzero.core._engine.monitor import Monitor, deliver_elsewhere
+from ringzero.core._engine.pids import PidAllocator
+from ringzero.core._engine.process import Process, Program
+from ringzero.core._engine.transitions import TransitionWriter
+from ringzero.core.contract.errors import (
+    InvalidArgument,
+    NoProvider,
+    NotAProgram,
+    ProcessNotFound,
+    ProcessStateError,
+)
+from ringzero.core.contract.protocols import Checkpointer, Executor, Scheduler, Tool
+from ringzero.core.contract.remote import RemoteProcessHandle
+from ringzero.core.contract.store import ProcessRecord
+from ringzero.core.contract.types import JSON, Limits, StopReason, ensure_json, json_size
+from ringzero.core.support.gate import LLMGate
+from ringzero.core.support.memory import MemoryStore
+from ringzero.core.support.no_telemetry import NO_TELEMETRY, NoTelemetry
+from ringzero.core.support.references import program_reference
+from ringzero.core.support.telemetry import Telemetry
+from ringzero.core.support.timeouts import retrieved, shielded, started_eagerly
+
+__all__ = ["MAX_MESSAGE_BYTES", "STORE_POLL", "Runtime"]
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest message (its JSON) a mailbox takes: each is stored, and read back at recovery."""
+STORE_POLL = 0.25
+"""Seconds between reads of the store while a handle waits for a process that runs elsewhere."""
+NO_LIMITS = Limits()
+"""The limits of every process spawned without any: one frozen object, not one each."""
+
+_WARNED: set[str] = set()
+
+
+class Runtime:
+    """The process table of one kernel, and what its processes ask of it."""
+
+    def __init__(self, *, checkpointer: Checkpointer, executor: Executor, scheduler: Scheduler,
+                 tools: Mapping[str, Tool], gates: dict[str, LLMGate], cluster: Cluster,
+                 telemetry_from: tuple[Any, Any, bool | None]) -> None:
+        self.checkpointer = checkpointer
+        self.executor = executor
+        self.scheduler = scheduler
+        self.store = cluster.store
+        self.memory = MemoryStore(checkpointer)
+        self.tools: dict[str, Tool] = dict(tools)
+        self.gates = gates
+        self.cluster = cluster
+        self.procs: dict[int, Process] = {}
+        """Live processes. One that ends leaves this table for ``ended``, where it stays only
+        while something holds it (a handle, its parent), so memory does not grow with the number
+        of processes a long-lived kernel has run."""
+        self.ended: weakref.WeakValueDictionary[int, Process] = weakref.WeakValueDictionary()
+        self.listeners: list[Callable[[Event], None]] = []
+        self.transitions = TransitionWriter(checkpointer)
+        self.pids = PidAllocator(self.store, node=cluster.node, owner=self._pid_owner)
+        self.monitor: Monitor | None = None
+        self.telemetry: NoTelemetry = NO_TELEMETRY
+        """Spans and metrics, set at ``start`` (``NO_TELEMETRY`` where there are no OpenTelemetry
+        providers)."""
+        self.closed = False
+        self._started = False
+        self._telemetry_from = telemetry_from
+        self._children_by_spawn: dict[str, int] = {}
+
+    async def start(self) -> None:
+        """Detect telemetry and number pids on after what the store holds (once)."""
+        if self._started:
+            return
+        self._started = True
+        tracer_provider, meter_provider, capture_content = self._telemetry_from
+        self.telemetry = Telemetry.detect(tracer_provider, meter_provider, capture_content,
+                                          lambda: Counter(p.status.value for p in self.procs.values())) or NO_TELEMETRY
+        await self.pids.start()
+
+    def _pid_owner(self) -> str:
+        if self.cluster.node is not None:
+            return self.cluster.node
+        return self.monitor.id if self.monitor is not None else f"{socket.gethostname()}:{os.getpid()}"
+
+    # ------------------------------------------------------------------ the table
+    def runs(self, pid: int) -> bool:
+        """Whether process ``pid`` is live in this kernel."""
+        return pid in self.procs
+
+    def process(self, pid: int) -> Process:
+        """The live process ``pid``, or an ended one something still holds."""
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise InvalidArgument(f"a pid is an integer, not {pid!r}")
+        process = self.procs.get(pid) or self.ended.get(pid)
+        if process is None:
+            raise ProcessNotFound(pid)
+        return process
+
+    def get(self, pid: int) -> ProcessHandle:
+        return ProcessHandle(self, self.process(pid))
+
+    async def handle(self, pid: int) -> ProcessHandle:
+        """``get``, or a handle on the stored record of a process this kernel does not hold."""
+        try:
+            return self.get(pid)
+        except ProcessNotFound:
+            record = await self.store.load_process(pid)
+            if record is None:
+                raise
+            if not record.status.terminal:
+                return ProcessHandle(self, Process(self, record, missing_program, Journal(self.store, pid)))
+            return ProcessHandle(self, self.ended_process(record))
+
+    async def any_handle(self, pid: int) -> ProcessHandle | RemoteProcessHandle:
+        """The handle of ``pid``, here or (on a cluster node) on another node."""
+        try:
+            return await self.handle(pid)
+        except ProcessNotFound:
+            remote = await self.cluster.remote_handle(pid)
+            if remote is None:
+                raise
+            return remote
+
+    def ended_process(self, record: ProcessRecord) -> Process:
+        ended = Process(self, record, missing_program, Journal(self.store, record.pid))
+        ended.settle()
+        self.ended[record.pid] = ended
+        return ended
+
+    async def ended_in_store(self, process: Process) -> None:
+        """Wait until the store records the end of ``process``, which runs elsewhere."""
+        while True:
+            record = await self.store.load_process(process.pid)
+            if record is not None:
+                process.record = record
+                if record.status.terminal:
+                    return
+            await asyncio.sleep(STORE_POLL)
+
+    def retire(self, process: Process) -> None:
+        """A process has ended: it leaves the live table (see ``procs``)."""
+        if self.procs.get(process.pid) is process:
+            del self.procs[process.pid]
+            self.ended[process.pid] = process
+            for gate in self.gates.values():
+                gate.forget(process.pid)
+
+    def child_finished(self, child: Process) -> None:
+        """Retire ``child`` and refund its parent what it did not spend."""
+        parent = self.procs.get(child.record.parent) if child.record.parent is not None else None
+        self.retire(child)
+        if parent is not None and child.pid in parent.children:
+            parent.meter.settle(parent.children.pop(child.pid), child.meter.spent)
+
+    def save_soon(self, process: Process) -> None:
+        self.transitions.save_soon(process)
+
+    async def flush(self) -> None:
+        await self.transitions.flush()
+
+    def emit(self, kind: str, pid: int, data: Mapping[str, JSON]) -> None:
+        if not self.listeners:
+            return  # the common case, at every transition
+        event = Event(kind, pid, data, time.time())
+        for listener in list(self.listeners):
+            listener(event)
+
+    def gate(self, name: str = "default") -> LLMGate:
+        """The LLM gate of provider ``name``."""
+        if name not in self.gates:
+            configured = ", ".join(sorted(self.gates)) or "none"
+            raise NoProvider(f"no LLM provider named {name!r} (configured: {configured}); pass llm= to Kernel")
+        return self.gates[name]
+
+    # ------------------------------------------------------------------ spawning
+    @staticmethod
+    def check_program(program: Any, args: Sequence[Any]) -> None:
+        if not inspect.iscoroutinefunction(program):
+            raise NotAProgram(f"a program must be an 'async def' function taking a Context first, not {program!r}")
+        ensure_json(list(args), f"the arguments of {getattr(program, '__qualname__', program)}")
+
+    async def spawn_process(self, program: Program, args: Sequence[JSON], *, name: str | None, priority: int,
+                            limits: Limits | None, parent: int | None, remote_parent: int | None = None,
+                            spawn_id: str | None = None) -> Process:
+        """Create and start a process. ``remote_parent``: the pid of a parent on another cluster
+        node, recorded as the parent (whose kernel holds the budget reservation and waits for the
+        end) with no local owner."""
+        if self.closed:
+            raise ProcessStateError("this kernel is closed")
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise InvalidArgument(f"priority must be a non-negative integer (0 is most urgent), got {priority!r}")
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidArgument(f"limits must be a ringzero.Limits, not {type(limits).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise InvalidArgument(f"a process name is a string, not {type(name).__name__} {name!r}")
+        reference = _recorded_reference(program)
+        owner = None if parent is None else self.process(parent)
+        await self.start()
+        pid = await self.pids.take() if self.pids.taken_first else 0
+        record = ProcessRecord(
+            pid=pid, name=name or program.__name__, program=reference,
+            args=tuple(args), priority=priority, limits=limits or NO_LIMITS,
+            parent=parent if remote_parent is None else remote_parent, spawn_id=spawn_id,
+        )
+        # A kill of the parent cannot cut the child's creation short: it starts in this turn
+        # (nothing interrupts that), and where it waits (a claim over the network: PostgreSQL, a
+        # cluster node's pid block) it goes on in a task of its own, in the parent's
+        # ``spawning`` before this call awaits anything. Once its record is written it is in the
+        # table and in its parent's children, or stopped at once if the parent was killed
+        # meanwhile: never a half-made child that runs on unseen, or a record that recover()
+        # would bring back to life. Where the store writes the record at once (SQLite's log, the
+        # in-memory store), the spawn returns in this turn: no task, no turn of the loop.
+        creation = started_eagerly(self._create(record, program, owner))
+        if creation.done():
+            return creation.result()
+        creation.add_done_callback(retrieved)  # its caller may be gone (killed) when it fails
+        if owner is not None:
+            if owner.spawning is None:
+                owner.spawning = set()
+            owner.spawning.add(creation)
+            creation.add_done_callback(owner.spawning.discard)
+        return await shielded(creation)
+
+    async def _create(self, record: ProcessRecord, program: Program, owner: Process | None) -> Process:
+        await self.pids.write_new(record)
+        ownership = self.cluster.ownership
+        if ownership is not None and not await self.store.claim_owner(record.pid, *ownership):
+            raise ProcessStateError(f"pid {record.pid} was taken by another node as it was created")
+        process = Process(self, record, program, Journal(self.store, record.pid, owner=ownership))
+        self.procs[record.pid] = process
+        if owner is not None:
+            owner.children[record.pid] = record.limits
+            owner.keep_child(process)
+            if owner.record.stop_reason is StopReason.KILLED:
+                process.request_stop(StopReason.KILLED)
+        process.start()
+        return process
+
+    def remember_spawns(self, records: Sequence[ProcessRecord]) -> None:
+        """Recovered children by ``spawn_id``, whose open parents may resume their spawn."""
+        open_parents = {r.pid for r in records if not r.status.terminal}
+        self._children_by_spawn.update((r.spawn_id, r.pid) for r in records
+                                       if r.spawn_id is not None and r.parent in open_parents)
+
+    def spawned_before_crash(self, parent: Process, spawn_id: str) -> int | None:
+        """The pid of the child a resumed ``parent`` created with this spawn before its host
+        died without journaling the spawn: the resumed spawn takes it instead of a second one."""
+        if not parent.recovered:
+            return None
+        return self._children_by_spawn.pop(spawn_id, None)
+
+    # ------------------------------------------------------------------ mail
+    @staticmethod
+    def check_message(pid: int, message: JSON, priority: int) -> None:
+        size = json_size(message, f"a message to pid {pid}")
+        if size > MAX_MESSAGE_BYTES:
+            raise InvalidArgument(f"a message to pid {pid} is {size:,} bytes of JSON, over the {MAX_MESSAGE_BYTES:,} a "
+                                  "mailbox takes: send a reference to the data (a file, a memory key) instead")
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise InvalidArgument(f"a message goes to a pid (an integer) or a process's handle, not {pid!r:.80}")
+
+    async def send(self, pid: int, message: JSON, priority: int = DEFAULT_PRIORITY) -> None:
+        """Deliver to ``pid`` wherever it is (see ``Kernel.send``)."""
+        self.check_message(pid, message, priority)
+        await self.start()
+        if pid in self.procs:
+            await self.deliver(pid, message, priority, sender=None)
+            return
+        record = await self.store.load_process(pid)
+        if record is None:
+            raise ProcessNotFound(pid)
+        if record.status.terminal:
+            raise ProcessStateError(f"pid {pid} has {record.status.value}; it receives no messages")
+        await deliver_elsewhere(self, pid, message, priority)
+
+    async def deliver(self, pid: int, message: JSON, priority: int, sender: int | None, *,
+                      mail_id: str | None = None, maybe_delivered: bool = False) -> None:
+        """Store the message durably, then put it in the live mailbox. ``maybe_delivered``: a
+        resumed sender's live send, which its host may have delivered before it died without
+        journaling it; a mail with the same ``mail_id`` in the target's mailbox means it was."""
+        if maybe_delivered and mail_id is not None and any(
+                body.get("id") == mail_id for _, body in await self.store.mail(pid)):
+            return
+        target = self.process(pid)
+        if target.status.terminal:
+            raise ProcessStateError(f"pid {pid} has {target.status.value}; it receives no messages")
+        seq = target.next_mail_seq()
+        await self.store.append_mail(pid, seq, priority, message, sender, mail_id)
+        target.mailbox.put(Mail(priority, seq, message, sender))
+
+    # ------------------------------------------------------------------ budgets and kills
+    async def adopt(self, parent: Process, child_pid: int, child_limits: Limits) -> None:
+        """Attach a child's reservation to its parent; settle at once if the child is done."""
+        parent.children[child_pid] = child_limits
+        child = self.procs.get(child_pid)
+        record = child.record if child is not None else await self.store.load_process(child_pid)
+        if record is not None and record.status.terminal and child_pid in parent.children:
+            parent.meter.settle(parent.children.pop(child_pid), Spend.from_dict(record.spent))
+
+    async def kill_tree(self, process: Process) -> None:
+        """Stop ``process`` and its live children, here and on other nodes; waits for each end."""
+        if not process.status.terminal:
+            process.request_stop(StopReason.KILLED)  # first: from now on no child of it runs
+        while process.spawning:  # children being created land (and stop) before we walk them
+            await asyncio.gather(*process.spawning, return_exceptions=True)
+        for child_pid in list(process.children):
+            if child_pid in self.procs:
+                await self.kill_tree(self.procs[child_pid])
+        for remote in list(process.remote_children.values()):
+            # On its node; a child that has ended is left as it is, and one whose node is gone with
+            # nobody to take it over (ProcessNotFound) has nothing left to stop.
+            with contextlib.suppress(ProcessNotFound):
+                await remote.kill()
+        if not process.over and process.task is not None:
+            await shielded(process.finished)
+
+
+def _recorded_reference(program: Program) -> str:
+    """The reference ``program`` is journaled by; a program in a script that no other process
+    can import (a REPL, a notebook, ``python -c``) is warned about once: after a crash only
+    ``recover(programs={...})`` in a process that defines it again can resume it."""
+    reference, importable = program_reference(program)
+    if not importable and getattr(program, "__module__", None) == "__main__" and reference not in _WARNED:
+        _WARNED.add(reference)
+        warnings.warn(f"program {reference!r} is defined where no other Python process can import it; after a "
+                      "crash, only recover(programs={...}) in a process that defines it again can resume it "
+                      "(define it in a module or a script file for `ringzero resume`)", RuntimeWarning, stacklevel=4)
+    return reference
+
+
+async def missing_program(ctx: Any, *args: Any) -> None:  # pragma: no cover - never started
+    """The program of a process this kernel holds only as a record (never started)."""
+    raise AssertionError("not run")

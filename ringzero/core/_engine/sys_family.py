@@ -1,0 +1,137 @@
+"""The syscalls between processes (``ctx.send``, ``ctx.spawn``, ``ctx.wait``): mail delivered once,
+children created once and given a slice of the budget, ends waited for without a run slot,
+here or on another cluster node."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core._engine.handles import ProcessHandle, process_of
+from ringzero.core._engine.syscall import syscall
+from ringzero.core.contract.errors import BudgetExceeded, InvalidArgument, ProcessFailed, ProcessNotFound
+from ringzero.core.contract.remote import RemoteProcessHandle, SpawnRequest
+from ringzero.core.contract.types import JSON, Limits, ProcessStatus, StopReason
+from ringzero.core.support.references import program_reference
+from ringzero.core.support.timeouts import fail_after, shielded
+
+if TYPE_CHECKING:
+    from ringzero.core._engine.process import Process, Program
+
+__all__ = ["send", "spawn", "wait"]
+
+
+async def send(process: Process, to: int | ProcessHandle | RemoteProcessHandle, message: JSON, *,
+               priority: int = 10) -> None:
+    """``Context.send`` (see there), for ``process``."""
+    pid = to.pid if isinstance(to, (ProcessHandle, RemoteProcessHandle)) else to
+    runtime = process.runtime
+    runtime.check_message(pid, message, priority)
+    # Whether the target can take it is asked only live: a replayed send was delivered, to a
+    # process that may have ended since. The id is the send's place in program order, the
+    # same when the program is re-run, so a send that was delivered but not yet journaled
+    # when the host died is not delivered twice (``Runtime.deliver``).
+    process.sends += 1
+    mail_id = f"{process.pid}:{process.sends}"
+
+    async def live() -> dict[str, JSON]:
+        await runtime.deliver(pid, message, priority, sender=process.pid, mail_id=mail_id,
+                              maybe_delivered=process.recovered)
+        return {"value": None}
+
+    await syscall(process, "send", {"to": pid, "message": message, "priority": priority}, f"to {pid}", live)
+
+
+async def spawn(
+    process: Process,
+    program: Program,
+    *args: JSON,
+    name: str | None = None,
+    priority: int | None = None,
+    limits: Limits | None = None,
+) -> ProcessHandle | RemoteProcessHandle:
+    """``Context.spawn`` (see there), for ``process``."""
+    runtime = process.runtime
+    runtime.check_program(program, args)
+    child_limits = process.meter.carve(limits)
+    child_priority = process.record.priority if priority is None else priority
+
+    created: list[int] = []
+    placed: list[RemoteProcessHandle] = []
+    process.spawns += 1
+    spawn_id = f"{process.pid}:{process.spawns}"
+
+    async def live() -> dict[str, JSON]:
+        orphan = runtime.spawned_before_crash(process, spawn_id)
+        if orphan is not None:  # created before the host died, but the spawn was not journaled
+            return {"value": orphan}
+        if runtime.cluster.child_placement is not None:
+            request = SpawnRequest(program=program_reference(program)[0], args=list(args),
+                                   name=name or program.__name__, priority=child_priority, limits=child_limits)
+            remote = await runtime.cluster.child_placement.place_child(request, parent=process.pid)
+            if remote is not None:
+                placed.append(remote)
+                runtime.cluster.adopt_remote_child(process, remote, child_limits)
+                return {"value": remote.pid}
+        child = await runtime.spawn_process(program, args, name=name, priority=child_priority,
+                                            limits=child_limits, parent=process.pid, spawn_id=spawn_id)
+        created.append(child.pid)  # create() registered it with this process already
+        return {"value": child.pid}
+
+    fp = {"program": program_reference(program)[0], "args": list(args), "name": name,
+          "priority": child_priority, "limits": child_limits.to_dict()}
+    outcome = await syscall(process, "spawn", fp, fp["program"], live)  # type: ignore[arg-type]
+    child_pid = int(outcome["value"])  # type: ignore[arg-type]
+    if placed:
+        return placed[0]
+    if not created:  # replayed after a crash: the child was loaded by recover(), or has ended
+        await runtime.adopt(process, child_pid, child_limits)
+    try:
+        handle = await runtime.handle(child_pid)
+    except ProcessNotFound:
+        if runtime.cluster.child_placement is None or created:
+            raise
+        # Replayed, and the child runs on another node: follow it from here.
+        remote = await RemoteProcessHandle(runtime.cluster.child_placement, {"pid": child_pid, "name": "",
+                                                                    "status": "created", "program": ""}).refresh()
+        if child_pid in process.children:
+            runtime.cluster.adopt_remote_child(process, remote, process.children[child_pid])
+        return remote
+    if not created:
+        process.keep_child(process_of(handle))
+    return handle
+
+
+async def wait(process: Process, child: ProcessHandle | RemoteProcessHandle | int,
+               timeout: float | None = None) -> JSON:
+    """``Context.wait`` (see there), for ``process``."""
+    runtime = process.runtime
+
+    if isinstance(child, bool) or not isinstance(child, (int, ProcessHandle, RemoteProcessHandle)):
+        raise InvalidArgument(f"ctx.wait takes a child's handle or pid (a pid is an integer), not {child!r:.60}")
+    pid = child if isinstance(child, int) else child.pid
+    target = child if not isinstance(child, int) else await runtime.any_handle(pid)
+
+    async def live() -> dict[str, JSON]:
+        if isinstance(target, RemoteProcessHandle):
+            ended = await target.ended(timeout)
+            runtime.cluster.settle_remote_child(process, target.pid, ended)  # as a local child's end does
+            status, reason, detail, result = (ProcessStatus(ended["status"]), ended.get("stop_reason"),
+                                              ended.get("error"), ended.get("result"))
+        else:
+            async with fail_after(timeout):
+                await shielded(process_of(target).finished)
+            record = process_of(target).record
+            status, result = record.status, record.result
+            reason = None if record.stop_reason is None else record.stop_reason.value
+            detail = dict(record.error) if record.error else None
+        if status is ProcessStatus.EXITED:
+            return {"value": result}
+        return {"error": {"status": status.value, "reason": reason, "detail": detail}}
+
+    outcome = await syscall(process, "wait", {"pid": pid}, str(pid), live, waits=True)
+    if "error" in outcome:
+        info: Any = outcome["error"]
+        reason = StopReason(info["reason"]) if info["reason"] else None
+        failed = BudgetExceeded if reason and reason.value.startswith("budget_") else ProcessFailed
+        raise failed(target.pid, info["status"], reason, info["detail"])
+    return outcome["value"]

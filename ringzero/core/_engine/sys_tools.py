@@ -1,0 +1,142 @@
+"""The tool and code syscalls (``ctx.tool``, ``ctx.journaled_tool``, ``ctx.exec``): each records its
+intent before it runs, so a call in flight at a crash is in doubt on resume, never repeated
+silently; a tool called from sandboxed code is journaled under its exec's slot."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core._engine.syscall import syscall
+from ringzero.core._engine.tool_calls import ToolCalls
+from ringzero.core.contract.errors import InvalidArgument, ToolFailed, ToolInDoubt, ToolNotFound
+from ringzero.core.contract.fingerprints import trimmed
+from ringzero.core.contract.protocols import Tool
+from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, ensure_json
+from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
+from ringzero.core.support.failures import failure, message_of
+from ringzero.core.support.host_tools import call_tool
+from ringzero.core.support.live import NESTED_COST, current_slot
+from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
+
+if TYPE_CHECKING:
+    from ringzero.core._engine.process import Process
+
+__all__ = ["exec_code", "journaled_tool", "kernel_tool", "resolve_tool", "tool"]
+
+
+async def exec_code(
+    process: Process,
+    code: str,
+    *,
+    inputs: Mapping[str, JSON] | None = None,
+    tools: Mapping[str, Tool] | None = None,
+    limits: ExecLimits | None = None,
+) -> ExecResult:
+    """``Context.exec`` (see there), for ``process``."""
+    if not isinstance(code, str):
+        raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
+    inputs = dict(inputs or {})
+    ensure_json(inputs, "exec inputs")
+    left = process.meter.remaining("exec_seconds")
+    if left is not None:  # the run may not outlast what is left of the exec budget
+        limits = limits or ExecLimits()
+        wall = max(0.0, left) if limits.wall_seconds is None else min(limits.wall_seconds, left)
+        limits = dataclasses.replace(limits, wall_seconds=wall)
+
+    ran_live = False
+
+    async def live() -> dict[str, JSON]:
+        nonlocal ran_live
+        ran_live = True
+        nested: dict[str, float] = {}
+        calls = ToolCalls(process.journal, process.pid, current_slot(), process.idempotency_key(""), process)
+        token = NESTED_COST.set(nested)
+        try:
+            result = await process.runtime.executor.run(code, inputs=inputs, tools=tools, limits=limits, calls=calls)
+        finally:
+            NESTED_COST.reset(token)
+        if isinstance(calls.problem, ToolInDoubt):  # the program decides, now and on every replay
+            return {"in_doubt": {"slot": calls.problem.slot, "tool": calls.problem.tool,
+                                 "summary": str(calls.problem)}}
+        if calls.problem is not None:  # diverged from its recorded calls, or the store failed
+            raise calls.problem
+        extra: dict[str, JSON] = {"nested": nested} if nested else {}  # type: ignore[dict-item]
+        if calls.served or calls.rerun:
+            extra["calls"] = {"served": calls.served, "rerun": calls.rerun}
+        return {"value": result.to_dict(), **extra}
+
+    args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
+    executor = process.runtime.executor
+    first_line = code.strip().partition("\n")[0]
+    outcome = await syscall(process, "exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
+                            needs=(("exec_seconds", 1e-9),),
+                            about=lambda: {"ringzero.executor": type(executor).__name__,
+                                           "ringzero.isolation": executor.capabilities.isolation})
+    if "in_doubt" in outcome:
+        doubt: Any = outcome["in_doubt"]
+        raise ToolInDoubt(process.pid, str(doubt["tool"]), str(doubt["slot"]))
+    result = ExecResult.from_dict(outcome["value"])  # type: ignore[arg-type]
+    if not ran_live and isinstance(outcome.get("nested"), dict):  # replayed: charge what its nested calls cost
+        process.meter.charge(**{str(k): float(v) for k, v in outcome["nested"].items()})  # type: ignore[union-attr,arg-type]
+    process.meter.charge(exec_seconds=result.duration)
+    process.check_budget()
+    return result
+
+
+async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> JSON:
+    """``Context.tool`` (see there), for ``process``."""
+    name, fn = (tool, None) if isinstance(tool, str) else resolve_tool(tool)
+    ensure_json([list(args), kwargs], f"arguments of tool {name!r}")
+
+    def target() -> Tool:
+        return fn if fn is not None else kernel_tool(process, name)  # a replay needs no tool
+
+    async def live() -> dict[str, JSON]:
+        call = target()
+        given = {**kwargs, IDEMPOTENCY_KEY: process.idempotency_key(current_slot())} \
+            if takes_idempotency_key(call) else kwargs
+        try:
+            value = await call_tool(call, list(args), given)
+        except Exception as exc:
+            return {"error": failure(exc)}
+        return {"value": ensure_json(value, f"the result of tool {name!r}")}
+
+    outcome = await syscall(process, "tool", {"name": name, "args": list(args), "kwargs": kwargs},
+                            tool_summary(name, args, kwargs), live, retry_safe=lambda: retry_safe(target()),
+                            about=lambda: {"gen_ai.tool.name": name})
+    if "in_doubt" in outcome:
+        raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
+    if "error" in outcome:
+        err = outcome["error"]
+        raise ToolFailed(name, str(err["type"]), message_of(err))  # type: ignore[arg-type,index,call-overload]
+    return outcome["value"]
+
+
+async def journaled_tool(
+    process: Process, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]], *,
+    retry_safe: bool | Callable[[], bool] = False,
+) -> dict[str, JSON]:
+    """``Context.journaled_tool`` (see there), for ``process``."""
+    safe = retry_safe if callable(retry_safe) else lambda: retry_safe
+    outcome = await syscall(process, "tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
+                            live, retry_safe=safe, about=lambda: {"gen_ai.tool.name": name})
+    if "in_doubt" in outcome:
+        raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
+    return outcome
+
+
+def kernel_tool(process: Process, name: str) -> Tool:
+    """The kernel's tool ``name``; where it has none, see ``Process.needs``."""
+    tools = process.runtime.tools
+    if name not in tools:
+        known = ", ".join(sorted(tools)) or "none"
+        process.needs(ToolNotFound(f"no tool named {name!r}; the kernel has: {known}"))
+    return tools[name]
+
+
+def resolve_tool(tool: Tool) -> tuple[str, Tool]:
+    if not callable(tool):
+        raise InvalidArgument(f"ctx.tool() needs a tool name or a callable, not {type(tool).__name__}")
+    return getattr(tool, "__qualname__", repr(tool)), tool

@@ -1,0 +1,181 @@
+"""The syscall boundary: every effect a program has passes here.
+
+A syscall takes its journal slot in program order before its first await; a recorded one is
+served from the journal (a resumed program makes no call twice), a live one passes the
+process's boundary (pause, the scheduler's turn) and its budgets, and runs inside its span
+through the effect engine (``ringzero.core._engine.effect.perform``: its intent where it is an effect
+on the world, its live run, its record before the program sees it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ringzero.core._engine.effect import Outcome, perform
+from ringzero.core._engine.transitions import set_status
+from ringzero.core.contract.errors import CheckpointerError, Fenced
+from ringzero.core.contract.fingerprints import fingerprint
+from ringzero.core.contract.types import ProcessStatus
+from ringzero.core.support.live import RUNNING_LIVE
+
+if TYPE_CHECKING:
+    from ringzero.core._engine.process import Process
+
+__all__ = ["syscall", "wait_begins", "wait_ends"]
+
+
+async def syscall(
+    process: Process,
+    kind: str,
+    args: Any,
+    summary: str,
+    live: Callable[[], Awaitable[Outcome]],
+    *,
+    needs: tuple[tuple[str, float], ...] = (),
+    waits: bool = False,
+    fp: str | None = None,
+    about: Callable[[], dict[str, Any]] | None = None,
+    retry_safe: Callable[[], bool] | None = None,
+) -> Outcome:
+    """Run one syscall through the boundary, the journal and the budgets.
+
+    ``needs`` are (resource, amount) that must be left before the call; ``waits`` marks
+    syscalls that block on an event (recv, sleep), which give their run slot back; ``fp``
+    is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``);
+    ``about`` gives the attributes of the syscall's span, called only where telemetry is on.
+    ``retry_safe`` marks a call with an effect on the world (a tool): its intent is recorded
+    before it runs, and on resume one in flight at the crash is in doubt; ``retry_safe()`` says
+    whether it may run again (else the outcome is ``{"in_doubt": ...}``, recorded, and the
+    caller raises ``ToolInDoubt``). ``live`` may read its slot (``current_slot``).
+    """
+    if process.fenced is not None:
+        raise asyncio.CancelledError("fenced")
+    if process.record.stop_reason is not None:
+        process.stop_now(process.record.stop_reason)
+    _charge_step(process)
+    if process.meter.limited:
+        for resource, amount in needs:
+            reason = process.meter.crossed(resource, about_to_add=amount)
+            if reason is not None:
+                process.stop_now(reason)
+    if RUNNING_LIVE.get() is process:
+        # Made from inside another syscall's live run (a tool that asks the model): the
+        # enclosing record holds its effect, so it takes no slot and a replay, which serves
+        # that record, never makes it. Journaling it too would shift every later slot.
+        return await live()
+    # The journal slot is taken before the first await: program order, not finishing order.
+    if fp is None:
+        fp = fingerprint(args)
+    journal = process.journal
+    seq, outcome = journal.take_slot(kind, fp, summary)
+    if outcome is None:
+        if process.pause_pending or process.runtime.scheduler.should_yield(process.pid, process.record.priority):
+            await _boundary(process)
+        process.in_syscall = current = (kind, summary, time.monotonic())
+        try:
+            if journal.owner is not None:
+                await journal.check_owner()
+            # Live, inside its span where telemetry is on. A waiting syscall (recv, sleep,
+            # wait) runs the kernel's own code, which makes no syscall, so it is not marked
+            # as running live (a token less held by every idle process).
+            telemetry = process.runtime.telemetry
+            opened = telemetry.syscall_opened(process, kind, seq, summary, about)
+            try:
+                if waits:
+                    await wait_begins(process)
+                    waiting = live()
+                    del live  # the bound method (``Mailbox.receive``): an object less per idle process
+                    outcome = await waiting
+                    await wait_ends(process)
+                    outcome = await journal.fill(str(seq), kind, fp, summary, outcome)
+                else:
+                    token = RUNNING_LIVE.set(process)
+                    try:
+                        outcome = await perform(journal, str(seq), kind, fp, summary, live, retry_safe=retry_safe)
+                    finally:
+                        RUNNING_LIVE.reset(token)
+            except BaseException as exc:
+                telemetry.syscall_closed(opened, process, kind, None, exc)
+                raise
+            telemetry.syscall_closed(opened, process, kind, outcome, None)
+        except CheckpointerError as exc:
+            # The store could not record the syscall (or what it needed): the program must not
+            # go on as if it had happened. It stops unfinished, for recover() to resume.
+            process.leave_unfinished(exc)
+        except Fenced as exc:
+            # Another kernel owns the process now; whatever the program would do next is
+            # its to do. Unwound as a cancellation, which a program does not catch.
+            process.fenced = exc
+            raise asyncio.CancelledError("fenced") from exc
+        finally:
+            if process.in_syscall is current:
+                process.in_syscall = None
+    elif process.span is not None:
+        process.runtime.telemetry.replayed(process.span, kind, seq)
+    return outcome
+
+
+def _charge_step(process: Process) -> None:
+    meter = process.meter
+    if not meter.limited:
+        meter.charge_one("steps", 1)
+        return
+    reason = meter.crossed("steps", about_to_add=1)
+    if reason is not None:
+        process.stop_now(reason)
+    meter.charge_one("steps", 1)
+    process.check_budget()
+
+
+async def _boundary(process: Process) -> None:
+    """Where pause takes effect and equal-or-higher-priority processes get their turn."""
+    resumed = process.resumed
+    if resumed is not None:
+        process.release_slot()
+        park(process)  # before the PAUSED record is written, so it holds the wall time that stands still
+        try:
+            await set_status(process, ProcessStatus.PAUSED)
+            await resumed.wait()
+        finally:
+            unpark(process)
+        await set_status(process, ProcessStatus.READY, "resumed")
+        await process.acquire_slot()
+        await set_status(process, ProcessStatus.RUNNING)
+    elif process.runtime.scheduler.should_yield(process.pid, process.record.priority):
+        process.release_slot()
+        await set_status(process, ProcessStatus.READY, "yielded")
+        await process.acquire_slot()
+        await set_status(process, ProcessStatus.RUNNING)
+
+def park(process: Process) -> None:
+    """Paused at a boundary: its wall time (``Process.wall_seconds``) and the wall budget's
+    watchdog stop."""
+    process.parked_at = time.monotonic()
+    process.disarm_watchdog()
+
+
+def unpark(process: Process) -> None:
+    """Resumed (or stopped) where it was parked: its wall time counts again."""
+    if process.parked_at is None:
+        return
+    process.paused_for += time.monotonic() - process.parked_at
+    process.parked_at = None
+    if process.ended_at is None:
+        process.arm_watchdog()
+
+
+async def wait_begins(process: Process) -> None:
+    """Before a syscall that blocks on an event (``waits``): the run slot goes back. Awaited
+    before the wait, not around it, so no coroutine of its own sits in the await chain of
+    every idle process."""
+    process.release_slot()
+    await set_status(process, ProcessStatus.WAITING)
+
+async def wait_ends(process: Process) -> None:
+    """After it: ready, then running once a slot is free again."""
+    await set_status(process, ProcessStatus.READY)
+    await process.acquire_slot()
+    await set_status(process, ProcessStatus.RUNNING)

@@ -1,0 +1,327 @@
+"""The four narrow contracts every backend implements: LLMProvider, Executor, Checkpointer, Scheduler.
+
+Each is a ``typing.Protocol`` (structural: no base class to inherit) with as few methods as
+the job allows, and a ``capabilities`` attribute that says what the backend promises. The
+conformance kit in ``ringzero.compat`` tests exactly what is declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ringzero.core.contract.types import JSON, Checkpoint, ExecLimits, ExecResult, LLMRequest, LLMResponse, PendingWrite
+
+__all__ = [
+    "Appending",
+    "Batching",
+    "Checkpointer",
+    "CheckpointerCapabilities",
+    "Executor",
+    "ExecutorCapabilities",
+    "Isolation",
+    "LLMProvider",
+    "MemoryIndexed",
+    "ProviderCapabilities",
+    "Scheduler",
+    "SchedulerCapabilities",
+    "Streaming",
+    "TextSink",
+    "Tool",
+    "ToolCallJournal",
+    "check_checkpointer_parts",
+]
+
+Isolation = Literal["none", "interpreter", "process", "microvm"]
+Tool = Callable[..., Any]
+"""A host callable that sandboxed code may call as a plain function (sync or async)."""
+
+
+@dataclass(frozen=True)
+class ProviderCapabilities:
+    """What an LLM provider supports."""
+
+    tool_calls: bool = True
+    streaming: bool = False
+    """True when the provider also has ``stream`` (see ``Streaming``): text as it arrives."""
+    counts_tokens: bool = False
+    """True when usage comes from the provider's own tokenizer, not an estimate."""
+
+
+@runtime_checkable
+class LLMProvider(Protocol):
+    """A language model behind one async call."""
+
+    @property
+    def capabilities(self) -> ProviderCapabilities:
+        """What this backend promises (read-only: a class attribute or a property)."""
+        ...
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request``.
+
+        Raises: RateLimited (with retry_after when known), ProviderUnavailable,
+        ContextTooLong, BadRequest, AuthenticationFailed. Nothing else escapes.
+        """
+        ...
+
+
+TextSink = Callable[[str], None]
+"""Where a streamed answer's text goes, piece by piece, as it arrives."""
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """An LLMProvider that can hand over its answer's text while the answer is still arriving
+    (it declares ``capabilities.streaming``). The gate calls ``stream`` instead of ``complete``
+    when the caller gave somewhere for the text to go."""
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        """Answer ``request`` as ``complete`` does, the same errors included, calling ``on_text``
+        with each piece of the answer's text as it arrives: the pieces joined are the answer's
+        ``content``. The whole answer (tool calls, usage) is the return value."""
+        ...
+
+
+@dataclass(frozen=True)
+class ExecutorCapabilities:
+    """How strongly an executor isolates code, and what code it can run."""
+
+    isolation: Isolation
+    full_cpython: bool
+    """True when any installed package can be imported (pandas, numpy)."""
+    sessions: bool = False
+    tools: bool = True
+    network: bool = False
+    """True when code inside can reach the network."""
+
+
+class ToolCallJournal(Protocol):
+    """What journals the tool calls one run's code makes, one by one: what ``ctx.exec`` hands an
+    executor as ``calls`` (the kernel's own, ``ringzero.core._engine.tool_calls.ToolCalls``).
+    An executor passes it on to ``HostTools`` (or ``call_tool``) and calls nothing on it itself."""
+
+    owner: object
+    """Whose share of a tool pool the run's sync tools take: the kernel process the run is for."""
+
+    async def call(self, name: str, tool: Any, args: list[Any], kwargs: dict[str, Any],
+                   plain: Callable[[Any, list[Any], dict[str, Any]], Awaitable[Any]],
+                   check: Callable[[Any], Awaitable[None]] | None = None) -> Any:
+        """The call's result: answered from the journal where it is recorded, else ``plain(tool,
+        args, kwargs)`` run live and recorded (its result judged by ``check`` first). Raises what
+        the tool raised; RuntimeError once the run cannot go on (it diverged from its record, a
+        call is in doubt, the store failed)."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs untrusted Python and returns what it produced."""
+
+    @property
+    def capabilities(self) -> ExecutorCapabilities:
+        """What this backend promises (read-only: a class attribute or a property)."""
+        ...
+
+    async def run(
+        self,
+        code: str,
+        *,
+        inputs: Mapping[str, JSON] | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        limits: ExecLimits | None = None,
+        calls: ToolCallJournal | None = None,
+    ) -> ExecResult:
+        """Run ``code`` with ``inputs`` bound as variables and ``tools`` callable as functions.
+
+        ``calls`` journals the run's tool calls one by one (``ctx.exec`` hands it over): pass
+        it to ``ringzero.providers.executors.boundary.HostTools`` (or to
+        ``ringzero.core.support.host_tools.call_tool`` with each call), so that after a crash each call
+        already made is answered from the journal and none runs twice.
+
+        An exception in the code, a limit hit or a timeout is reported in ``ExecResult.error``.
+        Raises ExecutorError only when the executor itself fails.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release workers, pools and sandboxes. Idempotent."""
+        ...
+
+
+@dataclass(frozen=True)
+class CheckpointerCapabilities:
+    """What a checkpointer guarantees."""
+
+    durable: bool
+    """A record survives the host process dying once ``put`` has returned."""
+    multi_process: bool = False
+    """Several kernels in separate processes may share one store."""
+    delete_checkpoints: bool = False
+    """``delete_checkpoints()`` removes single checkpoints (LangGraph's prune and delete_for_runs need it)."""
+    claims: bool = False
+    """``claim()`` stores a checkpoint only if its address is free, atomically across processes
+    (how kernels sharing one store allocate pids without colliding)."""
+    put_many: bool = False
+    """``put_many(checkpoints)`` stores several checkpoints, in order, in one atomic step (one
+    commit, not one each): the kernel writes a process's transitions, status and state rows
+    so. Not a method of the protocol: a store without it gets one ``put`` after another."""
+    append: bool = False
+    """``append(checkpoint)`` stores a checkpoint as ``put`` does,
+    ``append_many(checkpoints)`` several as ``put_many`` does (all or none), and
+    ``append_writes(thread_id, namespace, checkpoint_id, writes)`` writes as ``put_writes``
+    does, as durable when they return, for records this store (or one opened after a crash)
+    reads back, such as the kernel's syscall journal and a LangGraph graph's checkpoints; other
+    stores open on the same data may see them a moment later than after a ``put``. A store that
+    can make them cheaper than a ``put`` (SQLite: one ``write()`` into a log beside the file,
+    not a commit) declares it; the kernel and ``KernelSaver`` ``put`` where it is missing."""
+
+
+@runtime_checkable
+class Checkpointer(Protocol):
+    """Durable records addressed by (thread_id, namespace, id)."""
+
+    @property
+    def capabilities(self) -> CheckpointerCapabilities:
+        """What this backend promises (read-only: a class attribute or a property)."""
+        ...
+
+    async def put(self, checkpoint: Checkpoint) -> None:
+        """Store ``checkpoint``, replacing one with the same address. Durable on return
+        when ``capabilities.durable``. Raises CheckpointerError."""
+        ...
+
+    async def put_writes(
+        self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
+    ) -> None:
+        """Store the writes tasks made against a checkpoint, each addressed by (task_id, idx).
+
+        A write with a negative ``idx`` (a special channel: error, interrupt, resume) replaces
+        the one at its address; any other is stored only if its address is free, so a retried
+        task never overwrites what its first attempt recorded. One statement per kind, with no
+        read first (LangGraph's ``put_writes`` rule, kept by the store). Raises CheckpointerError."""
+        ...
+
+    async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
+        """The checkpoint with that id, or the latest one when ``checkpoint_id`` is None;
+        None when there is none. Raises CheckpointerError."""
+        ...
+
+    def list(
+        self,
+        thread_id: str | None = None,
+        namespace: str | None = None,
+        *,
+        filter: Mapping[str, JSON] | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[Checkpoint]:
+        """Checkpoints newest first. ``None`` for thread or namespace means any; ``filter``
+        keeps those whose metadata has these exact values; ``before`` keeps ids below it."""
+        ...
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of the thread. Raises CheckpointerError."""
+        ...
+
+    async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
+        """Delete these checkpoints of one thread and namespace, with their writes, atomically.
+        Optional: only where ``capabilities.delete_checkpoints``. Raises CheckpointerError."""
+        ...
+
+    async def claim(self, checkpoint: Checkpoint) -> bool:
+        """Store ``checkpoint`` only if no checkpoint has its address; True if this call stored it.
+        Atomic: of several callers racing for one address, exactly one gets True. Optional: only
+        where ``capabilities.claims``. Raises CheckpointerError."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close connections. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Batching(Protocol):
+    """What a checkpointer declaring ``capabilities.put_many`` implements."""
+
+    async def put_many(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """Store each, in order, in one atomic step. Raises CheckpointerError."""
+        ...
+
+
+@runtime_checkable
+class Appending(Protocol):
+    """What a checkpointer declaring ``capabilities.append`` implements (see there)."""
+
+    async def append(self, checkpoint: Checkpoint) -> None: ...
+
+    async def append_many(self, checkpoints: Sequence[Checkpoint]) -> None: ...
+
+    async def append_writes(
+        self, thread_id: str, namespace: str, checkpoint_id: str, writes: Sequence[PendingWrite]
+    ) -> None: ...
+
+
+@runtime_checkable
+class MemoryIndexed(Protocol):
+    """A checkpointer that keeps long-term memory in an index of its own (SQLite's FTS5,
+    PostgreSQL's full-text search) rather than as checkpoint records: ``memory_index()``
+    returns a ``ringzero.core.support.memory.MemoryIndex``."""
+
+    def memory_index(self) -> Any: ...
+
+
+def check_checkpointer_parts(checkpointer: Checkpointer) -> None:
+    """Raise ``InvalidArgument`` where ``checkpointer`` declares a capability whose methods it
+    lacks: found when the kernel is built, not at the first write that needs them."""
+    from ringzero.core.contract.errors import InvalidArgument
+
+    capabilities = getattr(checkpointer, "capabilities", None)
+    if capabilities is None:
+        return  # not a Checkpointer at all: its caller says so
+    for flag, protocol in (("put_many", Batching), ("append", Appending)):
+        if getattr(capabilities, flag) and not isinstance(checkpointer, protocol):
+            missing = [name for name in ("put_many", "append", "append_many", "append_writes")
+                       if hasattr(protocol, name) and not callable(getattr(checkpointer, name, None))]
+            raise InvalidArgument(f"{type(checkpointer).__name__} declares capabilities.{flag} but has no "
+                                  f"{', '.join(missing)}: implement "
+                                  f"ringzero.core.contract.protocols.{protocol.__name__}, "
+                                  "or leave the capability off")
+
+
+@dataclass(frozen=True)
+class SchedulerCapabilities:
+    """What a scheduler offers."""
+
+    priorities: bool = True
+    distributed: bool = False
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Decides which ready process runs, and how many run at once.
+
+    A process holds a run slot while it executes or waits on a service (LLM, executor,
+    tool); it gives the slot back while it sleeps, waits for a message or is paused, so
+    idle processes cost nothing. Lower priority numbers run first; equal priorities take
+    turns in arrival order.
+    """
+
+    @property
+    def capabilities(self) -> SchedulerCapabilities:
+        """What this backend promises (read-only: a class attribute or a property)."""
+        ...
+
+    async def acquire(self, pid: int, priority: int) -> None:
+        """Wait for a run slot. Cancelling the wait leaves no trace."""
+        ...
+
+    def release(self, pid: int) -> None:
+        """Give back the slot ``pid`` holds."""
+        ...
+
+    def should_yield(self, pid: int, priority: int) -> bool:
+        """True when a ready process of equal or higher priority is waiting for a slot, so
+        the running process ``pid`` should give its slot up at this syscall boundary."""
+        ...

@@ -1,0 +1,217 @@
+"""The kernel's records as they are stored: a process record, a journal entry, the effects of a
+run, and the compact JSON every row's payload is (see ``ringzero.core.contract.store`` for the layout)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringzero.core.contract.errors import CheckpointerError
+from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
+
+__all__ = ["Effects", "JournalEntry", "ProcessInfo", "ProcessRecord", "dumps", "effect_id", "effect_key", "loads",
+           "merged_record", "new_row", "process_thread", "row_key", "spend_in_journal"]
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes; NaN and infinities are refused (not JSON)."""
+    return strict_json(value).encode()
+
+
+def loads(payload: bytes, where: str) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError as exc:
+        raise CheckpointerError(f"{where} holds a record that is not ringzero JSON: {exc}") from exc
+
+
+def new_row(thread_id: str, namespace: str, id: str, parent_id: str | None, payload: bytes,
+             metadata: Mapping[str, JSON]) -> Checkpoint:
+    """``Checkpoint(...)`` with these fields and no writes, without the frozen dataclass's
+    ``__init__``, which sets each field through ``object.__setattr__``: a microsecond less for
+    each of the rows a process writes at every step (its status, state, transitions, mail,
+    journal)."""
+    row = object.__new__(Checkpoint)
+    row.__dict__.update(thread_id=thread_id, namespace=namespace, id=id, parent_id=parent_id, payload=payload,
+                        metadata=metadata, writes=())
+    return row
+
+
+def row_key(n: int) -> str:
+    return f"{n:012d}"
+
+
+def process_thread(pid: int) -> str:
+    return f"ringzero/process/{pid}"
+
+
+@dataclass
+class ProcessRecord:
+    """Everything needed to show a process in ``ps`` and to resume it after a crash."""
+
+    pid: int
+    name: str
+    program: str
+    """``module:qualname`` of the program, so that a new host can import it again."""
+    args: Sequence[JSON]
+    """A tuple where the kernel made the record: the empty one is shared, and one of plain
+    values is not tracked by the garbage collector (a list is, in every idle process)."""
+    priority: int
+    limits: Limits
+    parent: int | None = None
+    status: ProcessStatus = ProcessStatus.CREATED
+    stop_reason: StopReason | None = None
+    paused: bool = False
+    result: JSON = None
+    error: dict[str, str] | None = None
+    spent: dict[str, JSON] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    state: dict[str, JSON] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    spawn_id: str | None = None
+    """``parent-pid:n`` for the parent's n-th ``ctx.spawn`` in program order: how a resumed
+    parent finds the child it created before a crash cut it off from journaling the spawn."""
+    run_start: dict[str, JSON] | None = None
+    """Where the current run began, for a process that called ``ctx.continue_as_new`` (None
+    for one still in its first run): see ``ringzero.core._engine.new_run.RunStart``."""
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "program": self.program,
+            "args": list(self.args),
+            "priority": self.priority,
+            "limits": self.limits.to_dict(),
+            "parent": self.parent,
+            "status": self.status.value,
+            "stop_reason": None if self.stop_reason is None else self.stop_reason.value,
+            "paused": self.paused,
+            "result": self.result,
+            "error": self.error,  # type: ignore[dict-item]
+            "spent": self.spent,
+            "wall_seconds": self.wall_seconds,
+            "state": self.state,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            **({"spawn_id": self.spawn_id} if self.spawn_id is not None else {}),
+            **({"run_start": self.run_start} if self.run_start is not None else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProcessRecord:
+        return cls(
+            pid=int(data["pid"]),
+            name=str(data["name"]),
+            program=str(data["program"]),
+            args=list(data.get("args") or []),
+            priority=int(data["priority"]),
+            limits=Limits.from_dict(data.get("limits")),
+            parent=data.get("parent"),
+            status=ProcessStatus(data["status"]),
+            stop_reason=None if data.get("stop_reason") is None else StopReason(data["stop_reason"]),
+            paused=bool(data.get("paused", False)),
+            result=data.get("result"),
+            error=data.get("error"),
+            spent=dict(data.get("spent") or {}),
+            wall_seconds=float(data.get("wall_seconds", 0.0)),
+            state=dict(data.get("state") or {}),
+            created_at=float(data.get("created_at", 0.0)),
+            updated_at=float(data.get("updated_at", 0.0)),
+            spawn_id=data.get("spawn_id"),
+            run_start=data.get("run_start"),
+        )
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One recorded syscall: its kind, a fingerprint of its arguments, and its outcome."""
+
+    seq: int
+    kind: str
+    fingerprint: str
+    summary: str
+    outcome: dict[str, JSON]
+    """``{"value": ...}`` for a result, or ``{"error": {"type", "message", ...}}``."""
+
+
+def effect_id(key: str) -> str:
+    """The row id of an effect's key: ``"7"`` (syscall #7) or ``"7.3"`` (the third tool call
+    that the code of exec #7 made), zero-padded so that ids sort in program order."""
+    slot, _, call = key.partition(".")
+    return f"{int(slot):012d}.{int(call):06d}" if call else f"{int(slot):012d}"
+
+
+def effect_key(row_id: str) -> str:
+    slot, _, call = row_id.partition(".")
+    return f"{int(slot)}.{int(call)}" if call else str(int(slot))
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What a resumed process's store says of its effects: the keys of calls whose intent was
+    recorded (``intents``), and the recorded results of tool calls made by sandboxed code
+    (``calls``, by key ``<slot>.<n>``)."""
+
+    intents: frozenset[str]
+    calls: Mapping[str, JournalEntry]
+
+
+def merged_record(first: dict[str, Any], status: dict[str, Any] | None, state: dict[str, Any] | None) -> ProcessRecord:
+    """A process record: its first row with the status and state rows laid over it."""
+    return ProcessRecord.from_json({**first, **(status or {}), **(state or {})})
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One row of ``ps``."""
+
+    pid: int
+    name: str
+    parent: int | None
+    priority: int
+    status: ProcessStatus
+    stop_reason: StopReason | None
+    tokens: int
+    llm_calls: int
+    steps: int
+    cost: float
+    wall_seconds: float
+
+    @classmethod
+    def of(cls, record: ProcessRecord) -> ProcessInfo:
+        """The row of ``record``. A process asked to pause shows as paused at once, as in
+        ``ringzero top``, though it stops only at its next syscall boundary (one in the middle of
+        a model call finishes that call first)."""
+        spent = record.spent
+        status = ProcessStatus.PAUSED if record.paused and not record.status.terminal else record.status
+        return cls(
+            pid=record.pid, name=record.name, parent=record.parent, priority=record.priority,
+            status=status, stop_reason=record.stop_reason,
+            tokens=int(spent.get("tokens") or 0), llm_calls=int(spent.get("llm_calls") or 0),  # type: ignore[arg-type]
+            steps=int(spent.get("steps") or 0), cost=float(spent.get("cost") or 0.0),  # type: ignore[arg-type]
+            wall_seconds=record.wall_seconds,
+        )
+
+
+def spend_in_journal(entries: list[JournalEntry]) -> dict[str, float]:
+    """What a process's recorded syscalls consumed, read from its journal: what ``recover()``
+    charges it again as it replays them. Its status row is written at lifecycle transitions,
+    so after a crash it can lag behind; ``ringzero ps`` shows the larger of the two."""
+    spend = {"tokens": 0.0, "cost": 0.0, "llm_calls": 0.0, "steps": float(len(entries)), "exec_seconds": 0.0}
+    for entry in entries:
+        value = entry.outcome.get("value")
+        if not isinstance(value, dict):
+            continue
+        if entry.kind == "llm":
+            usage = value.get("usage")
+            if isinstance(usage, dict):
+                spend["llm_calls"] += 1
+                spend["tokens"] += float(usage.get("input_tokens") or 0) + float(usage.get("output_tokens") or 0)  # type: ignore[arg-type]
+                spend["cost"] += float(usage.get("cost") or 0.0)  # type: ignore[arg-type]
+        elif entry.kind == "exec":
+            spend["exec_seconds"] += float(value.get("duration") or 0.0)  # type: ignore[arg-type]
+    return spend

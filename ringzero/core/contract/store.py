@@ -1,0 +1,348 @@
+"""How the kernel lays its own records out in a Checkpointer.
+
+Everything the kernel must not lose goes through the same protocol LangGraph's
+checkpoints use, as compact JSON:
+
+=================================  ===========  ====================================
+thread                             namespace    one checkpoint per
+=================================  ===========  ====================================
+``ringzero/processes``             ``""``       process: what it is (written once, at spawn)
+``ringzero/processes``             status       process: where it is (small, per transition)
+``ringzero/processes``             state        process: ``ctx.state``, result, error (at
+                                                checkpoints and at exit)
+``ringzero/process/<pid>``         transitions  lifecycle transition
+``ringzero/process/<pid>``         journal      syscall result, in program order
+``ringzero/process/<pid>``         intents      effect about to run (a tool call): written before
+                                                it starts, so that a resume knows it was in flight
+``ringzero/process/<pid>``         calls        result of a tool that sandboxed code called, under
+                                                its exec's slot (``<slot>.<n>``)
+``ringzero/process/<pid>``         mailbox      message delivered to the process
+``ringzero/process/<pid>``         owner        cluster node that took the process (claimed,
+                                                one per epoch; written only by cluster kernels)
+``ringzero/process/<pid>``         placement    what a cluster node must have to run it (Ray's
+                                                resources), and why none runs it now, if so
+``ringzero/pid-blocks``            ``""``       block of 1000 pids a cluster node claimed
+=================================  ===========  ====================================
+
+A process record is split so that what changes often is small: a transition writes two
+rows of a few hundred bytes, whatever the size of ``ctx.state``, which is written only when
+the program asks (``ctx.checkpoint()``) and when it ends. A record is read back by laying
+the status and state rows over the first one (a store written by an older ringzero, with
+whole records in the first row, reads the same). Ids are zero-padded so that they sort in
+creation order, as the protocol requires.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from ringzero.core.contract.protocols import Appending, Batching, Checkpointer, check_checkpointer_parts
+from ringzero.core.contract.records import (
+    Effects,
+    JournalEntry,
+    ProcessRecord,
+    dumps,
+    effect_id,
+    effect_key,
+    loads,
+    merged_record,
+    new_row,
+    process_thread,
+    row_key,
+)
+from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint, strict_json
+
+__all__ = ["Effects", "JournalEntry", "KernelStore", "ProcessRecord", "dumps", "effect_id", "effect_key", "loads",
+           "process_thread"]
+
+KERNEL_THREADS = "ringzero/"
+"""The prefix of every thread the kernel writes (processes, journals, memory, activity): a
+LangGraph saver sharing the store lists the rest."""
+PROCESS_TABLE = "ringzero/processes"
+PID_BLOCKS = "ringzero/pid-blocks"
+
+
+class KernelStore:
+    """Reads and writes the kernel's records through any Checkpointer."""
+
+    def __init__(self, checkpointer: Checkpointer) -> None:
+        check_checkpointer_parts(checkpointer)
+        self.checkpointer = checkpointer
+        capabilities = checkpointer.capabilities
+        self._put_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \
+            checkpointer.put_many if capabilities.put_many and isinstance(checkpointer, Batching) else None
+        appending = checkpointer if capabilities.append and isinstance(checkpointer, Appending) else None
+        self._append_row: Callable[[Checkpoint], Awaitable[None]] = \
+            checkpointer.put if appending is None else appending.append
+        self._append_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \
+            None if appending is None else appending.append_many
+        """Where the store appends (``capabilities.append``, SQLite): every record only this
+        store, or recovery after a crash, reads back goes that way (journal, mail, transitions,
+        status, state; a new process's record where its pid came from a block the kernel holds),
+        one ``write()`` each instead of a commit; other connections see them once folded."""
+
+    async def save_process(self, record: ProcessRecord) -> None:
+        """Write the whole record (its three rows)."""
+        await self.checkpointer.put(self._process_row(record))
+        await self.put_rows([self.state_row(record), self.status_row(record)])
+
+    async def put_rows(self, rows: Sequence[Checkpoint]) -> None:
+        """Write ``rows`` in one atomic step where the store can (``capabilities.append``: one
+        record of its log; ``capabilities.put_many``: one commit, not one each), else one after
+        another, in order."""
+        if self._append_many is not None:
+            await self._append_many(rows)
+            return
+        if self._put_many is not None and len(rows) > 1:
+            await self._put_many(rows)
+            return
+        for row in rows:
+            await self.checkpointer.put(row)
+
+    @staticmethod
+    def status_row(record: ProcessRecord) -> Checkpoint:
+        """The row of where the process is: status, stop reason, pause flag, counters. Small;
+        stamped now."""
+        record.updated_at = time.time()
+        body = {"status": record.status.value,
+                "stop_reason": None if record.stop_reason is None else record.stop_reason.value,
+                "paused": record.paused, "spent": record.spent, "wall_seconds": record.wall_seconds,
+                "updated_at": record.updated_at}
+        return new_row(PROCESS_TABLE, "status", row_key(record.pid), None, dumps(body), {"status": record.status.value})
+
+    @staticmethod
+    def state_row(record: ProcessRecord) -> Checkpoint:
+        """The row of ``ctx.state``, the result and the error."""
+        body = {"state": record.state, "result": record.result, "error": record.error}
+        return new_row(PROCESS_TABLE, "state", row_key(record.pid), None, dumps(body), {})
+
+    async def begin_new_run(self, record: ProcessRecord) -> None:
+        """Write the record of a process that starts a new run (``ctx.continue_as_new``): its
+        first row, with the arguments, state and ``run_start`` the new run begins from, which a
+        resume reads, then its state row. The first row is the commit point: a crash before it
+        resumes the old run, after it the new one."""
+        await self.checkpointer.put(self._process_row(record))
+        await self.put_rows([self.state_row(record)])
+
+    async def drop_journal_before(self, pid: int, base: int) -> None:
+        """Delete the journal rows of slots up to ``base`` (and the intents and tool calls under
+        them), where the store deletes single rows: a run started at ``base`` never reads them."""
+        if not self.checkpointer.capabilities.delete_checkpoints:
+            return
+        for namespace in ("journal", "intents", "calls"):
+            ids = [cp.id async for cp in self.checkpointer.list(process_thread(pid), namespace)
+                   if int(cp.id.partition(".")[0]) <= base]
+            if ids:
+                await self.checkpointer.delete_checkpoints(process_thread(pid), namespace, ids)
+
+    async def claim_process(self, record: ProcessRecord) -> bool:
+        """Write a new process's first record only if its pid is free in the store (False if
+        another kernel on this store took the pid first). Needs ``capabilities.claims``."""
+        return await self.checkpointer.claim(self._process_row(record))
+
+    async def append_process(self, record: ProcessRecord) -> None:
+        """Write a new process's first record where its pid is this kernel's alone (from a pid
+        block it holds), as one record of the store's log where it appends."""
+        await self._append_row(self._process_row(record))
+
+    async def create_process(self, record: ProcessRecord) -> None:
+        """Write a new process's first record (where the store cannot claim)."""
+        await self.checkpointer.put(self._process_row(record))
+
+    @staticmethod
+    def _process_row(record: ProcessRecord) -> Checkpoint:
+        record.updated_at = time.time()
+        return Checkpoint(thread_id=PROCESS_TABLE, namespace="", id=row_key(record.pid),
+                          payload=dumps(record.to_json()), metadata={"name": record.name})
+
+    async def load_processes(self, *, as_spawned: bool = False) -> list[ProcessRecord]:
+        """Every process the store knows, by pid: three queries, whatever their number.
+
+        ``as_spawned``: each with ``ctx.state`` as it was when the process was spawned (or last
+        restarted), not as last saved: what a resumed program starts from, since its replay
+        rebuilds the rest (two queries)."""
+        layers: dict[str, dict[str, Any]] = {"state": {}}
+        for namespace in ("status",) if as_spawned else ("status", "state"):
+            layers[namespace] = {cp.id: loads(cp.payload, f"process {namespace} {cp.id}")
+                                 async for cp in self.checkpointer.list(PROCESS_TABLE, namespace)}
+        records = [
+            merged_record(loads(cp.payload, f"process record {cp.id}"), layers["status"].get(cp.id),
+                    layers["state"].get(cp.id))
+            async for cp in self.checkpointer.list(PROCESS_TABLE, "")
+        ]
+        return sorted(records, key=lambda r: r.pid)
+
+    async def load_process(self, pid: int) -> ProcessRecord | None:
+        cp = await self.checkpointer.get(PROCESS_TABLE, "", row_key(pid))
+        if cp is None:
+            return None
+        status = await self.checkpointer.get(PROCESS_TABLE, "status", row_key(pid))
+        state = await self.checkpointer.get(PROCESS_TABLE, "state", row_key(pid))
+        return merged_record(loads(cp.payload, f"process record {pid}"),
+                       None if status is None else loads(status.payload, f"process status {pid}"),
+                       None if state is None else loads(state.payload, f"process state {pid}"))
+
+    async def max_pid(self, below: int | None = None) -> int:
+        """The highest pid in the store (0: none); ``below``: the highest below that one."""
+        async for cp in self.checkpointer.list(PROCESS_TABLE, "", before=None if below is None else row_key(below),
+                                               limit=1):
+            return int(cp.id)
+        return 0
+
+    @staticmethod
+    def _row(pid: int, namespace: str, seq: int, body: Any, metadata: Mapping[str, JSON]) -> Checkpoint:
+        return new_row(process_thread(pid), namespace, row_key(seq), row_key(seq - 1) if seq > 1 else None, dumps(body),
+                        metadata)
+
+    async def _read(self, pid: int, namespace: str) -> list[tuple[int, Any]]:
+        rows = [
+            (int(cp.id), loads(cp.payload, f"{namespace} of pid {pid}"))
+            async for cp in self.checkpointer.list(process_thread(pid), namespace)
+        ]
+        rows.reverse()
+        return rows
+
+    @classmethod
+    def transitions_row(cls, pid: int, steps: list[tuple[int, dict[str, JSON]]]) -> Checkpoint:
+        """The row of lifecycle transitions ``(seq, {"from", "to", "at", "detail"})``, under the
+        last one's seq (so that ``last_seq`` goes on from it): a lone transition as it is,
+        several as ``{"steps": [...]}``."""
+        seq, body = steps[-1]
+        if len(steps) > 1:
+            body = {"steps": [step for _, step in steps]}
+        return cls._row(pid, "transitions", seq, body, NO_METADATA)
+
+    async def transitions(self, pid: int) -> list[dict[str, Any]]:
+        """Every lifecycle transition of ``pid``, in order."""
+        out: list[dict[str, Any]] = []
+        for _, body in await self._read(pid, "transitions"):
+            out.extend(body.get("steps", [body]))
+        return out
+
+    async def last_seq(self, pid: int, namespace: str) -> int:
+        async for cp in self.checkpointer.list(process_thread(pid), namespace, limit=1):
+            return int(cp.id)
+        return 0
+
+    async def append_journal(self, pid: int, entry: JournalEntry, *, exclusive: bool = False) -> bool:
+        """Write one journal record. ``exclusive`` writes it only where its slot is free (a
+        claim) and returns False if another kernel recorded that slot first: the fence that
+        keeps two kernels from both recording one process."""
+        body = {"kind": entry.kind, "fp": entry.fingerprint, "summary": entry.summary, "outcome": entry.outcome}
+        # No metadata: nothing filters journal rows, and encoding it cost a few µs a syscall.
+        if not exclusive:
+            await self.checkpointer.put(self._row(pid, "journal", entry.seq, body, NO_METADATA))
+            return True
+        return await self.checkpointer.claim(self._row(pid, "journal", entry.seq, body, NO_METADATA))
+
+    async def record_outcome(self, pid: int, seq: int, kind: str, fp: str, summary: str,
+                             outcome: dict[str, JSON]) -> None:
+        """``append_journal`` of one machine's journal (not exclusive), from the entry's fields:
+        it runs at every syscall."""
+        await self._append_row(new_row(
+            f"ringzero/process/{pid}", "journal", f"{seq:012d}", f"{seq - 1:012d}" if seq > 1 else None,
+            strict_json({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}).encode(), NO_METADATA))
+
+    async def journal_entry(self, pid: int, seq: int) -> JournalEntry | None:
+        cp = await self.checkpointer.get(process_thread(pid), "journal", row_key(seq))
+        if cp is None:
+            return None
+        body = loads(cp.payload, f"journal of pid {pid}")
+        return JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), body["outcome"])
+
+    async def claim_pid_block(self, block: int, node: str) -> bool:
+        """Take pid block ``block`` for ``node`` (False if another node has it)."""
+        return await self.checkpointer.claim(Checkpoint(thread_id=PID_BLOCKS, namespace="", id=row_key(block),
+                                                        payload=dumps({"node": node}), metadata={"node": node}))
+
+    async def release_pid_blocks(self, blocks: Sequence[int]) -> None:
+        """Hand back pid blocks a kernel claimed (``claim_pid_block``). Needs ``capabilities.delete_checkpoints``."""
+        await self.checkpointer.delete_checkpoints(PID_BLOCKS, "", [row_key(block) for block in blocks])
+
+    async def claim_owner(self, pid: int, epoch: int, node: str) -> bool:
+        """Take process ``pid`` for ``node`` as owner number ``epoch`` (1 at spawn, one more at
+        each move). Atomic: of kernels racing for one epoch, exactly one gets True."""
+        body = {"node": node, "at": time.time()}
+        return await self.checkpointer.claim(self._row(pid, "owner", epoch, body, {"node": node}))
+
+    async def owner(self, pid: int) -> tuple[int, str] | None:
+        """(epoch, node) of the latest owner of ``pid``, or None if no cluster kernel took it."""
+        async for cp in self.checkpointer.list(process_thread(pid), "owner", limit=1):
+            return int(cp.id), str(loads(cp.payload, f"owner of pid {pid}")["node"])
+        return None
+
+    async def owners(self) -> dict[int, tuple[int, str]]:
+        """The latest owner (epoch, node) of every process a cluster kernel took: one query."""
+        latest: dict[int, tuple[int, str]] = {}
+        async for cp in self.checkpointer.list(None, "owner"):
+            pid, epoch = int(cp.thread_id.rsplit("/", 1)[1]), int(cp.id)
+            if epoch > latest.get(pid, (0, ""))[0]:
+                latest[pid] = (epoch, str(loads(cp.payload, f"owner of pid {pid}")["node"]))
+        return latest
+
+    async def record_intent(self, pid: int, key: str, kind: str, fp: str, summary: str) -> None:
+        """Record that effect ``key`` is about to run: durable before it starts."""
+        body = {"kind": kind, "fp": fp, "summary": summary}
+        await self._append_row(new_row(process_thread(pid), "intents", effect_id(key), None, dumps(body), NO_METADATA))
+
+    async def record_call(self, pid: int, key: str, kind: str, fp: str, summary: str,
+                          outcome: dict[str, JSON]) -> None:
+        """Record the outcome of a tool call made by sandboxed code (``key``: ``<slot>.<n>``)."""
+        body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}
+        await self._append_row(new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA))
+
+    async def effects(self, pid: int) -> Effects:
+        """The intents and nested tool-call results recorded for ``pid`` (two reads: a resumed
+        process makes them once, at its first live effect)."""
+        intents = frozenset([effect_key(cp.id) async for cp in self.checkpointer.list(process_thread(pid), "intents")])
+        calls: dict[str, JournalEntry] = {}
+        async for cp in self.checkpointer.list(process_thread(pid), "calls"):
+            body = loads(cp.payload, f"tool calls of pid {pid}")
+            slot = int(cp.id.partition(".")[0])
+            calls[effect_key(cp.id)] = JournalEntry(slot, body["kind"], body["fp"], body.get("summary", ""),
+                                                    body["outcome"])
+        return Effects(intents, calls)
+
+    async def note_placement(self, pid: int, resources: Mapping[str, float], waiting: str = "") -> None:
+        """Record what a cluster node must have to run ``pid`` and, where no live node has it,
+        why it waits (``waiting``; empty once placed)."""
+        body = {"resources": dict(resources), "waiting": waiting}
+        await self.checkpointer.put(new_row(process_thread(pid), "placement", row_key(0), None, dumps(body),
+                                             NO_METADATA))
+
+    async def placements(self) -> dict[int, dict[str, Any]]:
+        """``{"resources", "waiting"}`` of every process placed with resources: one query."""
+        out: dict[int, dict[str, Any]] = {}
+        async for cp in self.checkpointer.list(None, "placement"):
+            out[int(cp.thread_id.rsplit("/", 1)[1])] = loads(cp.payload, f"placement of {cp.thread_id}")
+        return out
+
+    async def journal(self, pid: int) -> list[JournalEntry]:
+        return [
+            JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), body["outcome"])
+            for seq, body in await self._read(pid, "journal")
+        ]
+
+    async def append_mail(self, pid: int, seq: int, priority: int, message: JSON, sender: int | None,
+                          mail_id: str | None = None) -> None:
+        body: dict[str, JSON] = {"priority": priority, "message": message, "sender": sender}
+        if mail_id is not None:  # a process's send: its place in the sender's program order
+            body["id"] = mail_id
+        await self._append_row(self._row(pid, "mailbox", seq, body, {"priority": priority}))
+
+    async def store_mail(self, pid: int, seq: int, priority: int, message: JSON, sender: int | None) -> bool:
+        """Write a message that no live kernel delivers (``Kernel.send`` to a process in no host)
+        at ``seq``, only where that seq is free if the store can claim (False: taken; try the
+        next)."""
+        row = self._row(pid, "mailbox", seq, {"priority": priority, "message": message, "sender": sender},
+                        {"priority": priority})
+        if self.checkpointer.capabilities.claims:
+            return await self.checkpointer.claim(row)
+        await self.checkpointer.put(row)
+        return True
+
+    async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
+        return await self._read(pid, "mailbox")
+

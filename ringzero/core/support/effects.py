@@ -1,0 +1,73 @@
+"""Effects that must not happen twice: tool calls, their intents, and the tools safe to repeat.
+
+A tool call is an effect on the world (a payment, an e-mail). Before one starts, its intent is
+recorded; its result is recorded when it returns. A resumed process that finds an intent
+without a result knows the call was in flight when its host died, and that it may or may not
+have had its effect: it is *in doubt*. Such a call runs again only where that is safe: the
+tool is marked :func:`idempotent`, or it takes an ``idempotency_key`` parameter, which the
+kernel fills with the same key on every attempt (``rz-<pid>-<spawn time>-<slot>``: payment
+and e-mail APIs deduplicate on such keys). Any other in-doubt call becomes ``ToolInDoubt`` in
+the program, which decides.
+
+Tools that sandboxed code calls (``ctx.exec(code, tools=...)``) are journaled one by one
+under their exec's slot (``ringzero.core._engine.tool_calls.ToolCalls``, which ``ctx.exec`` hands the
+executor as ``calls``): when the code runs again after a crash, each call already recorded is
+answered from the journal, in order, and only the one in flight can be in doubt.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ringzero.core.contract.fingerprints import canonical_json
+from ringzero.core.support.failures import exception_of
+from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY, declare, declared
+
+__all__ = ["idempotent", "retry_safe", "served", "takes_idempotency_key", "tool_summary"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def idempotent(tool: F) -> F:
+    """Mark ``tool`` as safe to run again: a call of it that was in flight when its host died
+    is run again on resume rather than raised as ``ToolInDoubt``. Use it for reads, and for
+    writes that the other side deduplicates by their own arguments."""
+    return declare(tool, "__ringzero_idempotent__", True)
+
+
+def takes_idempotency_key(tool: Any) -> bool:
+    """Whether ``tool`` has a keyword parameter named ``idempotency_key`` that nobody bound."""
+    if isinstance(tool, functools.partial) and IDEMPOTENCY_KEY in tool.keywords:
+        return False
+    try:
+        parameter = inspect.signature(tool).parameters.get(IDEMPOTENCY_KEY)
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+
+
+def retry_safe(tool: Any) -> bool:
+    """Whether an in-doubt call of ``tool`` may run again: marked :func:`idempotent` (itself, or
+    the function a ``functools.partial`` wraps), or it takes an idempotency key."""
+    return bool(declared(tool, "__ringzero_idempotent__")) or takes_idempotency_key(tool)
+
+
+def tool_summary(name: str, args: Any, kwargs: Any) -> str:
+    """A tool call as its journal record and its errors show it: ``name(arguments…)``, the
+    arguments as compact JSON (one encoding each: it runs at every tool call)."""
+    shown = canonical_json(list(args))[1:-1]
+    if kwargs:
+        shown = f"{shown},{canonical_json(kwargs)[1:-1]}" if shown else canonical_json(kwargs)[1:-1]
+    shown = " ".join(shown[:160].split())
+    return f"{name}({shown if len(shown) <= 80 else shown[:79] + '…'})"
+
+
+def served(outcome: dict[str, Any]) -> Any:
+    """A recorded call's outcome for the code: its value, or its exception raised again
+    (``ringzero.core.support.failures.exception_of``)."""
+    if "error" not in outcome:
+        return outcome.get("value")
+    raise exception_of(outcome["error"])
