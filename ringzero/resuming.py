@@ -157,7 +157,7 @@ async def _resumed(kernel: Kernel, paused: Sequence[int]) -> bool:
     for pid in taken:
         record = await kernel.store.load_process(pid)
         if record is not None and not record.status.terminal:
-            record.paused = False
+            record.set_paused(False)
             await kernel.store.put_rows([kernel.store.status_row(record)])
     return bool(taken)
 

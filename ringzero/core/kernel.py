@@ -184,7 +184,8 @@ class Kernel:
         a later use of them raises ``Closed``)."""
         if self._closed:
             return
-        self._closed = self.runtime.closed = True
+        self._closed = True
+        self.runtime.close()
         self.cluster.stop_watching()
         procs = self.runtime.procs
         running = {p.task: p for p in procs.values() if p.task is not None and not p.task.done()}
@@ -210,12 +211,12 @@ class Kernel:
         factory built, before the kernel starts): see ``node``."""
         if self.runtime.pids.started:
             raise ProcessStateError("a kernel joins a cluster before it starts")
-        self.cluster = self.runtime.cluster = Cluster(self.store, placement=self.cluster.placement, node=node)
-        self.runtime.pids = PidAllocator(self.store, node=node, owner=lambda: node)
+        self.cluster = Cluster(self.store, placement=self.cluster.placement, node=node)
+        self.runtime.join_cluster(self.cluster, PidAllocator(self.store, node=node, owner=lambda: node))
 
     def place_children(self, placement: ChildPlacement | None) -> None:
         """Let children spawned here go to other nodes (``placement``), or keep them here (None)."""
-        self.cluster.child_placement = placement
+        self.cluster.place_children(placement)
 
     async def flush(self) -> None:
         """Wait until every lifecycle transition made so far is in the store (each process's end

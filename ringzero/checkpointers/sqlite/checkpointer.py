@@ -146,14 +146,14 @@ class SqliteCheckpointer:
             return item
         if fold is not None:
             appends.line_up(fold)
-        item.future = loop.create_future()
+        future = item.wait_for_commit()
         if not writer.line_up(batch):
             try:
                 await asyncio.sleep(0)
             finally:  # cancelled or not: a write once begun is committed, as a crash-free run would
-                if not item.future.done():
+                if not future.done():
                     writer.flush()
-        await item.future
+        await future
         if item.error is not None:
             raise item.error
         return item

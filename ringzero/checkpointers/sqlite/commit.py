@@ -35,6 +35,17 @@ class Pending:
         self.changed = 0
         """Rows the statements inserted, replaced or deleted (what a claim reads)."""
 
+    def fail(self, error: BaseException | None, *, unless_failed: bool = False) -> None:
+        """It failed with ``error``, where there is one (``unless_failed``: only where no error is
+        set yet)."""
+        if error is not None and (not unless_failed or self.error is None):
+            self.error = error
+
+    def wait_for_commit(self) -> asyncio.Future[None]:
+        """Its ``future``, made now on the running loop: someone waits for the commit."""
+        self.future = asyncio.get_running_loop().create_future()
+        return self.future
+
 
 class Fold(Pending):
     """A fold of the append log: the rows it takes from the line, to put back if it fails, and
@@ -46,6 +57,11 @@ class Fold(Pending):
         super().__init__(fold_statements(entries, name, seq), None)
         self.entries = entries
         self.seen = False
+
+    def see_to(self) -> bool:
+        """Mark its end as seen to; whether it was already."""
+        seen, self.seen = self.seen, True
+        return seen
 
 
 def write(conn: sqlite3.Connection, batch: Sequence[Pending]) -> bool:

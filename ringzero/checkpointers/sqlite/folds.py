@@ -178,9 +178,9 @@ class LogFolds:
 
     def line_up(self, fold: Fold) -> None:
         """Make ``fold`` wait in the line of writes (the caller puts it there): ``folding`` until done."""
-        fold.future = asyncio.get_running_loop().create_future()
+        future = fold.wait_for_commit()
         self.folding = fold
-        fold.future.add_done_callback(lambda _: self.folded(fold))
+        future.add_done_callback(lambda _: self.folded(fold))
 
     def fold(self) -> Fold | None:
         """Commit the records not yet in the file, in one transaction: at once on this thread
@@ -201,9 +201,8 @@ class LogFolds:
         appended meanwhile and it passed ``RESTART_AFTER`` bytes; a failed fold's rows go back
         to the front of the line, and the next append folds before it writes (raising if that
         fails too)."""
-        if fold.seen:
+        if fold.see_to():
             return
-        fold.seen = True
         if self.folding is fold:
             self.folding = None
         if fold.error is not None:

@@ -152,14 +152,14 @@ class Writer:
                 if busy(exc):
                     return False
                 for item in batch:
-                    item.error = item.error or exc
+                    item.fail(exc, unless_failed=True)
                 return True
         if committed:
             self.commits += 1
             self.wal.committed(sum(len(rows) for item in batch for _, rows in item.statements))
             gone = self.file_gone()
             for item in batch:
-                item.error = item.error or gone
+                item.fail(gone, unless_failed=True)
         return True
 
     def put_here(self, row: Row) -> bool:
@@ -249,7 +249,7 @@ class Writer:
                 self._draining = False
                 self.slow -= 1
             for item in batch:
-                item.error = exc
+                item.fail(exc)
             settle(batch)
 
     def drain(self, conn: sqlite3.Connection, *, job: bool = False) -> bool:
@@ -265,10 +265,10 @@ class Writer:
                 self.commits += 1
                 gone = self.file_gone()
                 for item in batch:
-                    item.error = item.error or gone
+                    item.fail(gone, unless_failed=True)
         except BaseException as exc:  # the lock stayed taken for the whole busy timeout
             for item in batch:
-                item.error = exc
+                item.fail(exc)
         caught_up = False
         if job:
             with self._pending_lock:

@@ -43,6 +43,10 @@ class Cluster:
         """Where children spawned here may go instead of this kernel (None: with their parent)."""
         self._watches: set[asyncio.Task[None]] = set()
 
+    def place_children(self, placement: ChildPlacement | None) -> None:
+        """Let children spawned here go to other nodes (``placement``), or keep them here (None)."""
+        self.child_placement = placement
+
     @property
     def ownership(self) -> tuple[int, str] | None:
         """The ownership a new process of this kernel's is created with: (epoch 1, node)."""

@@ -21,7 +21,6 @@ from ringzero.core._engine import sys_family, sys_llm, sys_tools
 from ringzero.core._engine.handles import ProcessHandle
 from ringzero.core._engine.new_run import ContinueAsNew
 from ringzero.core._engine.syscall import syscall
-from ringzero.core._engine.transitions import write_status
 from ringzero.core.contract.errors import (
     InvalidArgument,
     NonDeterminismError,
@@ -132,13 +131,8 @@ class Context:
             if process.record.stop_reason is not None:
                 coro.close()
                 raise asyncio.CancelledError(process.record.stop_reason.value)
-            if process.from_threads is None:
-                process.from_threads = set()
-            process.from_threads.add(task)
-            try:
-                return await coro
-            finally:
-                process.from_threads.discard(task)
+            process.track_from_thread(task)
+            return await coro
 
         return run_on(self.loop, tracked(), what)
 
@@ -305,7 +299,7 @@ class Context:
         prints = _state_prints(state)
 
         async def live() -> dict[str, JSON]:
-            await write_status(process, (runtime.store.state_row(process.record),))  # one commit with the status
+            await process.write_status((runtime.store.state_row(process.record),))  # one commit with the status
             return {"value": None, "state": prints}
 
         runtime = process.runtime

@@ -50,7 +50,7 @@ class Journal:
     """
 
     def __init__(self, store: KernelStore, pid: int, entries: list[JournalEntry] | None = None, *,
-                 owner: tuple[int, str] | None = None, base: int = 0) -> None:
+                 owner: tuple[int, str] | None = None, base: int = 0, resumed: bool = False) -> None:
         self._store = store
         self._pid = pid
         self.owner = owner
@@ -66,7 +66,7 @@ class Journal:
         self._base = base
         self._earlier = (0, 0)
         """(replayed, made live) by the earlier runs this process made here (``carry_counts``)."""
-        self.resumed = False
+        self.resumed = resumed
         """A recovered process's journal: an effect without a result may have been in flight."""
         self._effects: Effects | None = None
 

@@ -4,13 +4,11 @@ each ``continue_as_new``), and ends, its end recorded before anybody waiting is 
 from __future__ import annotations
 
 import asyncio
-import time
 import traceback
 from typing import TYPE_CHECKING
 
 from ringzero.core._engine.context import enter
 from ringzero.core._engine.new_run import ContinueAsNew, begin_new_run
-from ringzero.core._engine.transitions import set_status
 from ringzero.core.contract.errors import CheckpointerError, NonDeterminismError, NotSerializable
 from ringzero.core.contract.types import ProcessStatus, StopReason, ensure_json, json_form, json_problem
 
@@ -22,31 +20,32 @@ __all__ = ["finish", "run", "run_in_span"]
 
 async def run_in_span(process: Process) -> None:
     """``run`` inside the process's span."""
-    process.entered = True
+    process.entering()
     telemetry = process.runtime.telemetry
-    process.span = telemetry.process_started(process, process.span_parent)
+    process.traced(telemetry.process_started(process, process.span_parent))
     try:
         await run(process)
     finally:
-        if process.span is not None:
-            span, process.span = process.span, None
+        span = process.span
+        if span is not None:
+            process.traced(None)
             telemetry.process_ended(span, process)
 
 
 async def run(process: Process) -> None:
-    process.entered = True
+    process.entering()
     status, reason, error = ProcessStatus.EXITED, StopReason.RETURNED, None
     try:
         if process.record.stop_reason is not None:  # stopped before it ever ran
             raise asyncio.CancelledError(process.record.stop_reason.value)
-        await set_status(process, ProcessStatus.READY)
+        await process.move_to(ProcessStatus.READY)
         await process.acquire_slot()
-        await set_status(process, ProcessStatus.RUNNING, "recovered" if process.journal.length else "")
+        await process.move_to(ProcessStatus.RUNNING, "recovered" if process.journal.length else "")
         process.arm_watchdog()
         enter(process.ctx)  # this task's context: programs and the tasks they start see it
         while True:
             try:
-                process.value = await process.program(process.ctx, *process.record.args)
+                process.returned(await process.program(process.ctx, *process.record.args))
                 break
             except ContinueAsNew as again:
                 await begin_new_run(process, again)
@@ -74,13 +73,13 @@ async def run(process: Process) -> None:
     try:
         await finish(process, status, reason, error)
     except CheckpointerError as exc:  # its end is not recorded: it is not over, for recover()
-        process.left_unfinished = exc
+        process.unfinished_because(exc)
         process.end_unfinished()
         return
     # Ended and recorded: its task, done now, is let go with its coroutine and its context
     # (five objects for the garbage collector to walk in every process a handle still
     # holds). A task that ends with an exception is kept, for whoever awaits it.
-    process.task = None
+    process.let_go_of_task()
 
 
 async def finish(process: Process, status: ProcessStatus, reason: StopReason, error: dict[str, str] | None) -> None:
@@ -89,30 +88,29 @@ async def finish(process: Process, status: ProcessStatus, reason: StopReason, er
     Nothing cancels this (request_stop leaves a finishing process alone), and waiters are
     woken even if the store fails, with that failure.
     """
+    process.finishing_now()
     record = process.record
-    before = (record.state, record.stop_reason, record.error, record.result)
-    process.finishing = True
-    process.ended_at = time.monotonic()
-    problem = json_problem(process.record.state, "ctx.state")
+    state = record.state
+    problem = json_problem(state, "ctx.state")
     if problem is not None:  # kept in a JSON form, and the process fails: a resume would see other state
-        process.record.state = json_form(process.record.state)  # type: ignore[assignment]
+        state = json_form(state)  # type: ignore[assignment]
         if status is ProcessStatus.EXITED:
             status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(NotSerializable(problem))
-    process.record.stop_reason = reason
-    process.record.error = error
+    result = record.result
     if status is ProcessStatus.EXITED:
         try:
-            process.record.result = ensure_json(process.value, "the program's return value")
+            result = ensure_json(process.value, "the program's return value")
         except NotSerializable:
-            process.record.result = repr(process.value)
+            result = repr(process.value)
+    before = process.end_as(reason, error, result, state)
     try:
         # The result with the end, ahead of it: whoever reads an ended status finds what the
         # process left.
-        await set_status(process, status, reason.value)
+        await process.move_to(status, reason.value)
     except BaseException as exc:
         # Not ended: the record is the unfinished one the store holds, for recover() to resume
         # (a stop reason left on it would read as a stop before the program ran again).
-        record.state, record.stop_reason, record.error, record.result = before
+        process.not_ended(before)
         process.settle(exc)
         raise
     try:

@@ -80,17 +80,16 @@ async def begin_new_run(process: Process, again: ContinueAsNew) -> None:
     record = process.record
     base = process.journal.cursor
     await process.runtime.flush()  # the old run's transitions land before its record is let go
-    record.args = again.args
-    record.state = again.state
-    record.run_start = {"journal_base": base, "sends": process.sends, "spawns": process.spawns,
-                        "mail_seen": process.mail_seq, "mail_pending": process.mailbox.pending(),  # type: ignore[dict-item]
-                        "spent": process.meter.spent_dict()}
+    record.begin_run(again.args, again.state, {
+        "journal_base": base, "sends": process.sends, "spawns": process.spawns, "mail_seen": process.mail_seq,
+        "mail_pending": process.mailbox.pending(), "spent": process.meter.spent_dict()})  # type: ignore[dict-item]
     store = process.runtime.store
     try:
         await store.begin_new_run(record)
     except CheckpointerError as exc:  # not recorded: a resume goes on with the old run
         process.leave_unfinished(exc)
-    earlier, process.journal = process.journal, Journal(store, process.pid, owner=process.journal.owner, base=base)
+    earlier = process.journal
+    process.next_run(Journal(store, process.pid, owner=earlier.owner, base=base))
     process.journal.carry_counts(earlier)
     with contextlib.suppress(CheckpointerError):  # a failure leaves rows that nobody reads
         await store.drop_journal_before(process.pid, base)

@@ -77,17 +77,17 @@ class PidAllocator:
         """Give ``record`` its pid (unless ``take`` did) and write it."""
         if self.node is not None:
             while True:
-                record.pid = await self._from_block(reuse=False)
+                record.numbered(await self._from_block(reuse=False))
                 if await self.store.claim_process(record):
                     return
         if self._local_blocks:
             if not record.pid:
-                record.pid = await self.take()
+                record.numbered(await self.take())
             await self.store.append_process(record)
             return
         while True:
             self._next_pid += 1
-            record.pid = self._next_pid
+            record.numbered(self._next_pid)
             if not self._claims:
                 await self.store.create_process(record)
                 return

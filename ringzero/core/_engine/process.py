@@ -2,16 +2,20 @@
 
 The program itself is an ``async def`` taking a Context; the kernel wraps it in an asyncio
 task, whose life is ``ringzero.core._engine.lifecycle``'s. Every syscall passes
-``ringzero.core._engine.syscall.syscall``, the one boundary where pause, scheduling, budgets and the journal
-act, so a program cannot slip past any of them; its transitions are written by
-``ringzero.core._engine.transitions``.
+``ringzero.core._engine.syscall.syscall``, the one boundary where pause, scheduling, budgets
+and the journal act, so a program cannot slip past any of them.
+
+A ``Process`` owns its state: the other modules of the engine ask it to change (its methods),
+never set its attributes. Its invariants live here: one status write at a time, transitions
+not yet written kept in order and put back when a write fails, the wall time that stands still
+while it is parked paused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ringzero.core._engine.budget import Meter
@@ -19,11 +23,11 @@ from ringzero.core._engine.context import Context
 from ringzero.core._engine.journal import Journal
 from ringzero.core._engine.lifecycle import run, run_in_span
 from ringzero.core._engine.mailbox import Mailbox
-from ringzero.core._engine.transitions import write_status
 from ringzero.core.contract.errors import Fenced, NoProvider, NotResumed, ProcessStateError, RingzeroError, ToolNotFound
+from ringzero.core.contract.records import Ending
 from ringzero.core.contract.store import ProcessRecord
-from ringzero.core.contract.types import JSON, Limits, ProcessStatus, StopReason
-from ringzero.core.support.timeouts import RECANCEL_EVERY
+from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason
+from ringzero.core.support.timeouts import RECANCEL_EVERY, shielded
 
 if TYPE_CHECKING:
     from ringzero.core._engine.runtime import Runtime
@@ -92,6 +96,8 @@ class Process:
         *,
         transition_seq: int = 0,
         mail_seq: int = 0,
+        recovered: bool = False,
+        counts: tuple[int, int] = (0, 0),
     ) -> None:
         self.runtime = runtime
         self.record = record
@@ -152,11 +158,10 @@ class Process:
         self.in_syscall: tuple[str, str, float] | None = None
         """(kind, summary, monotonic start) of the syscall running live now, the latest one
         where several run at once: what ``ringzero top`` shows (``ringzero.core.support.monitor``)."""
-        self.sends = 0
-        self.spawns = 0
+        self.sends, self.spawns = counts
         """Sends and spawns made so far in program order (replayed ones too): the ids that make a
         resumed program's first live send and spawn idempotent (``ctx.send``, ``ctx.spawn``)."""
-        self.recovered = False
+        self.recovered = recovered
         """Resumed by ``recover()``: what this kernel lacks leaves it unfinished (``leave_unfinished``)."""
         self.left_unfinished: RingzeroError | None = None
         """Why the process stopped without ending (``leave_unfinished``): what ``wait`` raises."""
@@ -268,8 +273,7 @@ class Process:
 
     def snapshot(self) -> None:
         """Copy the live counters into the record before it is saved."""
-        self.record.spent = self.meter.spent_dict()
-        self.record.wall_seconds = self.wall_seconds
+        self.record.count(self.meter.spent_dict(), self.wall_seconds)
 
     async def acquire_slot(self) -> None:
         await self.runtime.scheduler.acquire(self.pid, self.record.priority)
@@ -287,8 +291,7 @@ class Process:
         (Python 3.11's ``asyncio.wait_for`` loses one that lands as its inner future
         completes, and psycopg's pool waits with it) is delivered again until the task stops.
         """
-        if self.record.stop_reason is None:
-            self.record.stop_reason = reason
+        self.record.ask_to_stop(reason)
         # A task cancelled before its first step would never run lifecycle.run (which checks the stop
         # reason on entry instead); one that is finishing is already stopping.
         if self.task is not None and not self.task.done() and self.entered and not self.finishing:
@@ -303,8 +306,7 @@ class Process:
 
     def stop_now(self, reason: StopReason) -> NoReturn:
         """Stop the process from inside its own task, at a syscall."""
-        if self.record.stop_reason is None:
-            self.record.stop_reason = reason
+        self.record.ask_to_stop(reason)
         raise asyncio.CancelledError(reason.value)
 
     def arm_watchdog(self) -> None:
@@ -320,26 +322,209 @@ class Process:
             self._watchdog.cancel()
             self._watchdog = None
 
+    # ----------------------------------------------------------- its own life
+    def entering(self) -> None:
+        """Its task has begun to run it (``lifecycle.run``)."""
+        self.entered = True
+
+    def traced(self, span: Any) -> None:
+        """Its span while it runs (None once it has ended)."""
+        self.span = span
+
+    def returned(self, value: Any) -> None:
+        """What its program returned."""
+        self.value = value
+
+    def finishing_now(self) -> None:
+        """Its end is being recorded (``lifecycle.finish``): a stop is not repeated now."""
+        self.finishing = True
+        self.ended_at = time.monotonic()
+
+    def end_as(self, stop_reason: StopReason, error: dict[str, str] | None, result: JSON,
+               state: dict[str, JSON]) -> Ending:
+        """Its record filled in with how it ended; what the record held before (``ProcessRecord.end``)."""
+        return self.record.end(stop_reason=stop_reason, error=error, result=result, state=state)
+
+    def not_ended(self, before: Ending) -> None:
+        """Its end could not be written: its record is the unfinished one the store holds."""
+        self.record.undo_end(before)
+
+    def unfinished_because(self, error: RingzeroError) -> None:
+        """It stops without ending, for ``error`` (see ``leave_unfinished``), outside its task."""
+        self.left_unfinished = error
+
+    def let_go_of_task(self) -> None:
+        """Its end is recorded: its task, done, goes with its coroutine and context."""
+        self.task = None
+
+    def fence(self, error: Fenced) -> None:
+        """Another kernel took it over: it stops here and writes nothing more."""
+        self.fenced = error
+
+    def reload(self, record: ProcessRecord) -> None:
+        """The record the store holds now, for a process another kernel runs."""
+        self.record = record
+
+    def next_run(self, journal: Journal) -> None:
+        """A new run (``ctx.continue_as_new``) with its own, empty journal."""
+        self.journal = journal
+
+    def next_send(self) -> str:
+        """The id of its next send in program order (the same when the program runs again)."""
+        self.sends += 1
+        return f"{self.pid}:{self.sends}"
+
+    def next_spawn(self) -> str:
+        """The id of its next spawn in program order (the same when the program runs again)."""
+        self.spawns += 1
+        return f"{self.pid}:{self.spawns}"
+
+    def track_spawning(self, creation: asyncio.Future[Process]) -> None:
+        """A child whose creation is in flight: a stop waits for it."""
+        if self.spawning is None:
+            self.spawning = set()
+        self.spawning.add(creation)
+        creation.add_done_callback(self.spawning.discard)
+
+    def track_from_thread(self, task: asyncio.Task[Any]) -> None:
+        """A syscall a framework's worker thread sent to the loop (a task of its own, running
+        now): a stop cancels it too, until it is done."""
+        if self.from_threads is None:
+            self.from_threads = set()
+        self.from_threads.add(task)
+        task.add_done_callback(self.from_threads.discard)
+
+    def syscall_began(self, kind: str, summary: str) -> tuple[str, str, float]:
+        """A syscall runs live now (what ``ringzero top`` shows); its marker, for ``syscall_ended``."""
+        self.in_syscall = current = (kind, summary, time.monotonic())
+        return current
+
+    def syscall_ended(self, current: tuple[str, str, float]) -> None:
+        if self.in_syscall is current:
+            self.in_syscall = None
+
+    def park(self) -> None:
+        """Paused at a boundary: its wall time (``wall_seconds``) and the wall budget's watchdog
+        stop."""
+        self.parked_at = time.monotonic()
+        self.disarm_watchdog()
+
+    def unpark(self) -> None:
+        """Resumed (or stopped) where it was parked: its wall time counts again."""
+        if self.parked_at is None:
+            return
+        self.paused_for += time.monotonic() - self.parked_at
+        self.parked_at = None
+        if self.ended_at is None:
+            self.arm_watchdog()
+
+    # ------------------------------------------------------------ transitions
+    async def move_to(self, status: ProcessStatus, detail: str = "") -> None:
+        """Move to ``status``. The end of a process is written before this returns; a
+        transition on the way (ready, running, waiting, paused) is written with the others the
+        kernel's processes make in the same turn of the loop (``TransitionWriter.save_soon``): a
+        process that goes from ready to running to waiting in one turn writes one transitions
+        row and one status row, not three of each. Losing one of those in a crash loses nothing
+        that recovery needs (it resumes every process that has not ended, from its journal)."""
+        record = self.record
+        old = record.status
+        record.move_to(status)
+        self.transition_seq += 1
+        seq = self.transition_seq
+        if self.unsaved_steps is None:
+            self.unsaved_steps = []
+        old_value, new_value = old.value, status.value
+        self.unsaved_steps.append((seq, {"from": old_value, "to": new_value, "at": time.time(), "detail": detail}))
+        runtime = self.runtime
+        if status.terminal:  # its event comes once it is written, as whoever reads the store expects
+            try:
+                await self.save_transitions(with_state=True)
+            except BaseException:
+                # Not ended where it was not recorded as ended: neither in memory nor in the
+                # transitions a later write carries.
+                record.move_to(old)
+                unsaved = [step for step in self.unsaved_steps or () if step[0] != seq]
+                self.unsaved_steps = unsaved or None
+                raise
+        else:
+            runtime.save_soon(self)
+        if runtime.listeners:  # the event's data is built only for someone who listens
+            runtime.emit("transition", self.pid, {"from": old_value, "to": new_value, "detail": detail})
+
+    async def save_transitions(self, *, with_state: bool = False) -> None:
+        """Write the transitions not yet written (one row) and the status they end in, together
+        (``KernelStore.put_rows``: one commit where the store can); ``with_state``: the state
+        row (``ctx.state``, result, error) too, ahead of them, as at the end of the process."""
+        steps, self.unsaved_steps = self.unsaved_steps, None
+        if not steps or self.fenced is not None:  # a fenced process writes nothing more
+            return
+        store = self.runtime.store
+        try:
+            first = store.transitions_row(self.pid, steps)
+            await self.write_status((store.state_row(self.record), first) if with_state else (first,))
+        except BaseException:
+            self.requeue(steps)  # written with the next ones, or their error raised then
+            raise
+
+    async def write_status(self, before: Sequence[Checkpoint] = ()) -> None:
+        """Write the status row (status, pause flag, counters), one write at a time for this
+        process, after the rows ``before`` and atomically with them where the store can. Over
+        a pool of connections (PostgreSQL) two writes in flight may commit in either order, and
+        an older row committed last would undo what the newer one says (a batched ``running``
+        landing after the process's end left it ``running`` for good)."""
+        while self.status_write is not None:
+            await shielded(self.status_write)
+        done = self.status_write = asyncio.get_running_loop().create_future()
+        try:
+            self.snapshot()  # taken now, so the row written last is also the newest
+            store = self.runtime.store
+            await store.put_rows((*before, store.status_row(self.record)))
+        finally:
+            self.status_write = None
+            done.set_result(None)
+
+    def take_unsaved(self, done: asyncio.Future[None]) -> list[tuple[int, dict[str, JSON]]] | None:
+        """Its unwritten transitions, for a write of many processes' rows at once whose end
+        ``done`` marks (``transitions.save_together``): taken, its counters snapshotted, and its
+        status write marked in flight. None where it has none, or must write on its own (a
+        status write in flight, which its rows must follow; fenced)."""
+        steps = self.unsaved_steps
+        if not steps or self.status_write is not None or self.fenced is not None:
+            return None
+        self.unsaved_steps = None
+        self.snapshot()
+        self.status_write = done
+        return steps
+
+    def written_together(self, done: asyncio.Future[None]) -> None:
+        """The write ``take_unsaved`` joined it to is over."""
+        if self.status_write is done:
+            self.status_write = None
+
+    def requeue(self, steps: list[tuple[int, dict[str, JSON]]]) -> None:
+        """Transitions whose write failed, ahead of any made since: written with the next ones."""
+        self.unsaved_steps = steps + (self.unsaved_steps or [])
+
     # ------------------------------------------------------------ pause/resume
     async def pause(self) -> None:
         self._check_alive("pause")
         if self.record.paused:
             return
-        self.record.paused = True
+        self.record.set_paused(True)
         if self.resumed is None:
             self.resumed = asyncio.Event()
-        await write_status(self)
+        await self.write_status()
 
     async def resume(self) -> None:
         self._check_alive("resume")
         if not self.record.paused:
             raise ProcessStateError(f"pid {self.pid} is not paused (it is {self.status.value})")
-        self.record.paused = False
+        self.record.set_paused(False)
         resumed, self.resumed = self.resumed, None
         if resumed is not None:
             resumed.set()
         if self.status is not ProcessStatus.PAUSED:  # paused before it reached a boundary
-            await write_status(self)
+            await self.write_status()
 
     def _check_alive(self, what: str) -> None:
         if self.status.terminal:

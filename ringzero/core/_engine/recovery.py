@@ -72,21 +72,19 @@ async def _loaded(runtime: Runtime, record: ProcessRecord, programs: Mapping[str
     program, why = _resolve(record, programs)
     start = RunStart.of(record.run_start)  # where its current run began (continue-as-new)
     journal = Journal(store, record.pid, start.of_this_run(await store.journal(record.pid)),
-                      owner=owner, base=start.journal_base)
-    journal.resumed = True
+                      owner=owner, base=start.journal_base, resumed=True)
     process = Process(
         runtime, record, program or missing_program, journal,
         transition_seq=await store.last_seq(record.pid, "transitions"),
-        mail_seq=await store.last_seq(record.pid, "mailbox"),
+        mail_seq=await store.last_seq(record.pid, "mailbox"), recovered=True,
+        counts=(start.sends, start.spawns) if start.journal_base else (0, 0),
     )
-    process.recovered = True
     if start.journal_base:
-        process.sends, process.spawns = start.sends, start.spawns
         process.meter.charge(**(start.spent or {}))
     if program is None:  # left as the crash left it, for a resume that can import it
-        process.left_unfinished = NotResumed(record.pid, record.name, ProgramNotFound(
+        process.unfinished_because(NotResumed(record.pid, record.name, ProgramNotFound(
             f"cannot import its program {record.program!r} (pass recover(programs={{...}}), or make it "
-            f"importable from where you resume): {why}"))
+            f"importable from where you resume): {why}")))
         process.end_unfinished()
         return process
     runtime.procs[record.pid] = process

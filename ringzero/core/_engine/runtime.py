@@ -91,6 +91,14 @@ class Runtime:
         self._telemetry_from = telemetry_from
         self._children_by_spawn: dict[str, int] = {}
 
+    def close(self) -> None:
+        """The kernel is closing: no new process is taken."""
+        self.closed = True
+
+    def join_cluster(self, cluster: Cluster, pids: PidAllocator) -> None:
+        """Run as a node of ``cluster``, numbering its processes with ``pids`` (``Kernel.join_cluster``)."""
+        self.cluster, self.pids = cluster, pids
+
     async def start(self) -> None:
         """Detect telemetry and number pids on after what the store holds (once)."""
         if self._started:
@@ -156,7 +164,7 @@ class Runtime:
         while True:
             record = await self.store.load_process(process.pid)
             if record is not None:
-                process.record = record
+                process.reload(record)
                 if record.status.terminal:
                     return
             await asyncio.sleep(STORE_POLL)
@@ -239,10 +247,7 @@ class Runtime:
             return creation.result()
         creation.add_done_callback(retrieved)  # its caller may be gone (killed) when it fails
         if owner is not None:
-            if owner.spawning is None:
-                owner.spawning = set()
-            owner.spawning.add(creation)
-            creation.add_done_callback(owner.spawning.discard)
+            owner.track_spawning(creation)
         return await shielded(creation)
 
     async def _create(self, record: ProcessRecord, program: Program, owner: Process | None) -> Process:

@@ -30,8 +30,7 @@ async def send(process: Process, to: int | ProcessHandle | RemoteProcessHandle, 
     # process that may have ended since. The id is the send's place in program order, the
     # same when the program is re-run, so a send that was delivered but not yet journaled
     # when the host died is not delivered twice (``Runtime.deliver``).
-    process.sends += 1
-    mail_id = f"{process.pid}:{process.sends}"
+    mail_id = process.next_send()
 
     async def live() -> dict[str, JSON]:
         await runtime.deliver(pid, message, priority, sender=process.pid, mail_id=mail_id,
@@ -57,8 +56,7 @@ async def spawn(
 
     created: list[int] = []
     placed: list[RemoteProcessHandle] = []
-    process.spawns += 1
-    spawn_id = f"{process.pid}:{process.spawns}"
+    spawn_id = process.next_spawn()
 
     async def live() -> dict[str, JSON]:
         orphan = runtime.spawned_before_crash(process, spawn_id)

@@ -101,7 +101,7 @@ def gate_of(process: Process, provider: str) -> LLMGate:
 
 def _provider_error(info: Mapping[str, Any]) -> ProviderError:
     """The provider's error a recorded failure stands for (``ringzero.core.support.failures``)."""
+    if info.get("type") == "RateLimited":
+        return errors.RateLimited(message_of(info), info.get("retry_after"))
     exc = exception_of(info)
-    if isinstance(exc, errors.RateLimited):
-        exc.retry_after = info.get("retry_after")
     return exc if isinstance(exc, ProviderError) else ProviderError(message_of(info))

@@ -10,12 +10,10 @@ on the world, its live run, its record before the program sees it).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core._engine.effect import Outcome, perform
-from ringzero.core._engine.transitions import set_status
 from ringzero.core.contract.errors import CheckpointerError, Fenced
 from ringzero.core.contract.fingerprints import fingerprint
 from ringzero.core.contract.types import ProcessStatus
@@ -74,7 +72,7 @@ async def syscall(
     if outcome is None:
         if process.pause_pending or process.runtime.scheduler.should_yield(process.pid, process.record.priority):
             await _boundary(process)
-        process.in_syscall = current = (kind, summary, time.monotonic())
+        current = process.syscall_began(kind, summary)
         try:
             if journal.owner is not None:
                 await journal.check_owner()
@@ -108,11 +106,10 @@ async def syscall(
         except Fenced as exc:
             # Another kernel owns the process now; whatever the program would do next is
             # its to do. Unwound as a cancellation, which a program does not catch.
-            process.fenced = exc
+            process.fence(exc)
             raise asyncio.CancelledError("fenced") from exc
         finally:
-            if process.in_syscall is current:
-                process.in_syscall = None
+            process.syscall_ended(current)
     elif process.span is not None:
         process.runtime.telemetry.replayed(process.span, kind, seq)
     return outcome
@@ -135,47 +132,30 @@ async def _boundary(process: Process) -> None:
     resumed = process.resumed
     if resumed is not None:
         process.release_slot()
-        park(process)  # before the PAUSED record is written, so it holds the wall time that stands still
+        process.park()  # before the PAUSED record is written, so it holds the wall time that stands still
         try:
-            await set_status(process, ProcessStatus.PAUSED)
+            await process.move_to(ProcessStatus.PAUSED)
             await resumed.wait()
         finally:
-            unpark(process)
-        await set_status(process, ProcessStatus.READY, "resumed")
+            process.unpark()
+        await process.move_to(ProcessStatus.READY, "resumed")
         await process.acquire_slot()
-        await set_status(process, ProcessStatus.RUNNING)
+        await process.move_to(ProcessStatus.RUNNING)
     elif process.runtime.scheduler.should_yield(process.pid, process.record.priority):
         process.release_slot()
-        await set_status(process, ProcessStatus.READY, "yielded")
+        await process.move_to(ProcessStatus.READY, "yielded")
         await process.acquire_slot()
-        await set_status(process, ProcessStatus.RUNNING)
-
-def park(process: Process) -> None:
-    """Paused at a boundary: its wall time (``Process.wall_seconds``) and the wall budget's
-    watchdog stop."""
-    process.parked_at = time.monotonic()
-    process.disarm_watchdog()
-
-
-def unpark(process: Process) -> None:
-    """Resumed (or stopped) where it was parked: its wall time counts again."""
-    if process.parked_at is None:
-        return
-    process.paused_for += time.monotonic() - process.parked_at
-    process.parked_at = None
-    if process.ended_at is None:
-        process.arm_watchdog()
-
+        await process.move_to(ProcessStatus.RUNNING)
 
 async def wait_begins(process: Process) -> None:
     """Before a syscall that blocks on an event (``waits``): the run slot goes back. Awaited
     before the wait, not around it, so no coroutine of its own sits in the await chain of
     every idle process."""
     process.release_slot()
-    await set_status(process, ProcessStatus.WAITING)
+    await process.move_to(ProcessStatus.WAITING)
 
 async def wait_ends(process: Process) -> None:
     """After it: ready, then running once a slot is free again."""
-    await set_status(process, ProcessStatus.READY)
+    await process.move_to(ProcessStatus.READY)
     await process.acquire_slot()
-    await set_status(process, ProcessStatus.RUNNING)
+    await process.move_to(ProcessStatus.RUNNING)

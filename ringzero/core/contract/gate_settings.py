@@ -12,7 +12,7 @@ from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.contract.tokens import estimate_message_tokens, estimate_text_tokens
 from ringzero.core.contract.types import LLMRequest, Usage
 
-__all__ = ["GateStats", "PermitSource", "Pricing", "RateLimit", "RetryPolicy", "TokenBucket", "estimate_tokens"]
+__all__ = ["PermitSource", "Pricing", "RateLimit", "RetryPolicy", "TokenBucket", "estimate_tokens"]
 
 
 @dataclass(frozen=True)
@@ -88,17 +88,6 @@ class Pricing:
 
     def cost(self, usage: Usage) -> float:
         return (usage.input_tokens * self.input_per_million + usage.output_tokens * self.output_per_million) / 1e6
-
-
-@dataclass
-class GateStats:
-    """Counters for one gate."""
-
-    calls: int = 0
-    attempts: int = 0
-    retries: int = 0
-    rate_limited: int = 0
-    failures: int = 0
 
 
 def estimate_tokens(request: LLMRequest) -> int:

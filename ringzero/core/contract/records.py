@@ -7,13 +7,13 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ringzero.core.contract.errors import CheckpointerError
 from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
 
-__all__ = ["Effects", "JournalEntry", "ProcessInfo", "ProcessRecord", "dumps", "effect_id", "effect_key", "loads",
-           "merged_record", "new_row", "process_thread", "row_key", "spend_in_journal"]
+__all__ = ["Effects", "Ending", "JournalEntry", "ProcessInfo", "ProcessRecord", "dumps", "effect_id", "effect_key",
+           "loads", "merged_record", "new_row", "process_thread", "row_key", "spend_in_journal"]
 
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes; NaN and infinities are refused (not JSON)."""
@@ -29,14 +29,9 @@ def loads(payload: bytes, where: str) -> Any:
 
 def new_row(thread_id: str, namespace: str, id: str, parent_id: str | None, payload: bytes,
              metadata: Mapping[str, JSON]) -> Checkpoint:
-    """``Checkpoint(...)`` with these fields and no writes, without the frozen dataclass's
-    ``__init__``, which sets each field through ``object.__setattr__``: a microsecond less for
-    each of the rows a process writes at every step (its status, state, transitions, mail,
-    journal)."""
-    row = object.__new__(Checkpoint)
-    row.__dict__.update(thread_id=thread_id, namespace=namespace, id=id, parent_id=parent_id, payload=payload,
-                        metadata=metadata, writes=())
-    return row
+    """``Checkpoint(...)`` with these fields and no writes, made the fast way
+    (``Checkpoint.without_writes``): a row a process writes at every step."""
+    return Checkpoint.without_writes(thread_id, namespace, id, parent_id, payload, metadata)
 
 
 def row_key(n: int) -> str:
@@ -45,6 +40,15 @@ def row_key(n: int) -> str:
 
 def process_thread(pid: int) -> str:
     return f"ringzero/process/{pid}"
+
+
+class Ending(NamedTuple):
+    """What a record holds of how a process ended (``ProcessRecord.end``)."""
+
+    stop_reason: StopReason | None
+    error: dict[str, str] | None
+    result: JSON
+    state: dict[str, JSON]
 
 
 @dataclass
@@ -77,6 +81,48 @@ class ProcessRecord:
     run_start: dict[str, JSON] | None = None
     """Where the current run began, for a process that called ``ctx.continue_as_new`` (None
     for one still in its first run): see ``ringzero.core._engine.new_run.RunStart``."""
+
+    # What changes a record: each change its own method, so that the record says what may
+    # change and the kernel's modules never set its fields one by one.
+    def numbered(self, pid: int) -> None:
+        """The pid its store gave it, when first written."""
+        self.pid = pid
+
+    def move_to(self, status: ProcessStatus) -> None:
+        self.status = status
+
+    def ask_to_stop(self, reason: StopReason) -> None:
+        """Stop for ``reason``: the first reason asked for holds."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+
+    def count(self, spent: dict[str, JSON], wall_seconds: float) -> None:
+        """What it has spent and how long it has been alive, as of now."""
+        self.spent, self.wall_seconds = spent, wall_seconds
+
+    def stamp(self) -> float:
+        """Mark it as written now; returns the time."""
+        self.updated_at = time.time()
+        return self.updated_at
+
+    def end(self, *, stop_reason: StopReason, error: dict[str, str] | None, result: JSON,
+            state: dict[str, JSON]) -> Ending:
+        """Fill in how it ended (before the end is written); returns what it held before, for
+        ``undo_end`` where the end could not be written."""
+        before = Ending(self.stop_reason, self.error, self.result, self.state)
+        self.stop_reason, self.error, self.result, self.state = stop_reason, error, result, state
+        return before
+
+    def undo_end(self, before: Ending) -> None:
+        """Back to what it held before ``end``: the end was not written, and a resume goes on."""
+        self.stop_reason, self.error, self.result, self.state = before
+
+    def begin_run(self, args: Sequence[JSON], state: dict[str, JSON], run_start: dict[str, JSON]) -> None:
+        """A new run of the same process (``ctx.continue_as_new``)."""
+        self.args, self.state, self.run_start = args, state, run_start
 
     def to_json(self) -> dict[str, JSON]:
         return {

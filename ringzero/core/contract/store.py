@@ -105,7 +105,7 @@ class KernelStore:
     def status_row(record: ProcessRecord) -> Checkpoint:
         """The row of where the process is: status, stop reason, pause flag, counters. Small;
         stamped now."""
-        record.updated_at = time.time()
+        record.stamp()
         body = {"status": record.status.value,
                 "stop_reason": None if record.stop_reason is None else record.stop_reason.value,
                 "paused": record.paused, "spent": record.spent, "wall_seconds": record.wall_seconds,
@@ -153,7 +153,7 @@ class KernelStore:
 
     @staticmethod
     def _process_row(record: ProcessRecord) -> Checkpoint:
-        record.updated_at = time.time()
+        record.stamp()
         return Checkpoint(thread_id=PROCESS_TABLE, namespace="", id=row_key(record.pid),
                           payload=dumps(record.to_json()), metadata={"name": record.name})
 

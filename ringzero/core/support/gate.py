@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 from ringzero.core.contract.errors import InvalidArgument, ProviderError, ProviderUnavailable, RateLimited
 from ringzero.core.contract.gate_settings import (
-    GateStats,
     PermitSource,
     Pricing,
     RateLimit,
@@ -42,6 +41,17 @@ class _Waiter:
 
     def __init__(self) -> None:
         self.wake = asyncio.Event()
+
+
+@dataclass
+class GateStats:
+    """Counters for one gate."""
+
+    calls: int = 0
+    attempts: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    failures: int = 0
 
 
 class LLMGate:
@@ -84,7 +94,7 @@ class LLMGate:
         """The attempts' timeout (``retry.timeout``), one loop timer for all of them."""
         self.permits: PermitSource | None = None
         """A rate limit shared with other machines' gates, checked after this gate's own (set by
-        a cluster worker: ``RayScheduler(rate_limits=...)``)."""
+        a cluster worker: ``share_permits``)."""
         self.streams = bool(getattr(provider.capabilities, "streaming", False)) and isinstance(provider, Streaming)
         """Whether the provider hands over text as it arrives (``complete(on_text=...)``)."""
         self.home = LoopHome(f"the LLM gate of {type(provider).__name__}", self._idle)
@@ -109,6 +119,11 @@ class LLMGate:
     def usage_for(self, pid: int) -> Usage:
         """Everything process ``pid`` has spent through this gate."""
         return self._usage_by_pid.get(pid, Usage())
+
+    def share_permits(self, permits: PermitSource) -> None:
+        """Check a rate limit shared with other machines' gates too, after this gate's own (a
+        cluster worker: ``RayScheduler(rate_limits=...)``)."""
+        self.permits = permits
 
     def snapshot(self) -> dict[str, float]:
         """The gate now, for ``ringzero top``: calls waiting in line and in flight, counters since

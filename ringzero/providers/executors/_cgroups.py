@@ -61,7 +61,7 @@ class RunCgroups:
 
     def __init__(self, bases: dict[str, str], version: int) -> None:
         self.bases = bases  # controller ("memory", "pids"; "" for v2) -> this server's directory
-        self.version = version
+        self.cgroup_version = version
 
     @classmethod
     def open(cls) -> RunCgroups:
@@ -109,14 +109,14 @@ class RunCgroups:
         self._set("pids", leaf, "pids.max", str(pids))
 
     def _set(self, controller: str, leaf: str, name: str, value: str, required: bool = True) -> None:
-        base = self.bases.get("" if self.version == 2 else controller)
+        base = self.bases.get("" if self.cgroup_version == 2 else controller)
         assert base is not None
         path = os.path.join(base, leaf, name)
         if required or os.path.exists(path):
             _write(path, value)
 
     def set_memory(self, leaf: str, memory_bytes: int) -> None:
-        if self.version == 2:
+        if self.cgroup_version == 2:
             self._set("memory", leaf, "memory.max", str(memory_bytes))
             self._set("memory", leaf, "memory.swap.max", "0", required=False)
         else:  # v1 wants memsw >= limit at every step: which goes first depends on the direction

@@ -34,6 +34,12 @@ class ForkServer:
     def alive(self) -> bool:
         return self.process.returncode is None
 
+    def run_began(self) -> None:
+        self.runs += 1
+
+    def run_ended(self) -> None:
+        self.runs -= 1
+
     async def stop(self) -> None:
         self.control.close()  # the fork server sees the host leave, frees its runs' cgroups, exits
         try:
@@ -59,6 +65,10 @@ class Channel:
         self.sender = sender
         self._frames = FrameBuffer(limit)
         self._messages: deque[dict[str, Any]] = deque()
+
+    def hand_over(self, pid: int) -> None:
+        """From now on only process ``pid`` (the run's own, after the fork server's greeting) may speak."""
+        self.sender = pid
 
     async def read(self) -> dict[str, Any]:
         while not self._messages:

@@ -312,7 +312,7 @@ class ProcessExecutor:
         try:
             outcome = await self._converse(channel, code, dict(inputs or {}), host, limits, greeting)
         finally:
-            server.runs -= 1
+            server.run_ended()
             if isinstance(greeting.get("pid"), int):  # the namespace's init: killing it ends every process
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(greeting["pid"], signal.SIGKILL)
@@ -344,7 +344,7 @@ class ProcessExecutor:
                 continue
             finally:
                 theirs.close()
-            server.runs += 1
+            server.run_began()
             return server, channel
         raise AssertionError("unreachable")
 
@@ -358,7 +358,7 @@ class ProcessExecutor:
                     raise ExecutorError(f"the sandbox could not be set up: {greeting.get('message')}")
                 if not isinstance(greeting.get("pid"), int):
                     raise ProtocolViolation("no pid in the greeting")
-                channel.sender = greeting["pid"]  # from now on, only the run's own process may speak
+                channel.hand_over(greeting["pid"])  # from now on, only the run's own process may speak
                 await channel.write({"op": "run", "code": code, "inputs": inputs, "tools": sorted(host.tools),
                                      "message_bytes": message_limit(limits)})
                 confined = await channel.read()

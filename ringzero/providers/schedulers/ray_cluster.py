@@ -160,7 +160,7 @@ class RayScheduler:
                                       {p: f"ringzero-gate-{p}" for p in self.rate_limits}, self.namespace)
             hello = _unwrap(await actor.hello.remote())
             node = Node(node_id, name, actor, resources, load=int(hello["live"]), os_pid=int(hello["os_pid"]))
-            node.watch = asyncio.ensure_future(self._watch(node))
+            node.watched_by(asyncio.ensure_future(self._watch(node)))
             self._nodes[name] = node
         if not self._nodes:
             raise ProcessStateError("the Ray cluster has no live node that may run processes")

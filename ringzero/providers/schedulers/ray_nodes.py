@@ -31,6 +31,10 @@ class Node:
     os_pid: int = 0
     watch: asyncio.Task[None] | None = None
 
+    def watched_by(self, task: asyncio.Task[None]) -> None:
+        """The task that watches the node's worker for its end."""
+        self.watch = task
+
     def fits(self, wanted: Mapping[str, float], *, now: bool) -> bool:
         """Whether the node has ``wanted`` (``now``: free now, beside what it reserved)."""
         return all(self.total.get(k, 0.0) - (self.reserved.get(k, 0.0) if now else 0.0) >= v - 1e-9

@@ -106,7 +106,7 @@ class NodeWorker:
         from ringzero.providers.schedulers.ray_gate import ClusterPermits
 
         for provider, actor_name in self._gates.items():
-            kernel.gate(provider).permits = ClusterPermits(ray.get_actor(actor_name, namespace=self._namespace))
+            kernel.gate(provider).share_permits(ClusterPermits(ray.get_actor(actor_name, namespace=self._namespace)))
 
     # ----------------------------------------------------------------- calls
     async def hello(self) -> Envelope:
