@@ -3,6 +3,10 @@
 Agents run as processes with a pid, a lifecycle, budgets and a mailbox; their LLM calls,
 code runs and tool calls are syscalls that pass one rate-limited gate and are journaled,
 so a crashed host resumes every process without repeating a recorded call.
+
+``__all__`` is what a user needs (``Kernel``, ``Context``, handles, limits, the gate, the
+errors to catch) and what a backend author needs (the four protocols, their capabilities,
+the records they take and give, and the outcomes ``ctx.journaled_tool`` records).
 """
 
 from __future__ import annotations
@@ -41,7 +45,22 @@ from ringzero.core.contract.errors import (
     ToolNotFound,
     WrongEventLoop,
 )
+from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Stopped, Value, failure
+from ringzero.core.contract.protocols import (
+    Checkpointer,
+    CheckpointerCapabilities,
+    Executor,
+    ExecutorCapabilities,
+    LLMProvider,
+    ProviderCapabilities,
+    Scheduler,
+    SchedulerCapabilities,
+    Tool,
+    ToolCallJournal,
+)
 from ringzero.core.contract.types import (
+    Checkpoint,
+    ExecError,
     ExecLimits,
     ExecResult,
     Limits,
@@ -50,6 +69,9 @@ from ringzero.core.contract.types import (
     Message,
     ProcessStatus,
     StopReason,
+    ToolCall,
+    ToolSchema,
+    Usage,
 )
 from ringzero.core.kernel import Event, Kernel, ProcessHandle, ProcessInfo
 from ringzero.core.support.backends import install as _install_backends
@@ -67,19 +89,28 @@ __all__ = [
     "AuthenticationFailed",
     "BadRequest",
     "BudgetExceeded",
+    "Checkpoint",
+    "Checkpointer",
+    "CheckpointerCapabilities",
     "CheckpointerError",
     "Closed",
     "Context",
     "ContextTooLong",
     "Event",
+    "ExecError",
     "ExecLimits",
     "ExecResult",
+    "Executor",
+    "ExecutorCapabilities",
     "ExecutorError",
+    "Failure",
     "Fenced",
+    "InDoubt",
     "InvalidArgument",
     "InvalidLimits",
     "Kernel",
     "LLMGate",
+    "LLMProvider",
     "LLMRequest",
     "LLMResponse",
     "Limits",
@@ -90,6 +121,7 @@ __all__ = [
     "NotAProgram",
     "NotResumed",
     "NotSerializable",
+    "Outcome",
     "Pricing",
     "ProcessFailed",
     "ProcessHandle",
@@ -98,6 +130,7 @@ __all__ = [
     "ProcessStateError",
     "ProcessStatus",
     "ProgramNotFound",
+    "ProviderCapabilities",
     "ProviderError",
     "ProviderUnavailable",
     "RateLimit",
@@ -105,15 +138,25 @@ __all__ = [
     "ResultRefused",
     "RetryPolicy",
     "RingzeroError",
+    "Scheduler",
+    "SchedulerCapabilities",
     "StopReason",
+    "Stopped",
+    "Tool",
+    "ToolCall",
+    "ToolCallJournal",
     "ToolCrashed",
     "ToolError",
     "ToolFailed",
     "ToolInDoubt",
     "ToolNotFound",
+    "ToolSchema",
+    "Usage",
+    "Value",
     "WrongEventLoop",
     "__version__",
     "code_may_set",
     "cpu_bound",
+    "failure",
     "idempotent",
 ]

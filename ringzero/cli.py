@@ -177,6 +177,7 @@ def _where(db: Path | str, store: Checkpointer) -> str:
 
 
 async def _ps(db: Path | str, console: Console) -> int:
+    from ringzero.core.contract.outcomes import number
     from ringzero.core.contract.records import spend_in_journal
     from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import ProcessInfo
@@ -189,8 +190,8 @@ async def _ps(db: Path | str, console: Console) -> int:
         for record in records:
             if not record.status.terminal:  # after a crash its status row may lag its journal
                 recorded = spend_in_journal(await kernel_store.journal(record.pid))
-                record.count({key: max(float(record.spent.get(key) or 0), amount)  # type: ignore[arg-type]
-                              for key, amount in recorded.items()}, record.wall_seconds)
+                record.count({key: max(number(record.spent.get(key)), amount) for key, amount in recorded.items()},
+                             record.wall_seconds)
         rows = [ProcessInfo.of(r) for r in records]
         nodes = {pid: node for pid, (_, node) in (await kernel_store.owners()).items()}
         ended = {r.pid for r in records if r.status.terminal}

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -21,6 +21,7 @@ from rich.text import Text
 from ringzero import Context, Kernel, Limits, LLMGate, ProcessInfo, RateLimit, RetryPolicy
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.errors import RateLimited, RingzeroError
+from ringzero.core.contract.outcomes import number
 from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
 
@@ -76,7 +77,7 @@ async def analyst(ctx: Context, rows: int) -> float:
     result = await ctx.exec("data = load(rows)\nsum(data) / len(data)", inputs={"rows": rows},
                             tools={"load": lambda n: list(range(n))})
     await ctx.llm(f"explain mean {result.value} given {plan.content}")
-    return float(result.value)  # type: ignore[arg-type]
+    return number(result.value)
 
 
 async def batch_job(ctx: Context, items: int) -> int:
@@ -101,12 +102,13 @@ def process_table(rows: list[ProcessInfo], title: str = "ringzero processes",
                   nodes: Mapping[int, str] | None = None) -> Table:
     """The ``ps`` view: one row per process (with the node that runs it, for a cluster's store)."""
     table = Table(title=title, title_justify="left", expand=False)
-    columns = [("pid", "right"), ("name", "left"), ("prio", "right"), ("parent", "right"), ("status", "left"),
-               ("stop reason", "left"), ("llm", "right"), ("tokens", "right"), ("steps", "right"), ("wall s", "right")]
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("pid", "right"), ("name", "left"), ("prio", "right"), ("parent", "right"), ("status", "left"),
+        ("stop reason", "left"), ("llm", "right"), ("tokens", "right"), ("steps", "right"), ("wall s", "right")]
     if nodes is not None:
         columns.insert(2, ("node", "left"))
     for column, justify in columns:
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+        table.add_column(column, justify=justify)
     for r in rows:
         cells: list[str | Text] = [
             str(r.pid), r.name, str(r.priority), "" if r.parent is None else str(r.parent),

@@ -28,6 +28,7 @@ from rich.console import Console
 from ringzero import Context, Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.fingerprints import llm_fingerprint
+from ringzero.core.contract.outcomes import Value
 from ringzero.core.contract.store import KernelStore
 from ringzero.core.contract.types import LLMRequest
 from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
@@ -68,7 +69,8 @@ def publish(text: str, idempotency_key: str = "") -> str:
 
 
 async def reporter(ctx: Context) -> int:
-    notes: list[Any] = ctx.state.setdefault("notes", [])  # type: ignore[assignment]
+    notes = ctx.state.setdefault("notes", [])
+    assert isinstance(notes, list)
     for step in range(len(notes), 8):  # skips the work already in its state
         notes.append((await ctx.llm(f"section {step}")).content)
         await ctx.checkpoint()
@@ -125,7 +127,7 @@ async def _recorded(db: Path) -> tuple[set[str], dict[str, int]]:
         tools: dict[str, int] = {}
         for record in await kernel_store.load_processes():
             for entry in await kernel_store.journal(record.pid):
-                if entry.kind == "llm" and "value" in entry.outcome:
+                if entry.kind == "llm" and isinstance(entry.outcome, Value):
                     prompts.add(entry.fingerprint)
                 elif entry.kind == "tool":
                     tools[f"{record.pid}:{entry.seq}"] = 1

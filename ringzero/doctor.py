@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ringzero.core.contract.errors import RingzeroError
+from ringzero.core.contract.protocols import Executor
 from ringzero.core.support.owner_only import OWN_FOLDER, readable_by_others
 
 __all__ = ["DEFAULT_STORE", "diagnose", "store_warnings"]
@@ -17,9 +18,9 @@ __all__ = ["DEFAULT_STORE", "diagnose", "store_warnings"]
 DEFAULT_STORE = Path(OWN_FOLDER) / "state.db"
 
 
-async def _try_run(executor: object) -> str:
+async def _try_run(executor: Executor) -> str:
     started = time.perf_counter()
-    result = await executor.run("21 * 2")  # type: ignore[attr-defined]
+    result = await executor.run("21 * 2")
     elapsed = (time.perf_counter() - started) * 1000
     if result.error is not None or result.value != 42:
         return f"[red]runs, but wrongly: {result.error or result.value}[/]"

@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ringzero.core.contract.errors import InvalidArgument, NotResumed, RingzeroError
+from ringzero.core.contract.outcomes import InDoubt
+from ringzero.core.contract.records import received_seq
 
 if TYPE_CHECKING:
     from ringzero.core.contract.store import KernelStore
@@ -55,7 +57,8 @@ def check_factory(factory: Any, spec: str) -> KernelFactory:
                               f"like\n{FACTORY_SIGNATURE}") from None
     except ValueError:  # no signature to read (a builtin): called as it is
         pass
-    return factory  # type: ignore[no-any-return]
+    made: KernelFactory = factory
+    return made
 
 
 def build_kernel(factory: KernelFactory, db: Path | str, spec: str | None) -> Kernel:
@@ -88,11 +91,11 @@ class StoreCounts:
         for pid in pids:
             for entry in await store.journal(pid):
                 counts.syscalls += 1
-                counts.in_doubt_raised += "in_doubt" in entry.outcome
-                counts.in_doubt_rerun += "rerun" in entry.outcome
+                counts.in_doubt_raised += isinstance(entry.outcome, InDoubt)
+                counts.in_doubt_rerun += "rerun" in entry.outcome.beside
             for call in (await store.effects(pid)).calls.values():
                 counts.code_calls += 1
-                counts.in_doubt_rerun += "rerun" in call.outcome
+                counts.in_doubt_rerun += "rerun" in call.outcome.beside
         return counts
 
 
@@ -167,8 +170,7 @@ async def _unread_mail(store: KernelStore, waiting: Mapping[int, str]) -> bool:
     for pid, why in waiting.items():
         if why != "message":
             continue
-        received = {int(e.outcome["value"]["seq"]) for e in await store.journal(pid)  # type: ignore[index,call-overload,arg-type]
-                    if e.kind == "recv" and isinstance(e.outcome.get("value"), dict)}
+        received = {received_seq(e) for e in await store.journal(pid)}
         if any(seq not in received for seq, _ in await store.mail(pid)):
             return True
     return False

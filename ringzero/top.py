@@ -24,12 +24,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from ringzero.core.contract.errors import RingzeroError
+from ringzero.core.contract.outcomes import number
 from ringzero.core.contract.protocols import Checkpointer
 from ringzero.core.contract.store import KernelStore, ProcessRecord
 from ringzero.core.support.monitor import KernelActivity, command_outcome, read_activity, send_command
@@ -68,8 +69,8 @@ class Row:
     def of(cls, record: ProcessRecord, activity: dict[str, Any] | None) -> Row:
         spent = record.spent
         row = cls(pid=record.pid, name=record.name, status=record.status.value, paused=record.paused,
-                  priority=record.priority, parent=record.parent, tokens=int(spent.get("tokens") or 0),  # type: ignore[arg-type]
-                  cost=float(spent.get("cost") or 0.0), llm=int(spent.get("llm_calls") or 0),  # type: ignore[arg-type]
+                  priority=record.priority, parent=record.parent, tokens=int(number(spent.get("tokens"))),
+                  cost=number(spent.get("cost")), llm=int(number(spent.get("llm_calls"))),
                   wall=record.wall_seconds, syscall="",
                   stop_reason="" if record.stop_reason is None else record.stop_reason.value, live=False)
         if activity is not None and not record.status.terminal:  # the kernel's memory is newer than the row
@@ -245,10 +246,11 @@ class TopView:
 
     def _table(self, rows: list[Row]) -> Table:
         table = Table(box=None, pad_edge=False, header_style="bold reverse", expand=False)
-        for column, justify in (("", "left"), ("PID", "right"), ("NAME", "left"), ("STATUS", "left"),
-                                ("PRI", "right"), ("PARENT", "right"), ("TOKENS", "right"), ("COST $", "right"),
-                                ("LLM", "right"), ("WALL s", "right"), ("SYSCALL NOW", "left")):
-            table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
+            ("", "left"), ("PID", "right"), ("NAME", "left"), ("STATUS", "left"), ("PRI", "right"), ("PARENT", "right"),
+            ("TOKENS", "right"), ("COST $", "right"), ("LLM", "right"), ("WALL s", "right"), ("SYSCALL NOW", "left"))
+        for column, justify in columns:
+            table.add_column(column, justify=justify, no_wrap=True)
         room = max(3, self.height - 9 - sum(_tool_lines(k) for k in self.snapshot.kernels))
         start = 0
         if self.selected is not None:

@@ -245,7 +245,7 @@ def _disagreements(attempts: list[Attempt], client: Mapping[str, list[str]], jou
                     if earlier.fault == "429 retry-after" and later.arrived - earlier.arrived < RETRY_AFTER - 0.002:
                         problems.append(f"{prompt}: retried {later.arrived - earlier.arrived:.3f} s after a 429 "
                                         f"that asked for {RETRY_AFTER} s")
-            outcome, last = entry.outcome, seen[-1]
+            outcome, last = entry.outcome.to_json(), seen[-1]
             if last == "ok":
                 content = (outcome.get("value") or {}).get("message", {}).get("content")
                 if content != f"answer to {prompt}":
@@ -258,7 +258,7 @@ def _disagreements(attempts: list[Attempt], client: Mapping[str, list[str]], jou
                     problems.append(f"{prompt}: gave up after {len(seen)} attempts, the last {last!r}, with "
                                     "retries left")
         failed = isinstance(ends.get(pid), ProcessFailed)
-        if failed and (not calls or "error" not in calls[-1].outcome):
+        if failed and (not calls or "error" not in calls[-1].outcome.to_json()):
             problems.append(f"pid {pid} failed, but its last journaled call did not")
     for prompt in by_prompt:
         if prompt not in journaled:

@@ -77,7 +77,7 @@ async def test_a_kernel_still_running_a_process_that_was_taken_over_records_noth
         llm_slots = [e.seq for e in journal if e.kind == "llm"]
         assert len(llm_slots) == 20 == len(set(llm_slots))  # every slot recorded once
         # What the process returned is what the journal holds, whichever node answered each call.
-        assert result == [e.outcome["value"]["message"]["content"]  # type: ignore[call-overload,index]
+        assert result == [e.outcome.to_json()["value"]["message"]["content"]  # type: ignore[call-overload,index]
                           for e in journal if e.kind == "llm"]
         assert result[0] == "old says step 0"  # recorded by old before the takeover, not asked again
         assert calls.count("new step 0") == 0

@@ -228,7 +228,7 @@ async def test_concurrent_syscalls_keep_their_program_order_slots_across_a_resum
     while len(await kernel.store.journal(p.pid)) < 2:
         await asyncio.sleep(0.005)
     entries = await kernel.store.journal(p.pid)
-    assert [(e.seq, e.outcome["value"]) for e in entries] == [(1, 10), (2, 20)]  # slots, not finishing order
+    assert [(e.seq, e.outcome.to_json()["value"]) for e in entries] == [(1, 10), (2, 20)]  # slots, not finishing order
     await kernel.aclose()  # the host stops during the sleep
 
     async with Kernel(checkpointer=SqliteCheckpointer(db), tools=tools) as again:

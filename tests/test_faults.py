@@ -31,14 +31,15 @@ async def test_a_thousand_processes_through_a_failing_model_server(tmp_path: Pat
 
 def test_the_checks_catch_each_kind_of_disagreement() -> None:
     """The harness's own checks, fed disagreements: a clean run above then means something."""
+    from ringzero.core.contract.outcomes import Failure, Value
     from ringzero.core.contract.store import JournalEntry
     from tests.faults import Attempt, _disagreements
 
     def answered(prompt: str) -> JournalEntry:
-        return JournalEntry(1, "llm", "fp", "", {"value": {"message": {"content": f"answer to {prompt}"}}})
+        return JournalEntry(1, "llm", "fp", "", Value({"message": {"content": f"answer to {prompt}"}}))
 
     def failed(error: str) -> JournalEntry:
-        return JournalEntry(1, "llm", "fp", "", {"error": {"type": error, "message": ""}})
+        return JournalEntry(1, "llm", "fp", "", Failure(error, ""))
 
     call = "pid 1 call 0"
     ok = [Attempt(call, 0, "ok", 0.0)]

@@ -126,7 +126,7 @@ async def snapshot(store: str) -> dict[int, list[tuple[int, str, str, Any]]]:
     checkpointer = open_checkpointer(store)
     try:
         kernel_store = KernelStore(checkpointer)
-        return {r.pid: [(e.seq, e.kind, e.fingerprint, e.outcome) for e in await kernel_store.journal(r.pid)]
+        return {r.pid: [(e.seq, e.kind, e.fingerprint, e.outcome.to_json()) for e in await kernel_store.journal(r.pid)]
                 for r in await kernel_store.load_processes()}
     finally:
         await checkpointer.aclose()

@@ -103,7 +103,7 @@ async def store_view(store: str) -> dict[str, Any]:
 def done_before(view: dict[str, Any]) -> tuple[set[str], set[str]]:
     """The model prompts and code tool calls the journals held as done."""
     prompts = {e.fingerprint for journal in view["journals"].values() for e in journal
-               if e.kind == "llm" and "value" in e.outcome}
+               if e.kind == "llm" and "value" in e.outcome.to_json()}
     calls = {f"{pid}:{key}" for pid, calls in view["calls"].items() for key in calls}
     return prompts, calls
 
@@ -119,8 +119,8 @@ def printed_counts(out: str) -> dict[str, int]:
 
 def doubts(view: dict[str, Any], pids: list[int]) -> tuple[int, int]:
     """In-doubt calls the store holds as run again and as raised to the program, for ``pids``."""
-    outcomes = [e.outcome for pid in pids for e in view["journals"][pid]]
-    outcomes += [c.outcome for pid in pids for c in view["calls"][pid].values()]
+    outcomes = [e.outcome.to_json() for pid in pids for e in view["journals"][pid]]
+    outcomes += [c.outcome.to_json() for pid in pids for c in view["calls"][pid].values()]
     return sum("rerun" in o for o in outcomes), sum("in_doubt" in o for o in outcomes)
 
 
@@ -163,7 +163,7 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
     for key in calls_done:  # each tool call that code made and the journal held ran once
         pid, _, slot = key.partition(":")
         entry = after["calls"][int(pid)][slot]
-        assert "rerun" not in entry.outcome
+        assert "rerun" not in entry.outcome.beside
     if program == "charges_from_code":  # each payment made under one key, whatever ran twice
         for i in range(5):
             keys = {line.split()[2] for line in effects if line.startswith(f"charge {i} ")}

@@ -146,8 +146,8 @@ async def _recorded_prompts(kernel: Kernel, pids: list[int]) -> set[str]:
     recorded = set()
     for pid in pids:
         for entry in await kernel.store.journal(pid):
-            if entry.kind == "llm" and "value" in entry.outcome:
-                recorded.add(str(entry.outcome["value"]["message"]["content"]).removeprefix("echo "))  # type: ignore[call-overload,index]
+            if entry.kind == "llm" and "value" in entry.outcome.to_json():
+                recorded.add(str(entry.outcome.to_json()["value"]["message"]["content"]).removeprefix("echo "))  # type: ignore[call-overload,index]
     return recorded
 
 

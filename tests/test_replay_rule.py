@@ -202,7 +202,7 @@ async def test_tools_called_from_code_are_served_from_the_journal_and_the_one_in
     # Decided once, the same way on every later replay: the in-doubt outcome is journaled.
     async with kernel_on(tmp_path / "state.db") as kernel:
         journal = await kernel.store.journal(1)
-    assert [e.kind for e in journal] == ["exec"] and "in_doubt" in journal[0].outcome
+    assert [e.kind for e in journal] == ["exec"] and "in_doubt" in journal[0].outcome.to_json()
 
 
 async def test_tools_safe_to_repeat_run_again_with_the_same_idempotency_key(tmp_path: Path) -> None:
@@ -240,7 +240,7 @@ async def test_time_and_chance_are_the_same_when_replayed(tmp_path: Path) -> Non
     got = await resume(db)
     async with kernel_on(db) as kernel:
         journal = await kernel.store.journal(1)
-    when, draw, ident = (e.outcome["value"] for e in journal[:3])
+    when, draw, ident = (e.outcome.to_json()["value"] for e in journal[:3])
     assert isinstance(when, float) and abs(when - time.time()) < 60
     assert isinstance(draw, float) and 0 <= draw < 1 and uuid.UUID(str(ident)).version == 4
     assert got == [datetime.datetime.fromtimestamp(when, datetime.timezone.utc).isoformat(), draw, ident]

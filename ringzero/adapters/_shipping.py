@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 
 from ringzero.core.context import Context
 from ringzero.core.contract.errors import InvalidArgument, ToolFailed
+from ringzero.core.contract.outcomes import Failure, exception_of
 from ringzero.core.contract.protocols import Executor
 from ringzero.core.routing import route, route_sync
 from ringzero.core.support.loops import LoopHome
@@ -119,9 +120,9 @@ def raise_as_raised(failed: ToolFailed) -> NoReturn:
     """Raise what the body raised in the sandbox: a built-in exception (``ValueError``,
     ``FileNotFoundError``) as itself, as the host function would have raised it; any other as
     ``failed`` (a framework turns it into its own tool error)."""
-    raised = getattr(builtins, failed.error_type, None)
-    if isinstance(raised, type) and issubclass(raised, Exception) and not issubclass(raised, ToolFailed):
-        raise raised(failed.error_message) from failed
+    raised = exception_of(Failure(failed.error_type, failed.error_message))
+    if type(raised).__module__ == "builtins":
+        raise raised from failed
     raise failed
 
 
@@ -206,14 +207,16 @@ def _module_level_names(func: ast.FunctionDef | ast.AsyncFunctionDef, module_glo
             (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-        elif _defines_a_name(node) and node is not func:
-            bound.add(node.name)  # type: ignore[attr-defined]  # inner definitions, `except ... as name`
+        elif node is not func and (name := _defined_name(node)):
+            bound.add(name)  # inner definitions, `except ... as name`
     return {n for n in loaded - bound if n in module_globals and not hasattr(builtins, n)}
 
 
-def _defines_a_name(node: ast.AST) -> bool:
-    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler)
-    return isinstance(node, definitions) and bool(getattr(node, "name", None))
+def _defined_name(node: ast.AST) -> str | None:
+    """The name an inner definition binds (a function, a class, ``except ... as name``)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler)):
+        return node.name or None
+    return None
 
 
 _JSON_LEAVES = (str, int, float, bool, type(None), list, dict, tuple)

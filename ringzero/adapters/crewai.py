@@ -28,12 +28,19 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.adapters._shipping import ARGUMENTS, POSITIONAL, ExecutorChoice, raise_as_raised, shippable_call
 from ringzero.core.context import Context
-from ringzero.core.contract.errors import InvalidArgument, MissingExtra, RingzeroError, ToolFailed, ToolInDoubt
+from ringzero.core.contract.errors import (
+    InvalidArgument,
+    MissingExtra,
+    NonDeterminismError,
+    RingzeroError,
+    ToolFailed,
+    ToolInDoubt,
+)
+from ringzero.core.contract.outcomes import Outcome, Value, failure
 from ringzero.core.contract.protocols import Executor, Tool
 from ringzero.core.contract.types import ExecResult, json_form, json_problem
 from ringzero.core.routing import route_sync
 from ringzero.core.support.effects import retry_safe, served
-from ringzero.core.support.failures import failure
 from ringzero.core.support.tool_parameters import schema_tool
 
 try:
@@ -261,7 +268,10 @@ async def _in_process(ctx: Context, code: str, inputs: dict[str, Any], tools: di
         return (await given.run(code, inputs=inputs, tools=tools)).to_dict()
 
     run_given.__qualname__ = journal_name
-    return ExecResult.from_dict(await ctx.tool(run_given))  # type: ignore[arg-type]
+    ran = await ctx.tool(run_given)
+    if not isinstance(ran, dict):
+        raise NonDeterminismError(f"the run recorded for {journal_name!r} holds no result: {ran!r:.200}")
+    return ExecResult.from_dict(ran)
 
 
 def _plain_description(tool: BaseTool) -> str:
@@ -320,7 +330,7 @@ def _journal_tool_runs() -> None:
         return structured
 
     setattr(to_structured_tool, _JOURNALED, True)
-    BaseTool.to_structured_tool = to_structured_tool  # type: ignore[method-assign]
+    setattr(BaseTool, "to_structured_tool", to_structured_tool)  # noqa: B010  (a method: mypy refuses the assignment)
 
 
 def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any]:
@@ -336,14 +346,14 @@ def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any
             return run(*args, **kwargs)
         request = json_form({"args": list(args), "kwargs": kwargs})
 
-        async def live() -> dict[str, Any]:
+        async def live() -> Outcome:
             try:
                 result = await asyncio.to_thread(run, *args, **kwargs)
                 if inspect.isawaitable(result):
                     result = await result
             except Exception as exc:
-                return {"error": failure(exc)}
-            return {"value": result if json_problem(result, "result") is None else str(result)}
+                return failure(exc)
+            return Value(result if json_problem(result, "result") is None else str(result))
 
         try:
             outcome = ctx.call_from_thread(ctx.journaled_tool(f"crewai:{name}", request, live,

@@ -28,6 +28,7 @@ from ringzero.providers.llm import error_of_exception
 
 try:
     from crewai.llms.base_llm import BaseLLM
+    from crewai.utilities.types import LLMMessage
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.crewai", "crewai") from exc
 
@@ -53,7 +54,7 @@ class CrewLLMProvider:
         # Its sync call, on a worker thread: a CrewAI LLM keeps one async SDK client, whose
         # connections belong to the first event loop that used it, and offers no way to close
         # it; its sync client serves any thread.
-        return await self._answer(lambda: self.llm.call(messages, tools=tools))  # type: ignore[arg-type]
+        return await self._answer(lambda: self.llm.call(messages, tools=tools))
 
     async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
         """``complete`` through the LLM's own ``stream_events``: its text chunks (not the tool
@@ -62,7 +63,7 @@ class CrewLLMProvider:
         deliver = on_this_loop(on_text)
 
         def streamed() -> Any:
-            session = self.llm.stream_events(messages, tools=tools)  # type: ignore[arg-type]
+            session = self.llm.stream_events(messages, tools=tools)
             for frame in session:
                 if frame.type == "llm_stream_chunk" and frame.content and frame.data.get("tool_call") is None:
                     deliver(frame.content)
@@ -85,17 +86,17 @@ class CrewLLMProvider:
                            stop_reason="tool_use" if calls else "end_turn", model=self.model)
 
 
-def _crew_request(request: LLMRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+def _crew_request(request: LLMRequest) -> tuple[list[LLMMessage], list[dict[str, Any]] | None]:
     """The messages and tools of ``request`` as a CrewAI LLM takes them."""
     tools = [{"type": "function", "function": t.to_dict()} for t in request.tools] or None
     return [_crew_message(m) for m in request.messages], tools
 
 
-def _crew_message(message: Message) -> dict[str, Any]:
+def _crew_message(message: Message) -> LLMMessage:
     """A message in the OpenAI form CrewAI's LLMs take."""
     if message.role == "tool":
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+        return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content}
+    out: LLMMessage = {"role": message.role, "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [{"id": c.id, "type": "function",
                               "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}

@@ -121,16 +121,16 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
     def _tuple(self, record: Record) -> CheckpointTuple:
         body = self._decode(record.payload)
-        config = {"configurable": {"thread_id": record.thread_id, "checkpoint_ns": record.namespace,
-                                   "checkpoint_id": record.id}}
-        parent = None if record.parent_id is None else {"configurable": {
+        config: RunnableConfig = {"configurable": {"thread_id": record.thread_id, "checkpoint_ns": record.namespace,
+                                                   "checkpoint_id": record.id}}
+        parent: RunnableConfig | None = None if record.parent_id is None else {"configurable": {
             "thread_id": record.thread_id, "checkpoint_ns": record.namespace, "checkpoint_id": record.parent_id}}
         writes = sorted(record.writes, key=lambda w: (w.task_id, w.idx))
         return CheckpointTuple(
-            config=config,  # type: ignore[arg-type]
+            config=config,
             checkpoint=body["checkpoint"],
             metadata=body["metadata"],
-            parent_config=parent,  # type: ignore[arg-type]
+            parent_config=parent,
             pending_writes=[(w.task_id, w.channel, self._decode(w.value)) for w in writes],
         )
 

@@ -34,8 +34,8 @@ from typing import Any
 
 from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
 from ringzero.core.context import Context
-from ringzero.core.contract.errors import MissingExtra, NotSerializable, ToolFailed, WrongEventLoop
-from ringzero.core.contract.types import JSON
+from ringzero.core.contract.errors import MissingExtra, NonDeterminismError, NotSerializable, ToolFailed, WrongEventLoop
+from ringzero.core.contract.outcomes import Failure, Outcome, Value, failure
 from ringzero.core.support.effects import retry_safe
 from ringzero.core.support.loops import forward, running_loop
 
@@ -133,7 +133,7 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], C
     raised: list[BaseException] = []
     fresh: list[Any] = []  # the live result, handed back as itself rather than decoded from its record
 
-    async def live() -> dict[str, JSON]:
+    async def live() -> Outcome:
         try:
             produced = await run()
         except GraphBubbleUp:
@@ -142,23 +142,25 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], C
             if is_invalid_resume(exc):
                 raise  # the resume value is answered again, so the call must run again
             raised.append(exc)
-            return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+            return failure(exc)
         try:
             kind, data = _SERDE.dumps_typed(produced)
         except Exception as exc:
             raise NotSerializable(f"tool {call['name']!r} returned {type(produced).__name__}, which cannot be "
                                   f"journaled ({exc}); return what LangGraph can checkpoint") from exc
         fresh.append(produced)
-        return {"value": {"kind": kind, "data": base64.b64encode(data).decode("ascii")}}
+        return Value({"kind": kind, "data": base64.b64encode(data).decode("ascii")})
 
     outcome = await ctx.journaled_tool(call["name"], {"id": call.get("id"), "args": call["args"]}, live,
                                        retry_safe=lambda: retry_safe(getattr(request, "tool", None)))
-    if "error" in outcome:
+    if isinstance(outcome, Failure):
         if raised:
             raise raised[0]
-        error = outcome["error"]
-        raise ToolFailed(call["name"], str(error["type"]), str(error["message"]))  # type: ignore[index,call-overload]
+        raise ToolFailed(call["name"], outcome.type, outcome.message)
     if fresh:
         return fresh[0]
-    value = outcome["value"]
-    return _SERDE.loads_typed((value["kind"], base64.b64decode(value["data"])))  # type: ignore[index,call-overload,arg-type]
+    value = outcome.value if isinstance(outcome, Value) else None
+    kind, data = (value.get("kind"), value.get("data")) if isinstance(value, dict) else (None, None)
+    if not (isinstance(kind, str) and isinstance(data, str)):
+        raise NonDeterminismError(f"the record of tool call {call['name']!r} holds no LangGraph value: {value!r:.200}")
+    return _SERDE.loads_typed((kind, base64.b64decode(data)))

@@ -47,7 +47,8 @@ def import_tool(reference: str) -> Callable[..., Any]:
     target = import_reference(reference, "the tool")
     if not callable(target):
         raise InvalidArgument(f"the tool {reference!r} is not callable")
-    return target  # type: ignore[no-any-return]
+    function: Callable[..., Any] = target
+    return function
 
 
 def signature_of(fn: Callable[..., Any]) -> str:

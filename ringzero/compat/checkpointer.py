@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from ringzero.core.contract.protocols import Checkpointer
-from ringzero.core.contract.types import Checkpoint, PendingWrite
+from ringzero.core.contract.protocols import Appending, Batching, Checkpointer
+from ringzero.core.contract.types import JSON, Checkpoint, PendingWrite
 
 __all__ = ["CheckpointerConformance"]
 
 
-def cp(thread: str, cid: str, ns: str = "", **meta: object) -> Checkpoint:
-    return Checkpoint(thread_id=thread, namespace=ns, id=cid, payload=cid.encode(), metadata=meta)  # type: ignore[arg-type]
+def cp(thread: str, cid: str, ns: str = "", **meta: JSON) -> Checkpoint:
+    return Checkpoint(thread_id=thread, namespace=ns, id=cid, payload=cid.encode(), metadata=meta)
 
 
 async def _stores_each_in_order(checkpointer: Checkpointer, write_many: Any) -> None:
@@ -120,13 +120,15 @@ class CheckpointerConformance:
     async def test_put_many_stores_each_in_order(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.put_many:
             pytest.skip("this checkpointer declares no put_many")
-        await _stores_each_in_order(checkpointer, checkpointer.put_many)  # type: ignore[attr-defined]
+        assert isinstance(checkpointer, Batching), "it declares put_many and has no put_many()"
+        await _stores_each_in_order(checkpointer, checkpointer.put_many)
 
     async def test_append_stores_as_put_does_and_later_reads_and_writes_come_after_it(
             self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.append:
             pytest.skip("this checkpointer declares no append")
-        append = checkpointer.append  # type: ignore[attr-defined]
+        assert isinstance(checkpointer, Appending), "it declares append and lacks an append method"
+        append = checkpointer.append
         await append(cp("t", "1", step=1))
         await append(Checkpoint("t", "", "2", b"two", parent_id="1"))
         got = await checkpointer.get("t")
@@ -143,7 +145,8 @@ class CheckpointerConformance:
     async def test_append_many_stores_each_in_order_as_put_many_does(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.append:
             pytest.skip("this checkpointer declares no append")
-        await _stores_each_in_order(checkpointer, checkpointer.append_many)  # type: ignore[attr-defined]
+        assert isinstance(checkpointer, Appending), "it declares append and lacks an append method"
+        await _stores_each_in_order(checkpointer, checkpointer.append_many)
         await checkpointer.put(Checkpoint("u", "", "1", b"put after"))  # a later put wins over an append
         replaced = await checkpointer.get("u", "", "1")
         assert replaced is not None and replaced.payload == b"put after"
@@ -151,7 +154,8 @@ class CheckpointerConformance:
     async def test_append_writes_stores_as_put_writes_does(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.append:
             pytest.skip("this checkpointer declares no append")
-        append, append_writes = checkpointer.append, checkpointer.append_writes  # type: ignore[attr-defined]
+        assert isinstance(checkpointer, Appending), "it declares append and lacks an append method"
+        append, append_writes = checkpointer.append, checkpointer.append_writes
         await append(cp("t", "1"))
         await append_writes("t", "", "1", [PendingWrite("a", "out", b"first"),
                                            PendingWrite("a", "__error__", b"e1", idx=-1)])

@@ -95,9 +95,12 @@ class Kernel:
         self.checkpointer: Checkpointer = checkpointer
         self.executor: Executor = executor
         self.scheduler = scheduler
-        placement: Placement | None = scheduler if scheduler.capabilities.distributed else None  # type: ignore[assignment]
-        if scheduler.capabilities.distributed and not isinstance(scheduler, Placement):
-            raise InvalidArgument(f"{type(scheduler).__name__} says it is distributed but has no place()/owner_of()")
+        placement: Placement | None = None
+        if scheduler.capabilities.distributed:
+            if not isinstance(scheduler, Placement):
+                raise InvalidArgument(
+                    f"{type(scheduler).__name__} says it is distributed but has no place()/owner_of()")
+            placement = scheduler
         self.cluster = Cluster(KernelStore(checkpointer), placement=placement, node=node)
         """Where processes go and what this kernel owns in a cluster (``ringzero.core._engine.cluster``)."""
         self.runtime = Runtime(checkpointer=checkpointer, executor=executor, scheduler=scheduler, tools=tools or {},

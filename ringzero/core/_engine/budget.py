@@ -61,7 +61,9 @@ class Meter:
 
     @property
     def spent(self) -> Spend:
-        return Spend(**self.spent_dict())  # type: ignore[arg-type]
+        spent = self._spent
+        return Spend(tokens=int(spent["tokens"]), cost=spent["cost"], llm_calls=int(spent["llm_calls"]),
+                     steps=int(spent["steps"]), exec_seconds=spent["exec_seconds"])
 
     def spent_dict(self) -> dict[str, JSON]:
         """``spent.to_dict()`` without the dataclass on the way (it is saved at every transition)."""

@@ -27,6 +27,7 @@ from ringzero.core.contract.errors import (
     NotSerializable,
 )
 from ringzero.core.contract.fingerprints import fingerprint
+from ringzero.core.contract.outcomes import NONE, Outcome, Value
 from ringzero.core.contract.protocols import Executor, Tool
 from ringzero.core.contract.remote import RemoteProcessHandle
 from ringzero.core.contract.tokens import estimate_message_tokens
@@ -205,7 +206,6 @@ class Context:
         return sys_tools.exec_code(self._process, code, inputs=inputs, tools=tools, limits=limits)
 
     # --------------------------------------------------------------------- tool
-    # --------------------------------------------------------------------- tool
     def tool(self, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> Coroutine[Any, Any, JSON]:
         """Call a host tool (by name from the kernel's tools, or a callable) with JSON arguments.
 
@@ -214,14 +214,15 @@ class Context:
         return sys_tools.tool(self._process, tool, *args, **kwargs)
 
     def journaled_tool(
-        self, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]], *,
+        self, name: str, request: JSON, live: Callable[[], Awaitable[Outcome]], *,
         retry_safe: bool | Callable[[], bool] = False,
-    ) -> Coroutine[Any, Any, dict[str, JSON]]:
+    ) -> Coroutine[Any, Any, Outcome]:
         """One tool call as a journaled, budgeted syscall whose result the caller encodes.
 
         For adapters whose tools return framework objects rather than JSON (LangGraph's
         ``ToolMessage`` and ``Command``, CrewAI's tool output): ``live`` runs the call and
-        returns the outcome to record, a JSON object; ``request`` identifies the call (a replay
+        returns the outcome to record (``ringzero.Value`` of JSON, or ``ringzero.failure(exc)``,
+        a ``Failure``); ``request`` identifies the call (a replay
         must ask for the same one). A recorded outcome is returned without calling ``live``. An
         exception from ``live`` is not recorded. Its intent is: a call in flight at a crash is
         in doubt on resume and raises ``ToolInDoubt`` there, unless ``retry_safe`` (the tool is
@@ -239,7 +240,6 @@ class Context:
         return self._process.idempotency_key(slot)
 
     # ------------------------------------------------------------ messages
-    # ------------------------------------------------------------ messages
     def send(self, to: int | ProcessHandle | RemoteProcessHandle, message: JSON, *,
              priority: int = 10) -> Coroutine[Any, Any, None]:
         """Deliver ``message`` to a process's mailbox (lower priority numbers first): ``to`` is
@@ -256,8 +256,8 @@ class Context:
         outcome = await syscall(
             self._process, "recv", {"timeout": timeout}, "" if timeout is None else f"timeout {timeout}s",
             mailbox.receive if timeout is None else functools.partial(mailbox.receive, timeout), waits=True)
-        got = outcome["value"]
-        return None if got is None else got["message"]  # type: ignore[call-overload,index]
+        got = outcome.value if isinstance(outcome, Value) else None
+        return got.get("message") if isinstance(got, dict) else None
 
     # ------------------------------------------------------------ processes
     def spawn(
@@ -298,13 +298,13 @@ class Context:
             raise NotSerializable(problem)
         prints = _state_prints(state)
 
-        async def live() -> dict[str, JSON]:
+        async def live() -> Outcome:
             await process.write_status((runtime.store.state_row(process.record),))  # one commit with the status
-            return {"value": None, "state": prints}
+            return Value(None, {"state": prints})
 
         runtime = process.runtime
         outcome = await syscall(process, "checkpoint", {}, f"{len(state)} keys", live)
-        recorded = outcome.get("state")
+        recorded = outcome.beside.get("state")
         if isinstance(recorded, dict) and recorded != prints:
             differ = sorted({*recorded, *prints} - {k for k in recorded if recorded[k] == prints.get(k)})
             raise NonDeterminismError(
@@ -332,36 +332,44 @@ class Context:
     async def now(self) -> datetime.datetime:
         """The time now (UTC), journaled: a resumed program gets the time it got the first time."""
         outcome = await syscall(self._process, "now", {}, "", _value_of(time.time))
-        return datetime.datetime.fromtimestamp(float(outcome["value"]), datetime.timezone.utc)  # type: ignore[arg-type]
+        return datetime.datetime.fromtimestamp(_recorded_number(outcome), datetime.timezone.utc)
 
     async def random(self) -> float:
         """A random float in [0, 1), journaled: a resumed program draws the same number."""
         outcome = await syscall(self._process, "random", {}, "", _value_of(random.random))
-        return float(outcome["value"])  # type: ignore[arg-type]
+        return _recorded_number(outcome)
 
     async def uuid(self) -> uuid.UUID:
         """A random UUID (version 4), journaled: a resumed program gets the same one."""
         outcome = await syscall(self._process, "uuid", {}, "", _value_of(lambda: str(uuid.uuid4())))
-        return uuid.UUID(str(outcome["value"]))
+        return uuid.UUID(str(outcome.value if isinstance(outcome, Value) else None))
 
     async def sleep(self, seconds: float) -> None:
         """Sleep without holding a run slot."""
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
             raise InvalidArgument(f"sleep needs a non-negative number of seconds, not {seconds!r}")
 
-        async def live() -> dict[str, JSON]:
+        async def live() -> Outcome:
             await asyncio.sleep(seconds)
-            return {"value": None}
+            return NONE
 
         await syscall(self._process, "sleep", {"seconds": seconds}, f"{seconds}s", live, waits=True)
 
 
-def _value_of(draw: Callable[[], JSON]) -> Callable[[], Awaitable[dict[str, JSON]]]:
+def _value_of(draw: Callable[[], JSON]) -> Callable[[], Awaitable[Outcome]]:
     """The ``live`` of a syscall whose outcome is ``draw()``: the time, a random number."""
-    async def live() -> dict[str, JSON]:
-        return {"value": draw()}
+    async def live() -> Outcome:
+        return Value(draw())
 
     return live
+
+
+def _recorded_number(outcome: Outcome) -> float:
+    """The number a time or chance syscall recorded (a NonDeterminismError where it holds none)."""
+    value = outcome.value if isinstance(outcome, Value) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise NonDeterminismError(f"the syscall recorded here holds no number: {outcome!r:.200}")
+    return float(value)
 
 
 _STATE_PRINTS_KEYS = 64

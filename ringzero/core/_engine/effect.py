@@ -8,12 +8,12 @@ checks that the program asks for what was recorded there); ``perform`` runs the 
 
 1. an effect on the world (``retry_safe`` given: a tool, a tool call from code) that was in
    flight when its host died is *in doubt*: it runs again only where ``retry_safe()`` says so,
-   else its outcome is ``{"in_doubt": ...}``, recorded like any other, which the caller raises
-   as ``ToolInDoubt``;
+   else its outcome is ``InDoubt``, which the caller raises as ``ToolInDoubt`` (recorded like
+   any other outcome; a tool call from code stops its run instead, and its exec records it);
 2. its intent is recorded before it runs, so that a crash now leaves it in doubt;
 3. it runs live (``SLOT`` holds its slot meanwhile, what ``ctx.idempotency_key()`` reads);
-4. its outcome is recorded before anyone sees it (``Journal.fill``), marked
-   ``"rerun": "in_doubt"`` where it ran again.
+4. its outcome (``ringzero.core.contract.outcomes``) is recorded before anyone sees it
+   (``Journal.fill``), marked ``rerun: "in_doubt"`` where it ran again.
 """
 
 from __future__ import annotations
@@ -21,17 +21,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from ringzero.core.contract.types import JSON
+from ringzero.core.contract.outcomes import InDoubt, Outcome, with_beside
 from ringzero.core.support.live import SLOT
 
 if TYPE_CHECKING:
     from ringzero.core._engine.journal import Journal
 
-__all__ = ["Outcome", "perform"]
-
-Outcome = dict[str, JSON]
-"""A slot's record as the program gets it back: ``{"value": ...}``, ``{"error": failure}``
-(``ringzero.core.support.failures``) or ``{"in_doubt": {"slot", "summary"}}``, and what its syscall adds."""
+__all__ = ["perform"]
 
 
 async def perform(journal: Journal, slot: str, kind: str, fp: str, summary: str,
@@ -42,7 +38,9 @@ async def perform(journal: Journal, slot: str, kind: str, fp: str, summary: str,
     if retry_safe is not None:
         if await journal.in_doubt(slot):
             if not retry_safe():  # the program decides: the outcome says so, live and replayed
-                return await journal.fill(slot, kind, fp, summary, {"in_doubt": {"slot": slot, "summary": summary}})
+                doubt = InDoubt(slot, summary)
+                # A tool call from code stops its run here: its exec's record holds the doubt.
+                return doubt if "." in slot else await journal.fill(slot, kind, fp, summary, doubt)
             rerun = True
         await journal.record_intent(slot, kind, fp, summary)
     token = SLOT.set(slot)
@@ -51,5 +49,5 @@ async def perform(journal: Journal, slot: str, kind: str, fp: str, summary: str,
     finally:
         SLOT.reset(token)
     if rerun:
-        outcome = {**outcome, "rerun": "in_doubt"}
+        outcome = with_beside(outcome, rerun="in_doubt")
     return await journal.fill(slot, kind, fp, summary, outcome)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from ringzero.core.contract.errors import Fenced, NonDeterminismError
+from ringzero.core.contract.outcomes import Outcome
 from ringzero.core.contract.store import Effects, JournalEntry, KernelStore
-from ringzero.core.contract.types import JSON
 
 __all__ = ["OWNER_RECHECK", "Journal", "diverged"]
 
@@ -104,7 +104,7 @@ class Journal:
         """The recorded outcomes not yet served, in program order."""
         return tuple(self._by_seq[seq] for seq in sorted(self._by_seq))
 
-    def take_slot(self, kind: str, fp: str, summary: str) -> tuple[int, dict[str, JSON] | None]:
+    def take_slot(self, kind: str, fp: str, summary: str) -> tuple[int, Outcome | None]:
         """The next slot in program order, and its recorded outcome (None: run it live)."""
         self._cursor += 1
         seq = self._cursor
@@ -123,7 +123,7 @@ class Journal:
             self._effects = await self._store.effects(self._pid) if self.resumed else Effects(frozenset(), {})
         return self._effects
 
-    async def recorded_call(self, key: str, kind: str, fp: str, summary: str) -> dict[str, JSON] | None:
+    async def recorded_call(self, key: str, kind: str, fp: str, summary: str) -> Outcome | None:
         """The recorded outcome of the tool call that sandboxed code made in slot ``key``
         (``<slot>.<n>``), or None where it has none; NonDeterminismError where the code now asks
         for another call there."""
@@ -147,7 +147,7 @@ class Journal:
         effect was in flight (``in_doubt``)."""
         await self._store.record_intent(self._pid, key, kind, fp, summary)
 
-    async def fill(self, slot: str, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> dict[str, JSON]:
+    async def fill(self, slot: str, kind: str, fp: str, summary: str, outcome: Outcome) -> Outcome:
         """Record the outcome of ``slot``: a syscall's (``record``), or a tool call's that
         sandboxed code made (``<slot>.<n>``). Durable when this returns; returns the slot's
         outcome (see ``record``)."""
@@ -172,7 +172,7 @@ class Journal:
             raise Fenced(f"pid {self._pid}: another node has taken this process over; this kernel stops running it")
         self._owner_checked = now
 
-    async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: dict[str, JSON]) -> dict[str, JSON]:
+    async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: Outcome) -> Outcome:
         """Fill slot ``seq``; durable when this returns. Returns the slot's outcome: ``outcome``,
         or in a fenced journal whose slot a stale owner filled first (it had not yet seen the
         takeover), that owner's record, which the process goes on with; a kernel that is not the

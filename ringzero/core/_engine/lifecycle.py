@@ -93,7 +93,7 @@ async def finish(process: Process, status: ProcessStatus, reason: StopReason, er
     state = record.state
     problem = json_problem(state, "ctx.state")
     if problem is not None:  # kept in a JSON form, and the process fails: a resume would see other state
-        state = json_form(state)  # type: ignore[assignment]
+        state = {str(key): json_form(value) for key, value in state.items()}
         if status is ProcessStatus.EXITED:
             status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(NotSerializable(problem))
     result = record.result

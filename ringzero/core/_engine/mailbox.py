@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from ringzero.core.contract.outcomes import NONE, Outcome, Value
 from ringzero.core.contract.types import JSON
 from ringzero.core.support.timeouts import wait_until_set
 from ringzero.core.support.waitline import PriorityLine
@@ -57,9 +58,9 @@ class Mailbox:
         if self._arrived is not None:
             self._arrived.set()
 
-    async def receive(self, timeout: float | None = None) -> dict[str, JSON]:
-        """The outcome the ``recv`` syscall journals: ``{"value": {"seq", "message"}}`` for the
-        most urgent message, ``{"value": None}`` when ``timeout`` seconds (None: forever) passed
+    async def receive(self, timeout: float | None = None) -> Outcome:
+        """The outcome the ``recv`` syscall journals: ``Value({"seq", "message"})`` for the
+        most urgent message, ``NONE`` when ``timeout`` seconds (None: forever) passed
         first. The syscall runs this itself (the bound method, or ``functools.partial`` with a
         timeout), with no closure and no coroutine of its own in every idle process's await
         chain."""
@@ -78,12 +79,12 @@ class Mailbox:
             self._arrived.clear()
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
-                return {"value": None}
+                return NONE
             if remaining is None:
                 await self._arrived.wait()
             elif not await wait_until_set(self._arrived, remaining):
-                return {"value": None}
+                return NONE
         mail = self._line.pop()
         if not self._line:  # emptied: the line goes (three objects fewer for every idle process that got mail)
             self._line = None
-        return {"value": {"seq": mail.seq, "message": mail.message}}
+        return Value({"seq": mail.seq, "message": mail.message})

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core.contract.errors import ProcessStateError, RingzeroError
+from ringzero.core.contract.outcomes import number
 from ringzero.core.contract.store import dumps, loads
 from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint
+from ringzero.core.support.gate import LLMGate
 from ringzero.core.support.monitor import (
     ACTIVITY,
     COMMAND_WINDOW,
@@ -83,15 +85,13 @@ async def deliver_elsewhere(runtime: Runtime, pid: int, message: JSON, priority:
 
 
 
-def _gate_row(name: str, gate: Any, before: Mapping[str, float] | None, seconds: float) -> dict[str, JSON]:
-    row = gate.snapshot()
-    row["name"] = name
+def _gate_row(name: str, gate: LLMGate, before: Mapping[str, float] | None, seconds: float) -> dict[str, JSON]:
+    now = gate.snapshot()
+    row: dict[str, JSON] = {**now, "name": name, "calls_per_s": 0.0, "tokens_per_s": 0.0}
     if before is not None and seconds > 0:
-        row["calls_per_s"] = round((row["calls"] - before["calls"]) / seconds, 2)
-        row["tokens_per_s"] = round((row["tokens"] - before["tokens"]) / seconds, 1)
-    else:
-        row["calls_per_s"] = row["tokens_per_s"] = 0.0
-    return row  # type: ignore[no-any-return]
+        row["calls_per_s"] = round((now["calls"] - before["calls"]) / seconds, 2)
+        row["tokens_per_s"] = round((now["tokens"] - before["tokens"]) / seconds, 1)
+    return row
 
 
 @dataclass
@@ -167,7 +167,7 @@ class Monitor:
         gates: dict[str, JSON] = {}
         for name, gate in self.runtime.gates.items():
             row = _gate_row(name, gate, self._gates_before.get(name), seconds)
-            self._gates_before[name] = {"calls": row["calls"], "tokens": row["tokens"]}  # type: ignore[dict-item]
+            self._gates_before[name] = {"calls": number(row["calls"]), "tokens": number(row["tokens"])}
             gates[name] = row
         return {"kernel": self.id, "node": self.runtime.cluster.node, "at": time.time(), "interval": self.interval,
                 "closed": False, "processes": processes, "more": max(0, len(live) - MAX_LISTED), "gates": gates,

@@ -82,7 +82,7 @@ async def begin_new_run(process: Process, again: ContinueAsNew) -> None:
     await process.runtime.flush()  # the old run's transitions land before its record is let go
     record.begin_run(again.args, again.state, {
         "journal_base": base, "sends": process.sends, "spawns": process.spawns, "mail_seen": process.mail_seq,
-        "mail_pending": process.mailbox.pending(), "spent": process.meter.spent_dict()})  # type: ignore[dict-item]
+        "mail_pending": list[JSON](process.mailbox.pending()), "spent": process.meter.spent_dict()})
     store = process.runtime.store
     try:
         await store.begin_new_run(record)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core._engine.syscall import syscall
+from ringzero.core.contract.outcomes import Outcome, Value
 from ringzero.core.contract.types import JSON
 from ringzero.core.support.memory import Memory, MemoryStore, check_memory_name
 
@@ -56,10 +57,10 @@ class ProcessMemory:
     async def _call(self, op: str, args: dict[str, JSON], work: Callable[[MemoryStore], Any]) -> JSON:
         store = self._process.runtime.memory
 
-        async def live() -> dict[str, JSON]:
+        async def live() -> Outcome:
             result = await work(store)
-            return {"value": result.to_dict() if isinstance(result, Memory) else result}
+            return Value(result.to_dict() if isinstance(result, Memory) else result)
 
         outcome = await syscall(self._process, "memory", {"op": op, "namespace": self.name, **args},
-                                              f"{op} in {self.name}", live)
-        return outcome["value"]
+                                f"{op} in {self.name}", live)
+        return outcome.value if isinstance(outcome, Value) else None

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from ringzero.core._engine.handles import ProcessHandle
 from ringzero.core._engine.journal import OWNER_RECHECK, Journal
@@ -21,6 +20,7 @@ from ringzero.core._engine.new_run import RunStart
 from ringzero.core._engine.process import Process, Program
 from ringzero.core._engine.runtime import Runtime, missing_program
 from ringzero.core.contract.errors import InvalidArgument, NotResumed, ProgramNotFound
+from ringzero.core.contract.records import received_seq
 from ringzero.core.contract.store import ProcessRecord
 from ringzero.core.support.references import import_reference
 
@@ -88,16 +88,11 @@ async def _loaded(runtime: Runtime, record: ProcessRecord, programs: Mapping[str
         process.end_unfinished()
         return process
     runtime.procs[record.pid] = process
-    consumed = {_received_seq(e.outcome) for e in journal.entries if e.kind == "recv" and e.outcome.get("value")}
+    consumed = {received_seq(e) for e in journal.entries}
     for seq, body in await store.mail(record.pid):
         if seq not in consumed and not start.received_before(seq):
             process.mailbox.put(Mail(int(body["priority"]), seq, body["message"], body.get("sender")))
     return process
-
-
-def _received_seq(outcome: Mapping[str, Any]) -> int:
-    """The mailbox seq a journaled recv consumed."""
-    return int(outcome["value"]["seq"])
 
 
 def _resolve(record: ProcessRecord, programs: Mapping[str, Program]) -> tuple[Program | None, str]:

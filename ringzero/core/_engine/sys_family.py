@@ -4,11 +4,18 @@ here or on another cluster node."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ringzero.core._engine.handles import ProcessHandle, process_of
 from ringzero.core._engine.syscall import syscall
-from ringzero.core.contract.errors import BudgetExceeded, InvalidArgument, ProcessFailed, ProcessNotFound
+from ringzero.core.contract.errors import (
+    BudgetExceeded,
+    InvalidArgument,
+    NonDeterminismError,
+    ProcessFailed,
+    ProcessNotFound,
+)
+from ringzero.core.contract.outcomes import NONE, Outcome, Stopped, Value
 from ringzero.core.contract.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.contract.types import JSON, Limits, ProcessStatus, StopReason
 from ringzero.core.support.references import program_reference
@@ -32,10 +39,10 @@ async def send(process: Process, to: int | ProcessHandle | RemoteProcessHandle, 
     # when the host died is not delivered twice (``Runtime.deliver``).
     mail_id = process.next_send()
 
-    async def live() -> dict[str, JSON]:
+    async def live() -> Outcome:
         await runtime.deliver(pid, message, priority, sender=process.pid, mail_id=mail_id,
                               maybe_delivered=process.recovered)
-        return {"value": None}
+        return NONE
 
     await syscall(process, "send", {"to": pid, "message": message, "priority": priority}, f"to {pid}", live)
 
@@ -58,10 +65,10 @@ async def spawn(
     placed: list[RemoteProcessHandle] = []
     spawn_id = process.next_spawn()
 
-    async def live() -> dict[str, JSON]:
+    async def live() -> Outcome:
         orphan = runtime.spawned_before_crash(process, spawn_id)
         if orphan is not None:  # created before the host died, but the spawn was not journaled
-            return {"value": orphan}
+            return Value(orphan)
         if runtime.cluster.child_placement is not None:
             request = SpawnRequest(program=program_reference(program)[0], args=list(args),
                                    name=name or program.__name__, priority=child_priority, limits=child_limits)
@@ -69,16 +76,19 @@ async def spawn(
             if remote is not None:
                 placed.append(remote)
                 runtime.cluster.adopt_remote_child(process, remote, child_limits)
-                return {"value": remote.pid}
+                return Value(remote.pid)
         child = await runtime.spawn_process(program, args, name=name, priority=child_priority,
                                             limits=child_limits, parent=process.pid, spawn_id=spawn_id)
         created.append(child.pid)  # create() registered it with this process already
-        return {"value": child.pid}
+        return Value(child.pid)
 
-    fp = {"program": program_reference(program)[0], "args": list(args), "name": name,
-          "priority": child_priority, "limits": child_limits.to_dict()}
-    outcome = await syscall(process, "spawn", fp, fp["program"], live)  # type: ignore[arg-type]
-    child_pid = int(outcome["value"])  # type: ignore[arg-type]
+    reference = program_reference(program)[0]
+    fp = {"program": reference, "args": list(args), "name": name, "priority": child_priority,
+          "limits": child_limits.to_dict()}
+    outcome = await syscall(process, "spawn", fp, reference, live)
+    child_pid = outcome.value if isinstance(outcome, Value) else None
+    if not isinstance(child_pid, int):
+        raise NonDeterminismError(f"pid {process.pid}: the spawn recorded here holds no pid: {outcome!r:.200}")
     if placed:
         return placed[0]
     if not created:  # replayed after a crash: the child was loaded by recover(), or has ended
@@ -109,7 +119,7 @@ async def wait(process: Process, child: ProcessHandle | RemoteProcessHandle | in
     pid = child if isinstance(child, int) else child.pid
     target = child if not isinstance(child, int) else await runtime.any_handle(pid)
 
-    async def live() -> dict[str, JSON]:
+    async def live() -> Outcome:
         if isinstance(target, RemoteProcessHandle):
             ended = await target.ended(timeout)
             runtime.cluster.settle_remote_child(process, target.pid, ended)  # as a local child's end does
@@ -123,13 +133,12 @@ async def wait(process: Process, child: ProcessHandle | RemoteProcessHandle | in
             reason = None if record.stop_reason is None else record.stop_reason.value
             detail = dict(record.error) if record.error else None
         if status is ProcessStatus.EXITED:
-            return {"value": result}
-        return {"error": {"status": status.value, "reason": reason, "detail": detail}}
+            return Value(result)
+        return Stopped(status.value, reason, detail)
 
     outcome = await syscall(process, "wait", {"pid": pid}, str(pid), live, waits=True)
-    if "error" in outcome:
-        info: Any = outcome["error"]
-        reason = StopReason(info["reason"]) if info["reason"] else None
+    if isinstance(outcome, Stopped):
+        reason = StopReason(outcome.reason) if outcome.reason else None
         failed = BudgetExceeded if reason and reason.value.startswith("budget_") else ProcessFailed
-        raise failed(target.pid, info["status"], reason, info["detail"])
-    return outcome["value"]
+        raise failed(target.pid, outcome.status, reason, outcome.detail)
+    return outcome.value if isinstance(outcome, Value) else None

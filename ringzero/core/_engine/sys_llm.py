@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.core._engine.syscall import syscall
 from ringzero.core.contract import errors
-from ringzero.core.contract.errors import NoProvider, ProviderError
+from ringzero.core.contract.errors import NonDeterminismError, NoProvider, ProviderError
 from ringzero.core.contract.fingerprints import llm_fingerprint, trimmed
+from ringzero.core.contract.outcomes import Failure, Outcome, Value, exception_of, failure, number
 from ringzero.core.contract.protocols import TextSink
-from ringzero.core.contract.types import JSON, LLMRequest, LLMResponse, Message, ToolSchema, coerce_messages
-from ringzero.core.support.failures import exception_of, failure, message_of
+from ringzero.core.contract.types import LLMRequest, LLMResponse, Message, ToolSchema, coerce_messages
 from ringzero.core.support.live import NESTED_COST
 
 if TYPE_CHECKING:
@@ -45,16 +45,16 @@ async def llm(
         temperature=temperature,
         stop=tuple(stop) if stop else (),
     )
-    fresh: list[tuple[LLMResponse, dict[str, JSON]]] = []  # to skip decoding what we just encoded
+    fresh: list[tuple[LLMResponse, Outcome]] = []  # to skip decoding what we just encoded
 
-    async def live() -> dict[str, JSON]:
+    async def live() -> Outcome:
         gate = gate_of(process, provider)  # only a live call needs the provider: a replay does not
         try:
             response = await gate.complete(request, pid=process.pid, priority=process.record.priority,
                                            on_text=on_text)
         except ProviderError as exc:
-            return {"error": failure(exc, retry_after=getattr(exc, "retry_after", None))}
-        recorded: dict[str, JSON] = {"value": response.to_dict()}
+            return failure(exc, retry_after=getattr(exc, "retry_after", None))
+        recorded = Value(response.to_dict())
         fresh.append((response, recorded))
         return recorded
 
@@ -65,12 +65,17 @@ async def llm(
     about = None if not telemetry.enabled else (
         lambda: telemetry.llm_about(process.runtime.gates.get(provider), provider, request))
     outcome = await syscall(process, "llm", None, summary, live, needs=_LLM_NEEDS,
-                                    fp=llm_fingerprint(provider, request), about=about)
-    if "error" in outcome:
-        raise _provider_error(outcome["error"])  # type: ignore[arg-type]
+                            fp=llm_fingerprint(provider, request), about=about)
+    if isinstance(outcome, Failure):
+        raise _provider_error(outcome)
     # Decoded when replayed, or when (a cluster's takeover) the slot holds another node's answer.
     live_answer = fresh[0][0] if fresh and fresh[0][1] is outcome else None
-    response = live_answer or LLMResponse.from_dict(outcome["value"])  # type: ignore[arg-type]
+    if live_answer is not None:
+        response = live_answer
+    elif isinstance(outcome, Value) and isinstance(outcome.value, dict):
+        response = LLMResponse.from_dict(outcome.value)
+    else:
+        raise NonDeterminismError(f"pid {process.pid}: the model call recorded here holds no answer: {outcome!r:.200}")
     usage = response.usage
     process.meter.charge_llm(usage.input_tokens + usage.output_tokens, usage.cost or 0.0)
     process.check_budget()
@@ -99,9 +104,10 @@ def gate_of(process: Process, provider: str) -> LLMGate:
         process.needs(exc)
 
 
-def _provider_error(info: Mapping[str, Any]) -> ProviderError:
-    """The provider's error a recorded failure stands for (``ringzero.core.support.failures``)."""
-    if info.get("type") == "RateLimited":
-        return errors.RateLimited(message_of(info), info.get("retry_after"))
-    exc = exception_of(info)
-    return exc if isinstance(exc, ProviderError) else ProviderError(message_of(info))
+def _provider_error(failed: Failure) -> ProviderError:
+    """The provider's error a recorded failure stands for (``ringzero.core.contract.outcomes``)."""
+    if failed.type == "RateLimited":
+        retry_after = failed.details.get("retry_after")
+        return errors.RateLimited(failed.message, None if retry_after is None else number(retry_after))
+    exc = exception_of(failed)
+    return exc if isinstance(exc, ProviderError) else ProviderError(failed.message)

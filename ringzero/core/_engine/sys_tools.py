@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ringzero.core._engine.syscall import syscall
 from ringzero.core._engine.tool_calls import ToolCalls
-from ringzero.core.contract.errors import InvalidArgument, ToolFailed, ToolInDoubt, ToolNotFound
+from ringzero.core.contract.errors import InvalidArgument, NonDeterminismError, ToolFailed, ToolInDoubt, ToolNotFound
 from ringzero.core.contract.fingerprints import trimmed
+from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Value, failure, number
 from ringzero.core.contract.protocols import Tool
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, ensure_json
 from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
-from ringzero.core.support.failures import failure, message_of
 from ringzero.core.support.host_tools import call_tool
 from ringzero.core.support.live import NESTED_COST, current_slot
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
@@ -47,7 +47,7 @@ async def exec_code(
 
     ran_live = False
 
-    async def live() -> dict[str, JSON]:
+    async def live() -> Outcome:
         nonlocal ran_live
         ran_live = True
         nested: dict[str, float] = {}
@@ -58,14 +58,13 @@ async def exec_code(
         finally:
             NESTED_COST.reset(token)
         if isinstance(calls.problem, ToolInDoubt):  # the program decides, now and on every replay
-            return {"in_doubt": {"slot": calls.problem.slot, "tool": calls.problem.tool,
-                                 "summary": str(calls.problem)}}
+            return InDoubt(calls.problem.slot, str(calls.problem), calls.problem.tool)
         if calls.problem is not None:  # diverged from its recorded calls, or the store failed
             raise calls.problem
-        extra: dict[str, JSON] = {"nested": nested} if nested else {}  # type: ignore[dict-item]
+        beside: dict[str, JSON] = {"nested": dict(nested)} if nested else {}
         if calls.served or calls.rerun:
-            extra["calls"] = {"served": calls.served, "rerun": calls.rerun}
-        return {"value": result.to_dict(), **extra}
+            beside["calls"] = {"served": calls.served, "rerun": calls.rerun}
+        return Value(result.to_dict(), beside)
 
     args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
     executor = process.runtime.executor
@@ -74,12 +73,15 @@ async def exec_code(
                             needs=(("exec_seconds", 1e-9),),
                             about=lambda: {"ringzero.executor": type(executor).__name__,
                                            "ringzero.isolation": executor.capabilities.isolation})
-    if "in_doubt" in outcome:
-        doubt: Any = outcome["in_doubt"]
-        raise ToolInDoubt(process.pid, str(doubt["tool"]), str(doubt["slot"]))
-    result = ExecResult.from_dict(outcome["value"])  # type: ignore[arg-type]
-    if not ran_live and isinstance(outcome.get("nested"), dict):  # replayed: charge what its nested calls cost
-        process.meter.charge(**{str(k): float(v) for k, v in outcome["nested"].items()})  # type: ignore[union-attr,arg-type]
+    if isinstance(outcome, InDoubt):
+        raise ToolInDoubt(process.pid, str(outcome.tool), outcome.slot)
+    value = outcome.value if isinstance(outcome, Value) else None
+    if not isinstance(value, dict):
+        raise NonDeterminismError(f"pid {process.pid}: the exec recorded here holds no run: {outcome!r:.200}")
+    result = ExecResult.from_dict(value)
+    nested = outcome.beside.get("nested")
+    if not ran_live and isinstance(nested, dict):  # replayed: charge what its nested calls cost
+        process.meter.charge(**{str(k): number(v) for k, v in nested.items()})
     process.meter.charge(exec_seconds=result.duration)
     process.check_budget()
     return result
@@ -93,37 +95,36 @@ async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSO
     def target() -> Tool:
         return fn if fn is not None else kernel_tool(process, name)  # a replay needs no tool
 
-    async def live() -> dict[str, JSON]:
+    async def live() -> Outcome:
         call = target()
         given = {**kwargs, IDEMPOTENCY_KEY: process.idempotency_key(current_slot())} \
             if takes_idempotency_key(call) else kwargs
         try:
             value = await call_tool(call, list(args), given)
         except Exception as exc:
-            return {"error": failure(exc)}
-        return {"value": ensure_json(value, f"the result of tool {name!r}")}
+            return failure(exc)
+        return Value(ensure_json(value, f"the result of tool {name!r}"))
 
     outcome = await syscall(process, "tool", {"name": name, "args": list(args), "kwargs": kwargs},
                             tool_summary(name, args, kwargs), live, retry_safe=lambda: retry_safe(target()),
                             about=lambda: {"gen_ai.tool.name": name})
-    if "in_doubt" in outcome:
-        raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
-    if "error" in outcome:
-        err = outcome["error"]
-        raise ToolFailed(name, str(err["type"]), message_of(err))  # type: ignore[arg-type,index,call-overload]
-    return outcome["value"]
+    if isinstance(outcome, InDoubt):
+        raise ToolInDoubt(process.pid, name, outcome.slot)
+    if isinstance(outcome, Failure):
+        raise ToolFailed(name, outcome.type, outcome.message)
+    return outcome.value if isinstance(outcome, Value) else None
 
 
 async def journaled_tool(
-    process: Process, name: str, request: JSON, live: Callable[[], Awaitable[dict[str, JSON]]], *,
+    process: Process, name: str, request: JSON, live: Callable[[], Awaitable[Outcome]], *,
     retry_safe: bool | Callable[[], bool] = False,
-) -> dict[str, JSON]:
+) -> Outcome:
     """``Context.journaled_tool`` (see there), for ``process``."""
     safe = retry_safe if callable(retry_safe) else lambda: retry_safe
     outcome = await syscall(process, "tool", {"name": name, "request": request}, tool_summary(name, [request], {}),
                             live, retry_safe=safe, about=lambda: {"gen_ai.tool.name": name})
-    if "in_doubt" in outcome:
-        raise ToolInDoubt(process.pid, name, str(outcome["in_doubt"]["slot"]))  # type: ignore[call-overload,index]
+    if isinstance(outcome, InDoubt):
+        raise ToolInDoubt(process.pid, name, outcome.slot)
     return outcome
 
 

@@ -13,9 +13,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core._engine.effect import Outcome, perform
+from ringzero.core._engine.effect import perform
 from ringzero.core.contract.errors import CheckpointerError, Fenced
 from ringzero.core.contract.fingerprints import fingerprint
+from ringzero.core.contract.outcomes import Outcome
 from ringzero.core.contract.types import ProcessStatus
 from ringzero.core.support.live import RUNNING_LIVE
 
@@ -46,7 +47,7 @@ async def syscall(
     ``about`` gives the attributes of the syscall's span, called only where telemetry is on.
     ``retry_safe`` marks a call with an effect on the world (a tool): its intent is recorded
     before it runs, and on resume one in flight at the crash is in doubt; ``retry_safe()`` says
-    whether it may run again (else the outcome is ``{"in_doubt": ...}``, recorded, and the
+    whether it may run again (else the outcome is ``InDoubt``, recorded, and the
     caller raises ``ToolInDoubt``). ``live`` may read its slot (``current_slot``).
     """
     if process.fenced is not None:

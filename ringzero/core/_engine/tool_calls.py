@@ -17,12 +17,12 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core._engine.effect import Outcome, perform
+from ringzero.core._engine.effect import perform
 from ringzero.core.contract.errors import CheckpointerError, NonDeterminismError, RingzeroError, ToolInDoubt
 from ringzero.core.contract.fingerprints import fingerprint
+from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Value, exception_of, failure
 from ringzero.core.contract.types import strict_json
-from ringzero.core.support.effects import retry_safe, served, takes_idempotency_key, tool_summary
-from ringzero.core.support.failures import failure
+from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
 from ringzero.core.support.host_tools import ResultCheck
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
 
@@ -67,12 +67,13 @@ class ToolCalls:
             recorded = await self.journal.recorded_call(slot, "tool", fp, summary)
         except (NonDeterminismError, CheckpointerError) as exc:
             raise self._abandon(exc) from None
-        if recorded is not None and "in_doubt" not in recorded:
+        if isinstance(recorded, (Value, Failure)):
             self.served += 1
-            value = served(recorded)
+            if isinstance(recorded, Failure):
+                raise exception_of(recorded)
             if check is not None:
-                await check(value)
-            return value
+                await check(recorded.value)
+            return recorded.value
         raised: list[Exception] = []
 
         async def live() -> Outcome:
@@ -81,27 +82,29 @@ class ToolCalls:
                 value = await plain(tool, args, given)
             except Exception as exc:
                 raised.append(exc)
-                return {"error": failure(exc)}
+                return failure(exc)
             try:
                 text = strict_json(value)
             except (TypeError, ValueError) as exc:
                 error = ValueError(f"the result of {name}() is not JSON-compatible: {exc}")
                 raised.append(error)
-                return {"error": failure(error)}
+                return failure(error)
             # The code gets what a replay would serve it: the result as the journal holds it.
-            return {"value": json.loads(text)}
+            return Value(json.loads(text))
 
         try:
             outcome = recorded or await perform(self.journal, slot, "tool", fp, summary, live,
                                                 retry_safe=lambda: retry_safe(tool))
         except CheckpointerError as exc:
             raise self._abandon(exc) from None
-        if "in_doubt" in outcome:
+        if isinstance(outcome, InDoubt):
             raise self._abandon(ToolInDoubt(self.pid, name, slot, summary))
-        self.rerun += outcome.get("rerun") == "in_doubt"
+        self.rerun += outcome.beside.get("rerun") == "in_doubt"
         if raised:
             raise raised[0]
-        return outcome["value"]
+        if isinstance(outcome, Failure):  # recorded by another run of this slot
+            raise exception_of(outcome)
+        return outcome.value if isinstance(outcome, Value) else None
 
     def _abandon(self, problem: RingzeroError) -> RuntimeError:
         if self.problem is None:

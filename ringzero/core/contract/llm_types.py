@@ -201,4 +201,9 @@ def coerce_messages(messages: Sequence[Message | Mapping[str, Any]] | str) -> tu
         return (Message("user", messages),)
     if not isinstance(messages, Sequence):
         raise InvalidArgument(f"messages must be a list of messages, not {type(messages).__name__}")
-    return tuple(Message.coerce(m) for m in messages)  # type: ignore[arg-type]  # str was handled above
+    coerced = []
+    for message in messages:
+        if isinstance(message, str):
+            raise InvalidArgument(f"a message must be a Message or a dict with a 'role', got {message!r:.60}")
+        coerced.append(Message.coerce(message))
+    return tuple(coerced)

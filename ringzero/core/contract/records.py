@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ringzero.core.contract.errors import CheckpointerError
+from ringzero.core.contract.outcomes import Outcome, Value, number
 from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
 
 __all__ = ["Effects", "Ending", "JournalEntry", "ProcessInfo", "ProcessRecord", "dumps", "effect_id", "effect_key",
-           "loads", "merged_record", "new_row", "process_thread", "row_key", "spend_in_journal"]
+           "loads", "merged_record", "new_row", "process_thread", "received_seq", "row_key", "spend_in_journal"]
 
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes; NaN and infinities are refused (not JSON)."""
@@ -137,7 +138,7 @@ class ProcessRecord:
             "stop_reason": None if self.stop_reason is None else self.stop_reason.value,
             "paused": self.paused,
             "result": self.result,
-            "error": self.error,  # type: ignore[dict-item]
+            "error": None if self.error is None else {key: text for key, text in self.error.items()},
             "spent": self.spent,
             "wall_seconds": self.wall_seconds,
             "state": self.state,
@@ -180,8 +181,8 @@ class JournalEntry:
     kind: str
     fingerprint: str
     summary: str
-    outcome: dict[str, JSON]
-    """``{"value": ...}`` for a result, or ``{"error": {"type", "message", ...}}``."""
+    outcome: Outcome
+    """What happened (``ringzero.core.contract.outcomes``)."""
 
 
 def effect_id(key: str) -> str:
@@ -237,8 +238,8 @@ class ProcessInfo:
         return cls(
             pid=record.pid, name=record.name, parent=record.parent, priority=record.priority,
             status=status, stop_reason=record.stop_reason,
-            tokens=int(spent.get("tokens") or 0), llm_calls=int(spent.get("llm_calls") or 0),  # type: ignore[arg-type]
-            steps=int(spent.get("steps") or 0), cost=float(spent.get("cost") or 0.0),  # type: ignore[arg-type]
+            tokens=int(number(spent.get("tokens"))), llm_calls=int(number(spent.get("llm_calls"))),
+            steps=int(number(spent.get("steps"))), cost=number(spent.get("cost")),
             wall_seconds=record.wall_seconds,
         )
 
@@ -249,15 +250,25 @@ def spend_in_journal(entries: list[JournalEntry]) -> dict[str, float]:
     so after a crash it can lag behind; ``ringzero ps`` shows the larger of the two."""
     spend = {"tokens": 0.0, "cost": 0.0, "llm_calls": 0.0, "steps": float(len(entries)), "exec_seconds": 0.0}
     for entry in entries:
-        value = entry.outcome.get("value")
+        outcome = entry.outcome
+        value = outcome.value if isinstance(outcome, Value) else None
         if not isinstance(value, dict):
             continue
         if entry.kind == "llm":
             usage = value.get("usage")
             if isinstance(usage, dict):
                 spend["llm_calls"] += 1
-                spend["tokens"] += float(usage.get("input_tokens") or 0) + float(usage.get("output_tokens") or 0)  # type: ignore[arg-type]
-                spend["cost"] += float(usage.get("cost") or 0.0)  # type: ignore[arg-type]
+                spend["tokens"] += number(usage.get("input_tokens")) + number(usage.get("output_tokens"))
+                spend["cost"] += number(usage.get("cost"))
         elif entry.kind == "exec":
-            spend["exec_seconds"] += float(value.get("duration") or 0.0)  # type: ignore[arg-type]
+            spend["exec_seconds"] += number(value.get("duration"))
     return spend
+
+
+def received_seq(entry: JournalEntry) -> int | None:
+    """The mailbox seq a journaled ``recv`` consumed (None: another syscall, or a ``recv`` that
+    timed out)."""
+    outcome = entry.outcome
+    got = outcome.value if entry.kind == "recv" and isinstance(outcome, Value) else None
+    seq = got.get("seq") if isinstance(got, dict) else None
+    return seq if isinstance(seq, int) else None

@@ -38,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from ringzero.core.contract.outcomes import Outcome, decode
 from ringzero.core.contract.protocols import Appending, Batching, Checkpointer, check_checkpointer_parts
 from ringzero.core.contract.records import (
     Effects,
@@ -230,27 +231,28 @@ class KernelStore:
         """Write one journal record. ``exclusive`` writes it only where its slot is free (a
         claim) and returns False if another kernel recorded that slot first: the fence that
         keeps two kernels from both recording one process."""
-        body = {"kind": entry.kind, "fp": entry.fingerprint, "summary": entry.summary, "outcome": entry.outcome}
+        body = {"kind": entry.kind, "fp": entry.fingerprint, "summary": entry.summary,
+                "outcome": entry.outcome.to_json()}
         # No metadata: nothing filters journal rows, and encoding it cost a few µs a syscall.
         if not exclusive:
             await self.checkpointer.put(self._row(pid, "journal", entry.seq, body, NO_METADATA))
             return True
         return await self.checkpointer.claim(self._row(pid, "journal", entry.seq, body, NO_METADATA))
 
-    async def record_outcome(self, pid: int, seq: int, kind: str, fp: str, summary: str,
-                             outcome: dict[str, JSON]) -> None:
+    async def record_outcome(self, pid: int, seq: int, kind: str, fp: str, summary: str, outcome: Outcome) -> None:
         """``append_journal`` of one machine's journal (not exclusive), from the entry's fields:
         it runs at every syscall."""
         await self._append_row(new_row(
             f"ringzero/process/{pid}", "journal", f"{seq:012d}", f"{seq - 1:012d}" if seq > 1 else None,
-            strict_json({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}).encode(), NO_METADATA))
+            strict_json({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome.to_json()}).encode(),
+            NO_METADATA))
 
     async def journal_entry(self, pid: int, seq: int) -> JournalEntry | None:
         cp = await self.checkpointer.get(process_thread(pid), "journal", row_key(seq))
         if cp is None:
             return None
         body = loads(cp.payload, f"journal of pid {pid}")
-        return JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), body["outcome"])
+        return _entry(seq, body)
 
     async def claim_pid_block(self, block: int, node: str) -> bool:
         """Take pid block ``block`` for ``node`` (False if another node has it)."""
@@ -287,10 +289,9 @@ class KernelStore:
         body = {"kind": kind, "fp": fp, "summary": summary}
         await self._append_row(new_row(process_thread(pid), "intents", effect_id(key), None, dumps(body), NO_METADATA))
 
-    async def record_call(self, pid: int, key: str, kind: str, fp: str, summary: str,
-                          outcome: dict[str, JSON]) -> None:
+    async def record_call(self, pid: int, key: str, kind: str, fp: str, summary: str, outcome: Outcome) -> None:
         """Record the outcome of a tool call made by sandboxed code (``key``: ``<slot>.<n>``)."""
-        body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome}
+        body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome.to_json()}
         await self._append_row(new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA))
 
     async def effects(self, pid: int) -> Effects:
@@ -301,8 +302,7 @@ class KernelStore:
         async for cp in self.checkpointer.list(process_thread(pid), "calls"):
             body = loads(cp.payload, f"tool calls of pid {pid}")
             slot = int(cp.id.partition(".")[0])
-            calls[effect_key(cp.id)] = JournalEntry(slot, body["kind"], body["fp"], body.get("summary", ""),
-                                                    body["outcome"])
+            calls[effect_key(cp.id)] = _entry(slot, body)
         return Effects(intents, calls)
 
     async def note_placement(self, pid: int, resources: Mapping[str, float], waiting: str = "") -> None:
@@ -321,7 +321,7 @@ class KernelStore:
 
     async def journal(self, pid: int) -> list[JournalEntry]:
         return [
-            JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), body["outcome"])
+            _entry(seq, body)
             for seq, body in await self._read(pid, "journal")
         ]
 
@@ -346,3 +346,7 @@ class KernelStore:
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
         return await self._read(pid, "mailbox")
 
+
+def _entry(seq: int, body: Mapping[str, Any]) -> JournalEntry:
+    """A journal record read back: its outcome decoded (``ringzero.core.contract.outcomes``)."""
+    return JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), decode(body["outcome"]))

@@ -281,8 +281,9 @@ def _whole_fields(cls: type) -> frozenset[str]:
 
 
 def _check_non_negative(obj: object, kind: str) -> None:
-    whole = _whole_fields(type(obj))  # type: ignore[arg-type]
-    for name in _field_names(type(obj)):  # type: ignore[arg-type]
+    cls: type = type(obj)
+    whole = _whole_fields(cls)
+    for name in _field_names(cls):
         value = getattr(obj, name)
         if value is None:
             continue

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ringzero.core.contract.fingerprints import canonical_json
-from ringzero.core.support.failures import exception_of
+from ringzero.core.contract.json_data import JSON
+from ringzero.core.contract.outcomes import Failure, Outcome, Value, exception_of
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY, declare, declared
 
 __all__ = ["idempotent", "retry_safe", "served", "takes_idempotency_key", "tool_summary"]
@@ -65,9 +66,9 @@ def tool_summary(name: str, args: Any, kwargs: Any) -> str:
     return f"{name}({shown if len(shown) <= 80 else shown[:79] + '…'})"
 
 
-def served(outcome: dict[str, Any]) -> Any:
-    """A recorded call's outcome for the code: its value, or its exception raised again
-    (``ringzero.core.support.failures.exception_of``)."""
-    if "error" not in outcome:
-        return outcome.get("value")
-    raise exception_of(outcome["error"])
+def served(outcome: Outcome) -> JSON:
+    """A recorded call's outcome (as ``ctx.journaled_tool`` returns it) for the code: its value,
+    or its exception raised again (``ringzero.core.contract.outcomes.exception_of``)."""
+    if isinstance(outcome, Failure):
+        raise exception_of(outcome)
+    return outcome.value if isinstance(outcome, Value) else None

@@ -105,7 +105,8 @@ def _finish(walk: Generator[None, None, tuple[int, str | None]]) -> tuple[int, s
         while True:
             next(walk)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        done: tuple[int, str | None] = stop.value
+        return done
 
 
 def too_large(value: Any, what: str, max_bytes: int | None) -> str | None:

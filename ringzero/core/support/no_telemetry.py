@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ringzero.core.contract.outcomes import Outcome
 from ringzero.core.contract.records import ProcessRecord
-from ringzero.core.contract.types import JSON
 
 __all__ = ["NO_TELEMETRY", "NoTelemetry", "Traced"]
 
@@ -54,7 +54,7 @@ class NoTelemetry:
         """What ``syscall_closed`` needs of a live syscall's span (None: no span)."""
         return None
 
-    def syscall_closed(self, opened: Any, process: Traced, kind: str, outcome: Mapping[str, JSON] | None,
+    def syscall_closed(self, opened: Any, process: Traced, kind: str, outcome: Outcome | None,
                        raised: BaseException | None) -> None:
         """The syscall ended with ``outcome``, or ``raised``."""
         return None

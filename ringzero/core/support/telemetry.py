@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
+from ringzero.core.contract.outcomes import Failure, Outcome, Value, number
 from ringzero.core.contract.types import JSON
 from ringzero.core.support.genai import finish_reason, input_messages, output_messages, provider_name, server_of
 from ringzero.core.support.no_telemetry import NoTelemetry, Traced
@@ -182,7 +183,7 @@ class Telemetry(NoTelemetry):
         span, entered = self.syscall_started(process, kind, seq, summary, attributes)
         return span, entered, time.monotonic(), attributes
 
-    def syscall_closed(self, opened: Any, process: Traced, kind: str, outcome: Mapping[str, JSON] | None,
+    def syscall_closed(self, opened: Any, process: Traced, kind: str, outcome: Outcome | None,
                        raised: BaseException | None) -> None:
         span, entered, started, attributes = opened
         try:
@@ -251,69 +252,63 @@ class Telemetry(NoTelemetry):
         if span is not None:
             span.end()
 
-    def syscall_ended(self, span: Any, process: Traced, kind: str, outcome: Mapping[str, JSON],
+    def syscall_ended(self, span: Any, process: Traced, kind: str, outcome: Outcome,
                       started: float, about: Mapping[str, Any] | None) -> None:
         """Set what the outcome says on the syscall's span (still open) and record the metrics."""
         seconds = time.monotonic() - started
-        error = outcome.get("error") if isinstance(outcome, Mapping) else None
+        error = outcome if isinstance(outcome, Failure) else None
+        value = outcome.value if isinstance(outcome, Value) else None
         if span is not None:
-            if isinstance(error, Mapping):
-                span.set_attribute("error.type", str(error.get("type")))
-                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(error.get("message"))[:300]))
-            if kind == "llm" and not error:
-                self._llm_attributes(span, outcome)
-            elif kind == "exec":
-                value = outcome.get("value")
-                failure = value.get("error") if isinstance(value, Mapping) else None
-                if isinstance(failure, Mapping):  # the code raised: the run itself went fine
-                    span.set_attribute("error.type", str(failure.get("type")))
-                if isinstance(value, Mapping) and isinstance(value.get("duration"), (int, float)):
-                    span.set_attribute("ringzero.exec.duration", float(value["duration"]))  # type: ignore[arg-type]
+            if error is not None:
+                span.set_attribute("error.type", error.type)
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, error.message[:300]))
+            if kind == "llm" and isinstance(value, Mapping):
+                self._llm_attributes(span, value)
+            elif kind == "exec" and isinstance(value, Mapping):
+                failed = value.get("error")
+                if isinstance(failed, Mapping):  # the code raised: the run itself went fine
+                    span.set_attribute("error.type", str(failed.get("type")))
+                if isinstance(value.get("duration"), (int, float)):
+                    span.set_attribute("ringzero.exec.duration", number(value.get("duration")))
         if self.meter is None:
             return
         self.syscall_duration.record(seconds, {"ringzero.syscall.kind": kind,
-                                               **({"error.type": str(error.get("type"))}
-                                                  if isinstance(error, Mapping) else {})})
+                                               **({"error.type": error.type} if error is not None else {})})
         if kind == "llm":
-            self._llm_metrics(process, outcome, seconds, about or {}, error)
+            self._llm_metrics(process, value, seconds, about or {}, error)
 
-    def _llm_attributes(self, span: Any, outcome: Mapping[str, JSON]) -> None:
-        value = outcome.get("value")
-        if not isinstance(value, Mapping):
-            return
+    def _llm_attributes(self, span: Any, value: Mapping[str, JSON]) -> None:
         usage = value.get("usage") or {}
         if isinstance(usage, Mapping):
-            span.set_attribute("gen_ai.usage.input_tokens", int(usage.get("input_tokens") or 0))  # type: ignore[arg-type]
-            span.set_attribute("gen_ai.usage.output_tokens", int(usage.get("output_tokens") or 0))  # type: ignore[arg-type]
+            span.set_attribute("gen_ai.usage.input_tokens", int(number(usage.get("input_tokens"))))
+            span.set_attribute("gen_ai.usage.output_tokens", int(number(usage.get("output_tokens"))))
             if usage.get("cost") is not None:
-                span.set_attribute("ringzero.llm.cost", float(usage["cost"]))  # type: ignore[arg-type]
+                span.set_attribute("ringzero.llm.cost", number(usage.get("cost")))
         if value.get("model"):
             span.set_attribute("gen_ai.response.model", str(value["model"]))
         if value.get("id"):
             span.set_attribute("gen_ai.response.id", str(value["id"]))
         span.set_attribute("gen_ai.response.finish_reasons", [finish_reason(value.get("stop_reason"))])
-        if self.capture_content and isinstance(value.get("message"), Mapping):
-            span.set_attribute("gen_ai.output.messages",
-                               json.dumps(output_messages(value["message"], value.get("stop_reason"))))  # type: ignore[arg-type]
+        message = value.get("message")
+        if self.capture_content and isinstance(message, Mapping):
+            span.set_attribute("gen_ai.output.messages", json.dumps(output_messages(message, value.get("stop_reason"))))
 
-    def _llm_metrics(self, process: Traced, outcome: Mapping[str, JSON], seconds: float,
-                     about: Mapping[str, Any], error: Any) -> None:
+    def _llm_metrics(self, process: Traced, value: JSON, seconds: float, about: Mapping[str, Any],
+                     error: Failure | None) -> None:
         common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": about.get("gen_ai.provider.name", ""),
                   "gen_ai.request.model": about.get("gen_ai.request.model") or ""}
-        self.operation_duration.record(seconds, {**common, **({"error.type": str(error.get("type"))}
-                                                              if isinstance(error, Mapping) else {})})
-        value = outcome.get("value")
+        self.operation_duration.record(seconds, {**common, **({"error.type": error.type} if error is not None else {})})
         usage = value.get("usage") if isinstance(value, Mapping) else None
         if not isinstance(usage, Mapping):
             return
         mine = {"ringzero.process.pid": process.pid, "ringzero.process.name": process.record.name,
                 "gen_ai.request.model": common["gen_ai.request.model"]}
         for token_type, key in (("input", "input_tokens"), ("output", "output_tokens")):
-            count = int(usage.get(key) or 0)  # type: ignore[arg-type]
+            count = int(number(usage.get(key)))
             self.token_usage.record(count, {**common, "gen_ai.token.type": token_type})
             self.tokens.add(count, {**mine, "gen_ai.token.type": token_type})
         if usage.get("cost") is not None:
-            self.cost.add(float(usage["cost"]), mine)  # type: ignore[arg-type]
+            self.cost.add(number(usage.get("cost")), mine)
 
     def llm_about(self, gate: Any, name: str, request: Any) -> dict[str, Any]:
         """The ``chat`` span's request attributes (made only where telemetry is on): ``gate`` is

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringzero.core.contract.errors import ResultRefused, ToolError
+from ringzero.core.contract.outcomes import ERROR_CHARS, clip
 from ringzero.core.contract.protocols import Tool, ToolCallJournal
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ToolCallRecord
-from ringzero.core.support.failures import ERROR_CHARS, clip
 from ringzero.core.support.host_tools import call_tool
 from ringzero.core.support.json_cost import NOT_JSON, check_value, measure, measure_async
 from ringzero.core.support.tool_parameters import ToolParameters

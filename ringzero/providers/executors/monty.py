@@ -26,7 +26,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from ringzero.core.contract.errors import Closed, ExecutorError, InvalidArgument, MissingExtra
 from ringzero.core.contract.protocols import ExecutorCapabilities, Tool, ToolCallJournal
@@ -158,10 +157,11 @@ class MontyExecutor:
         return ExecutorError(f"a Monty worker did not start: its second wall could not apply {', '.join(failed)} "
                              f"({reasons}), which held when the executor started")
 
-    def resource_limits(self, limits: ExecLimits) -> dict[str, Any]:
+    def resource_limits(self, limits: ExecLimits) -> pm.ResourceLimits:
         """``limits`` as pydantic-monty's own resource limits for one run."""
-        return {"max_feed_duration_secs": limits.wall_seconds, "max_total_sleep_secs": limits.wall_seconds,
-                "max_memory": limits.memory_bytes}
+        own: pm.ResourceLimits = {"max_feed_duration_secs": limits.wall_seconds,
+                                  "max_total_sleep_secs": limits.wall_seconds, "max_memory": limits.memory_bytes}
+        return own
 
     async def run(
         self,
@@ -216,7 +216,7 @@ class MontySession:
         if self._pool is None:
             self._pool = await self._executor._get_pool()
         limits = self._executor.resource_limits(self._executor.limits)
-        self._session = self._pool.checkout(limits=limits)  # type: ignore[arg-type]
+        self._session = self._pool.checkout(limits=limits)
         await self._session.__aenter__()
 
     async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,

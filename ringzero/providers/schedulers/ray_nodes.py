@@ -105,8 +105,9 @@ def resources_text(wanted: Mapping[str, float]) -> str:
 def trees(pids: set[int], parents: Mapping[int, int | None]) -> list[list[int]]:
     """``pids`` grouped by their topmost ancestor within ``pids``: a parent moves with its children."""
     def root(pid: int) -> int:
-        while parents.get(pid) in pids:
-            pid = parents[pid]  # type: ignore[assignment]
+        parent = parents.get(pid)
+        while parent is not None and parent in pids:
+            pid, parent = parent, parents.get(parent)
         return pid
 
     groups: dict[int, list[int]] = {}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.core.contract import errors
 from ringzero.core.contract.errors import Fenced, InvalidArgument, ProcessNotFound, RingzeroError
+from ringzero.core.contract.outcomes import Failure, exception_of
 from ringzero.core.contract.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.contract.types import JSON, Limits
 from ringzero.core.handles import ProcessHandle, process_of
@@ -57,11 +58,11 @@ def unwrap(answer: Mapping[str, Any]) -> Any:
     kind, message = answer["raise"]
     if kind == "TimeoutError":
         raise TimeoutError(message)
-    cls = getattr(errors, kind, None)
-    if isinstance(cls, type) and issubclass(cls, errors.RingzeroError) and cls not in (
+    raised = exception_of(Failure(kind, message))
+    if isinstance(raised, errors.RingzeroError) and type(raised) not in (
             errors.ProcessFailed, errors.BudgetExceeded, errors.RateLimited, errors.ToolFailed, errors.MissingExtra,
             errors.ProcessNotFound):
-        raise cls(message)
+        raise raised
     raise errors.RingzeroError(f"{kind}: {message}")
 
 
@@ -276,6 +277,7 @@ class _PeerOwner(NodeOwner):
             if ("raise" in answer and answer["raise"][0] == "ProcessNotFound") or answer.get("ok", {}).get("fenced"):
                 await asyncio.sleep(min(1.0, 0.05 * (attempt + 1)))  # moved, or being moved: ask the store again
                 continue
-            return unwrap(answer)  # type: ignore[no-any-return]
+            result: dict[str, Any] = unwrap(answer)
+            return result
         raise ProcessNotFound(pid)
 

@@ -1,0 +1,202 @@
+"""What a syscall's record says happened, as four frozen types, with the one codec to and from
+the store's JSON and the one converter between an exception and a recorded failure.
+
+================  ================================================  ===============================
+type              what happened                                     stored as
+================  ================================================  ===============================
+``Value``         it returned ``value``                             ``{"value": ..., **beside}``
+``Failure``       it raised (a tool's exception, a provider's       ``{"error": {"type", "message",
+                  error): its type's name, text and arguments       "args"?, **details}, **beside}``
+``Stopped``       the child it waited for ended without exiting     ``{"error": {"status", "reason",
+                                                                    "detail"}, **beside}``
+``InDoubt``       an effect in flight at a crash, not safe to       ``{"in_doubt": {"slot", "summary",
+                  repeat                                            "tool"?}, **beside}``
+================  ================================================  ===============================
+
+``beside`` holds what a syscall keeps next to its outcome: a checkpoint's ``state``, an exec's
+``nested`` costs and ``calls`` served, ``rerun: "in_doubt"`` for an effect run again. The stored
+shapes are those the journal always had: records written before these types read as they were.
+
+A failure's text is clipped to ``ERROR_CHARS`` (a tool's exception may carry megabytes); its
+arguments are kept only where they are more than that text. Records written before ``message``
+existed (a tool called from code kept ``args`` alone) read as well.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Union
+
+from ringzero.core.contract import errors
+from ringzero.core.contract.json_data import JSON
+
+__all__ = ["ERROR_CHARS", "NONE", "Failure", "InDoubt", "Outcome", "Stopped", "Value", "clip", "decode", "exception_of",
+           "failure", "number", "with_beside"]
+
+class _Nothing(Mapping[str, Any]):
+    """The empty mapping most outcomes keep beside them: one, immutable (a dataclass default)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+NOTHING: Mapping[str, JSON] = _Nothing()
+
+ERROR_CHARS = 2000
+"""The most of a tool's error text the host keeps (in a run's record, in the journal) or shows
+the code."""
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """The syscall returned ``value``."""
+
+    value: JSON = None
+    beside: Mapping[str, JSON] = NOTHING
+
+    def to_json(self) -> dict[str, JSON]:
+        return {"value": self.value, **self.beside} if self.beside else {"value": self.value}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The syscall raised: the exception's type name, text and (where they are more than its
+    text) arguments; ``details``: what else its kind records (an LLM call's ``retry_after``)."""
+
+    type: str
+    message: str
+    args: tuple[JSON, ...] | None = None
+    details: Mapping[str, JSON] = NOTHING
+    beside: Mapping[str, JSON] = NOTHING
+
+    def to_json(self) -> dict[str, JSON]:
+        error: dict[str, JSON] = {"type": self.type, "message": self.message}
+        if self.args is not None:
+            error["args"] = list(self.args)
+        return {"error": {**error, **self.details}, **self.beside}
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The child process a ``wait`` waited for ended without exiting: its status, why, and what
+    it raised."""
+
+    status: str
+    reason: str | None
+    detail: dict[str, str] | None = None
+    beside: Mapping[str, JSON] = NOTHING
+
+    def to_json(self) -> dict[str, JSON]:
+        detail: JSON = None if self.detail is None else dict(self.detail)
+        return {"error": {"status": self.status, "reason": self.reason, "detail": detail}, **self.beside}
+
+
+@dataclass(frozen=True, slots=True)
+class InDoubt:
+    """An effect that was in flight when its host died, and may not run again: ``slot`` is its
+    place in the journal; ``tool`` names the tool where sandboxed code called it."""
+
+    slot: str
+    summary: str
+    tool: str | None = None
+    beside: Mapping[str, JSON] = NOTHING
+
+    def to_json(self) -> dict[str, JSON]:
+        body: dict[str, JSON] = {"slot": self.slot, "summary": self.summary}
+        if self.tool is not None:
+            body["tool"] = self.tool
+        return {"in_doubt": body, **self.beside}
+
+
+Outcome = Union[Value, Failure, Stopped, InDoubt]
+
+NONE = Value(None)
+"""The outcome of a syscall that returns nothing (a send, a sleep): one object for all of them."""
+
+
+def decode(record: Mapping[str, Any]) -> Outcome:
+    """The outcome a stored record (the JSON object of its ``outcome``) stands for."""
+    beside = NOTHING if len(record) == 1 else \
+        {k: v for k, v in record.items() if k not in ("value", "error", "in_doubt")}
+    if "in_doubt" in record:
+        doubt = record["in_doubt"]
+        tool = doubt.get("tool")
+        return InDoubt(str(doubt.get("slot")), str(doubt.get("summary", "")), None if tool is None else str(tool),
+                       beside)
+    error = record.get("error")
+    if isinstance(error, Mapping):
+        if "type" not in error and "status" in error:
+            reason, detail = error.get("reason"), error.get("detail")
+            return Stopped(str(error["status"]), None if reason is None else str(reason),
+                           {str(k): str(v) for k, v in detail.items()} if isinstance(detail, Mapping) else None, beside)
+        args = error.get("args")
+        details = {k: v for k, v in error.items() if k not in ("type", "message", "args")}
+        message = error.get("message")
+        if message is None:
+            message = " ".join(str(a) for a in args or ())
+        return Failure(str(error.get("type") or "Exception"), str(message), None if args is None else tuple(args),
+                       details or NOTHING, beside)
+    return Value(record.get("value"), beside)
+
+
+def with_beside(outcome: Outcome, **beside: JSON) -> Outcome:
+    """``outcome`` with ``beside`` added to what it keeps beside it."""
+    return replace(outcome, beside={**outcome.beside, **beside})
+
+
+def clip(text: str, limit: int = ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, with a note of how many more there were."""
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
+def failure(exc: BaseException, **details: JSON) -> Failure:
+    """``exc`` as the journal keeps it (see the module docstring), with ``details``."""
+    message = clip(str(exc))
+    if len(exc.args) == 1 and isinstance(exc.args[0], str) and clip(exc.args[0]) == message:
+        return Failure(type(exc).__name__, message, None, details or NOTHING)
+    args: list[JSON] = []
+    room = ERROR_CHARS
+    for arg in exc.args:
+        if isinstance(arg, (int, bool)) or arg is None:
+            args.append(arg)
+        else:
+            text = clip(str(arg), room)
+            room = max(0, room - len(text))
+            args.append(text)
+    return Failure(type(exc).__name__, message, tuple(args), details or NOTHING)
+
+
+def exception_of(failed: Failure) -> Exception:
+    """The exception a failure stands for: the built-in or ringzero error of that name (so that
+    a ``ToolError``'s message reads on replay as it did live), else an exception class of that
+    name, made with the recorded arguments (its text where none were kept)."""
+    args = failed.args if failed.args is not None else (failed.message,)
+    for home in (builtins, errors):
+        cls = getattr(home, failed.type, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            try:
+                return cls(*args)
+            except TypeError:  # an error whose constructor takes other arguments
+                continue
+    return errors.exception_named(failed.type)(*args)
+
+
+def number(value: JSON) -> float:
+    """A recorded number (0 for none): what a budget or a metric reads from a record."""
+    return float(value) if isinstance(value, (int, float)) else 0.0
