@@ -55,23 +55,6 @@ def _on_super(node: ast.Attribute) -> bool:
         node.value.func.id == "super"
 
 
-def _imported_modules(name: str, tree: ast.AST) -> set[str]:
-    """Every ringzero module ``name`` imports, at any level (function-level imports included)."""
-    package = name.rsplit(".", 1)[0] if _modules()[name].name != "__init__.py" else name
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)
-    return {m for m in found if m.startswith("ringzero")}
-
-
 def test_no_module_reaches_into_another_modules_private_names() -> None:
     """A name with a leading underscore is its module's own: another module that needs it gets a
     public (or core-internal) name for it. Private modules (``_confine``) are their package's."""

@@ -55,7 +55,7 @@ class Journal:
         self._pid = pid
         self.owner = owner
         """(epoch, node) under which a cluster kernel runs the process; its journal is fenced:
-        see ``check_owner`` and ``record``. None on one machine."""
+        see ``check_owner`` and ``fill``. None on one machine."""
         self._owner_checked = time.monotonic()  # the claim that made it the owner was just now
         self._by_seq = {e.seq: e for e in entries or []}
         self._last_recorded = max(self._by_seq, default=base)
@@ -148,20 +148,20 @@ class Journal:
         await self._store.record_intent(self._pid, key, kind, fp, summary)
 
     async def fill(self, slot: str, kind: str, fp: str, summary: str, outcome: Outcome) -> Outcome:
-        """Record the outcome of ``slot``: a syscall's (``record``), or a tool call's that
+        """Record the outcome of ``slot``: a syscall's (``_record``), or a tool call's that
         sandboxed code made (``<slot>.<n>``). Durable when this returns; returns the slot's
-        outcome (see ``record``)."""
+        outcome (see ``_record``)."""
         if "." in slot:
             await self._store.record_call(self._pid, slot, kind, fp, summary, outcome)
             return outcome
-        return await self.record(int(slot), kind, fp, summary, outcome)
+        return await self._record(int(slot), kind, fp, summary, outcome)
 
     async def check_owner(self, *, force: bool = False) -> None:
         """Raise Fenced if another node has taken the process over (a fenced journal only).
 
         Asked before each live syscall, and answered from the store at most once per
         ``OWNER_RECHECK`` seconds (a lease): within that window a kernel that lost its process
-        may still make a call, but it cannot record it over the new owner's (``record``), and its
+        may still make a call, but it cannot record it over the new owner's (``fill``), and its
         next check stops it. ``force`` reads the store now."""
         if self.owner is None:
             return
@@ -172,7 +172,7 @@ class Journal:
             raise Fenced(f"pid {self._pid}: another node has taken this process over; this kernel stops running it")
         self._owner_checked = now
 
-    async def record(self, seq: int, kind: str, fp: str, summary: str, outcome: Outcome) -> Outcome:
+    async def _record(self, seq: int, kind: str, fp: str, summary: str, outcome: Outcome) -> Outcome:
         """Fill slot ``seq``; durable when this returns. Returns the slot's outcome: ``outcome``,
         or in a fenced journal whose slot a stale owner filled first (it had not yet seen the
         takeover), that owner's record, which the process goes on with; a kernel that is not the

@@ -131,7 +131,7 @@ class Process:
         self._over_error: BaseException | None = None
         self.transition_seq = transition_seq
         self.unsaved_steps: list[tuple[int, dict[str, JSON]]] | None = None
-        """Transitions made but not yet written (``transitions.set_status``); None when there
+        """Transitions made but not yet written (``move_to``); None when there
         are none, as for every idle process once its way to waiting is written."""
         self._mail_seq = mail_seq
         self.resumed: asyncio.Event | None = asyncio.Event() if record.paused else None
@@ -143,7 +143,7 @@ class Process:
         self._started = time.monotonic()
         self.ended_at: float | None = None
         self.parked_at: float | None = None
-        """When it stopped paused at a boundary (``syscall.park``); None while it is not parked."""
+        """When it stopped paused at a boundary (``park``); None while it is not parked."""
         self.paused_for = 0.0
         """Seconds it has spent parked in this kernel: no part of its wall time."""
         self._watchdog: asyncio.TimerHandle | None = None

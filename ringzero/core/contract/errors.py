@@ -42,10 +42,8 @@ tree at their edge and chain the original with ``raise ... from exc``.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ringzero.core.contract.types import StopReason
+from ringzero.core.contract.states import StopReason
 
 __all__ = [
     "AuthenticationFailed",

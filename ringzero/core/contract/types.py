@@ -7,7 +7,6 @@ are in ``json_data``, an LLM call's records in ``llm_types``; this module names 
 
 from __future__ import annotations
 
-import enum
 import functools
 import math
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from ringzero.core.contract.llm_types import (
     Usage,
     coerce_messages,
 )
+from ringzero.core.contract.states import ProcessStatus, StopReason
 
 __all__ = [
     "JSON",
@@ -200,45 +200,6 @@ class Checkpoint:
         self.__dict__.update(thread_id=thread_id, namespace=namespace, id=id, parent_id=parent_id, payload=payload,
                              metadata=metadata, writes=())
         return self
-
-
-class ProcessStatus(str, enum.Enum):
-    """A process's place in its lifecycle."""
-
-    CREATED = "created"
-    READY = "ready"
-    RUNNING = "running"
-    WAITING = "waiting"
-    PAUSED = "paused"
-    EXITED = "exited"
-    FAILED = "failed"
-    KILLED = "killed"
-
-    @property
-    def terminal(self) -> bool:
-        """Whether the process has ended (exited, failed or was killed). A set lookup: the
-        kernel asks at every transition, send and wait, and the tuple of three members this
-        was looked each up on the class first (0.4 µs)."""
-        return self in _TERMINAL
-
-
-_TERMINAL = frozenset({ProcessStatus.EXITED, ProcessStatus.FAILED, ProcessStatus.KILLED})
-
-
-class StopReason(str, enum.Enum):
-    """Why a process stopped."""
-
-    RETURNED = "returned"
-    RAISED = "raised"
-    KILLED = "killed"
-    NON_DETERMINISM = "non_determinism"
-    PROGRAM_NOT_FOUND = "program_not_found"
-    TOKENS = "budget_tokens"
-    COST = "budget_cost"
-    LLM_CALLS = "budget_llm_calls"
-    STEPS = "budget_steps"
-    WALL_SECONDS = "budget_wall_seconds"
-    EXEC_SECONDS = "budget_exec_seconds"
 
 
 @dataclass(frozen=True)
