@@ -11,7 +11,8 @@ checks that the program asks for what was recorded there); ``perform`` runs the 
    else its outcome is ``InDoubt``, which the caller raises as ``ToolInDoubt`` (recorded like
    any other outcome; a tool call from code stops its run instead, and its exec records it);
 2. its intent is recorded before it runs, so that a crash now leaves it in doubt;
-3. it runs live (``SLOT`` holds its slot meanwhile, what ``ctx.idempotency_key()`` reads);
+3. it runs live (where it asks, ``SLOT`` holds its slot meanwhile: what
+   ``ctx.idempotency_key()`` and an exec's tool calls are named by);
 4. its outcome (``ringzero.core.contract.outcomes``) is recorded before anyone sees it
    (``Journal.fill``), marked ``rerun: "in_doubt"`` where it ran again.
 """
@@ -30,24 +31,29 @@ if TYPE_CHECKING:
 __all__ = ["perform"]
 
 
-async def perform(journal: Journal, slot: str, kind: str, fp: str, summary: str,
+async def perform(journal: Journal, slot: int | str, kind: str, fp: str, summary: str,
                   live: Callable[[], Awaitable[Outcome]], *,
-                  retry_safe: Callable[[], bool] | None = None) -> Outcome:
-    """Run slot ``slot``'s effect live and record its outcome (see the module docstring)."""
+                  retry_safe: Callable[[], bool] | None = None, slotted: bool = False) -> Outcome:
+    """Run slot ``slot``'s effect live and record its outcome (see the module docstring): a
+    syscall's slot is its seq, a tool call's from code ``"<seq>.<n>"``. ``live`` may read its
+    slot (``current_slot``) where it is an effect (``retry_safe``) or ``slotted``."""
     rerun = False
     if retry_safe is not None:
         if await journal.in_doubt(slot):
             if not retry_safe():  # the program decides: the outcome says so, live and replayed
-                doubt = InDoubt(slot, summary)
+                doubt = InDoubt(str(slot), summary)
                 # A tool call from code stops its run here: its exec's record holds the doubt.
-                return doubt if "." in slot else await journal.fill(slot, kind, fp, summary, doubt)
+                return doubt if isinstance(slot, str) else await journal.fill(slot, kind, fp, summary, doubt)
             rerun = True
         await journal.record_intent(slot, kind, fp, summary)
-    token = SLOT.set(slot)
-    try:
+    if retry_safe is None and not slotted:
         outcome = await live()
-    finally:
-        SLOT.reset(token)
+    else:
+        token = SLOT.set(slot)
+        try:
+            outcome = await live()
+        finally:
+            SLOT.reset(token)
     if rerun:
         outcome = with_beside(outcome, rerun="in_doubt")
     return await journal.fill(slot, kind, fp, summary, outcome)

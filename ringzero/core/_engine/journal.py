@@ -10,6 +10,7 @@ same position raises NonDeterminismError instead of corrupting the run.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 
 from ringzero.core.contract.errors import Fenced, NonDeterminismError
 from ringzero.core.contract.outcomes import Outcome
@@ -136,25 +137,28 @@ class Journal:
             raise diverged(self._pid, key, (entry.kind, entry.fingerprint, entry.summary), (kind, fp, summary))
         return entry.outcome
 
-    async def in_doubt(self, key: str) -> bool:
+    async def in_doubt(self, key: int | str) -> bool:
         """Whether effect ``key`` (a slot, or ``<slot>.<n>`` under an exec) was started before the
         crash without its outcome being recorded (asked only of a slot without a record): it may
         or may not have had its effect."""
-        return self.resumed and key in (await self.effects()).intents
+        return self.resumed and str(key) in (await self.effects()).intents
 
-    async def record_intent(self, key: str, kind: str, fp: str, summary: str) -> None:
+    async def record_intent(self, key: int | str, kind: str, fp: str, summary: str) -> None:
         """Durable before the effect starts: a resume that finds it without a result knows the
         effect was in flight (``in_doubt``)."""
-        await self._store.record_intent(self._pid, key, kind, fp, summary)
+        await self._store.record_intent(self._pid, str(key), kind, fp, summary)
 
-    async def fill(self, slot: str, kind: str, fp: str, summary: str, outcome: Outcome) -> Outcome:
-        """Record the outcome of ``slot``: a syscall's (``_record``), or a tool call's that
-        sandboxed code made (``<slot>.<n>``). Durable when this returns; returns the slot's
-        outcome (see ``_record``)."""
-        if "." in slot:
-            await self._store.record_call(self._pid, slot, kind, fp, summary, outcome)
-            return outcome
-        return await self._record(int(slot), kind, fp, summary, outcome)
+    def fill(self, slot: int | str, kind: str, fp: str, summary: str, outcome: Outcome) -> Awaitable[Outcome]:
+        """Record the outcome of ``slot``: a syscall's (its seq: ``_record``), or a tool call's
+        that sandboxed code made (``"<seq>.<n>"``). Durable once awaited; gives the slot's
+        outcome (see ``_record``). A plain function: a coroutine less at every syscall."""
+        if isinstance(slot, int):
+            return self._record(slot, kind, fp, summary, outcome)
+        return self._record_call(slot, kind, fp, summary, outcome)
+
+    async def _record_call(self, key: str, kind: str, fp: str, summary: str, outcome: Outcome) -> Outcome:
+        await self._store.record_call(self._pid, key, kind, fp, summary, outcome)
+        return outcome
 
     async def check_owner(self, *, force: bool = False) -> None:
         """Raise Fenced if another node has taken the process over (a fenced journal only).

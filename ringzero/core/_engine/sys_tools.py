@@ -70,7 +70,7 @@ async def exec_code(
     executor = process.runtime.executor
     first_line = code.strip().partition("\n")[0]
     outcome = await syscall(process, "exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
-                            needs=(("exec_seconds", 1e-9),),
+                            needs=(("exec_seconds", 1e-9),), slotted=True,
                             about=lambda: {"ringzero.executor": type(executor).__name__,
                                            "ringzero.isolation": executor.capabilities.isolation})
     if isinstance(outcome, InDoubt):

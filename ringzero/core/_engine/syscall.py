@@ -38,6 +38,7 @@ async def syscall(
     fp: str | None = None,
     about: Callable[[], dict[str, Any]] | None = None,
     retry_safe: Callable[[], bool] | None = None,
+    slotted: bool = False,
 ) -> Outcome:
     """Run one syscall through the boundary, the journal and the budgets.
 
@@ -48,7 +49,8 @@ async def syscall(
     ``retry_safe`` marks a call with an effect on the world (a tool): its intent is recorded
     before it runs, and on resume one in flight at the crash is in doubt; ``retry_safe()`` says
     whether it may run again (else the outcome is ``InDoubt``, recorded, and the
-    caller raises ``ToolInDoubt``). ``live`` may read its slot (``current_slot``).
+    caller raises ``ToolInDoubt``). ``live`` may read its slot (``current_slot``) where it is
+    such an effect or ``slotted`` (an exec, whose tool calls are named by it).
     """
     if process.fenced is not None:
         raise asyncio.CancelledError("fenced")
@@ -89,11 +91,12 @@ async def syscall(
                     del live  # the bound method (``Mailbox.receive``): an object less per idle process
                     outcome = await waiting
                     await wait_ends(process)
-                    outcome = await journal.fill(str(seq), kind, fp, summary, outcome)
+                    outcome = await journal.fill(seq, kind, fp, summary, outcome)
                 else:
                     token = RUNNING_LIVE.set(process)
                     try:
-                        outcome = await perform(journal, str(seq), kind, fp, summary, live, retry_safe=retry_safe)
+                        outcome = await perform(journal, seq, kind, fp, summary, live, retry_safe=retry_safe,
+                                                slotted=slotted)
                     finally:
                         RUNNING_LIVE.reset(token)
             except BaseException as exc:

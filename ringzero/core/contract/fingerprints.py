@@ -33,7 +33,7 @@ def llm_fingerprint(provider: str, request: LLMRequest) -> str:
     the message (a conversation sends the same messages again at every call). Encoding the
     whole request at every ``ctx.llm`` was a quarter of the syscall's own cost."""
     parts = ['{"provider":', _scalar(provider), ',"request":{"max_tokens":', _scalar(request.max_tokens),
-             ',"messages":[', ",".join([m.canonical for m in request.messages]), '],"model":', _scalar(request.model),
+             ',"messages":[', ",".join([m.canonical() for m in request.messages]), '],"model":', _scalar(request.model),
              ',"stop":[', ",".join(map(_string, request.stop)), '],"temperature":', _scalar(request.temperature),
              ',"tools":', canonical_json([t.to_dict() for t in request.tools]) if request.tools else "[]", "}}"]
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]

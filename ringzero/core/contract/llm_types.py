@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,16 +63,21 @@ class Message:
             out["blocks"] = [dict(b) for b in self.blocks]
         return out
 
-    @functools.cached_property
     def canonical(self) -> str:
-        """The message's canonical JSON (``canonical_json(self.to_dict())``), made once: a
-        conversation sends the same messages again at every call, and each call's fingerprint
-        holds them (``ringzero.core.contract.fingerprints.llm_fingerprint``). A message of a role and text
-        alone (a prompt: a new one at every call that passes a string) is written by hand, its
-        keys in canonical order."""
-        if not self.tool_calls and self.tool_call_id is None and self.name is None and not self.blocks:
-            return f'{{"content":{_ascii(self.content)},"role":{_ascii(self.role)}}}'
-        return canonical_json(self.to_dict())
+        """The message's canonical JSON (``canonical_json(self.to_dict())``), made once and kept
+        on the message (it is immutable): a conversation sends the same messages again at every
+        call, and each call's fingerprint holds them (``fingerprints.llm_fingerprint``). A
+        message of a role and text alone (a prompt: a new one at every call that passes a
+        string) is written by hand, its keys in canonical order. (Not a ``cached_property``,
+        whose lock costs a microsecond at every call on Python 3.11.)"""
+        made = self.__dict__.get("_canonical")
+        if made is None:
+            if not self.tool_calls and self.tool_call_id is None and self.name is None and not self.blocks:
+                made = f'{{"content":{_ascii(self.content)},"role":{_ascii(self.role)}}}'
+            else:
+                made = canonical_json(self.to_dict())
+            self.__dict__["_canonical"] = made
+        return made
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Message:

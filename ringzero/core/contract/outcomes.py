@@ -1,5 +1,7 @@
-"""What a syscall's record says happened, as four frozen types, with the one codec to and from
-the store's JSON and the one converter between an exception and a recorded failure.
+"""What a syscall's record says happened, as four frozen types (named tuples: one is made at
+every syscall, where a frozen dataclass costs twice as much; each equal only to its own kind),
+with the one codec to and from the store's JSON and the one converter between an exception and
+a recorded failure.
 
 ================  ================================================  ===============================
 type              what happened                                     stored as
@@ -26,8 +28,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 from ringzero.core.contract import errors
 from ringzero.core.contract.json_data import JSON
@@ -63,8 +64,7 @@ ERROR_CHARS = 2000
 the code."""
 
 
-@dataclass(frozen=True, slots=True)
-class Value:
+class Value(NamedTuple):
     """The syscall returned ``value``."""
 
     value: JSON = None
@@ -73,9 +73,17 @@ class Value:
     def to_json(self) -> dict[str, JSON]:
         return {"value": self.value, **self.beside} if self.beside else {"value": self.value}
 
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and tuple.__eq__(self, other)
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *self))
+
+
+class Failure(NamedTuple):
     """The syscall raised: the exception's type name, text and (where they are more than its
     text) arguments; ``details``: what else its kind records (an LLM call's ``retry_after``)."""
 
@@ -91,9 +99,17 @@ class Failure:
             error["args"] = list(self.args)
         return {"error": {**error, **self.details}, **self.beside}
 
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and tuple.__eq__(self, other)
 
-@dataclass(frozen=True, slots=True)
-class Stopped:
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *self))
+
+
+class Stopped(NamedTuple):
     """The child process a ``wait`` waited for ended without exiting: its status, why, and what
     it raised."""
 
@@ -106,9 +122,17 @@ class Stopped:
         detail: JSON = None if self.detail is None else dict(self.detail)
         return {"error": {"status": self.status, "reason": self.reason, "detail": detail}, **self.beside}
 
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and tuple.__eq__(self, other)
 
-@dataclass(frozen=True, slots=True)
-class InDoubt:
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *self))
+
+
+class InDoubt(NamedTuple):
     """An effect that was in flight when its host died, and may not run again: ``slot`` is its
     place in the journal; ``tool`` names the tool where sandboxed code called it."""
 
@@ -122,6 +146,15 @@ class InDoubt:
         if self.tool is not None:
             body["tool"] = self.tool
         return {"in_doubt": body, **self.beside}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, *self))
 
 
 Outcome = Union[Value, Failure, Stopped, InDoubt]
@@ -157,7 +190,7 @@ def decode(record: Mapping[str, Any]) -> Outcome:
 
 def with_beside(outcome: Outcome, **beside: JSON) -> Outcome:
     """``outcome`` with ``beside`` added to what it keeps beside it."""
-    return replace(outcome, beside={**outcome.beside, **beside})
+    return outcome._replace(beside={**outcome.beside, **beside})
 
 
 def clip(text: str, limit: int = ERROR_CHARS) -> str:

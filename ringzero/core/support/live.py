@@ -12,7 +12,7 @@ RUNNING_LIVE: contextvars.ContextVar[object | None] = contextvars.ContextVar("ri
 """The process whose syscall is running live in this context (the engine's ``Process``): a
 syscall it makes from there (an LLM call inside a tool) is part of the enclosing one, whose
 record holds its effect; a tool pool shares its threads out by it."""
-SLOT: contextvars.ContextVar[str] = contextvars.ContextVar("ringzero_slot", default="")
+SLOT: contextvars.ContextVar[int | str] = contextvars.ContextVar("ringzero_slot", default="")
 """The journal slot of the syscall running live in this context (``ringzero.core._engine.effect.perform``):
 what its idempotency key (``ctx.idempotency_key()``) and its exec's tool calls are named by."""
 
@@ -25,7 +25,7 @@ def running_live() -> bool:
 
 def current_slot() -> str:
     """The slot of the effect syscall running live here ("" outside one)."""
-    return SLOT.get()
+    return str(SLOT.get())
 
 
 NESTED_COST: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("ringzero_nested", default=None)
