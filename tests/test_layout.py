@@ -19,8 +19,9 @@ import ringzero
 
 PACKAGE = Path(ringzero.__file__).parent
 
-THIRD_PARTY_PRIVATE = {"_exit"}
-"""Private names of other libraries that are their documented API (``os._exit``)."""
+THIRD_PARTY_PRIVATE = {"_exit", "_replace"}
+"""Private names of other libraries that are their documented API (``os._exit``, a named
+tuple's ``_replace``)."""
 
 
 def _modules() -> dict[str, Path]:

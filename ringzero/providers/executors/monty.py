@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -55,6 +56,12 @@ _UNSUPPORTED_HINT = (
     " (Monty runs a subset of Python; for this, use ringzero.providers.executors.ProcessExecutor, "
     "which runs full CPython with any installed package)"
 )
+
+
+_TEXT_FILE_BUSY = os.strerror(errno.ETXTBSY)
+"""How a worker's start fails while its launcher, just written, is still open for writing in a
+process another thread forked meanwhile and that has not reached its exec yet: it passes."""
+_SPAWN_ATTEMPTS = 5
 
 
 class MontyExecutor:
@@ -104,12 +111,17 @@ class MontyExecutor:
             if self._pool is None:
                 wall = self.limits.wall_seconds or 0.0
                 binary = await self._worker_binary()
-                pool = pm.AsyncMonty(binary_path=binary, min_processes=1, max_processes=self._max_workers,
-                                     request_timeout=wall + self._grace)
-                try:
-                    await pool.__aenter__()
-                except Exception as exc:
-                    raise ExecutorError(f"could not start Monty workers: {exc}") from exc
+                for attempt in range(_SPAWN_ATTEMPTS):
+                    pool = pm.AsyncMonty(binary_path=binary, min_processes=1, max_processes=self._max_workers,
+                                         request_timeout=wall + self._grace)
+                    try:
+                        await pool.__aenter__()
+                        break
+                    except Exception as exc:
+                        if _TEXT_FILE_BUSY in str(exc) and attempt + 1 < _SPAWN_ATTEMPTS:
+                            await asyncio.sleep(0.01 * (attempt + 1))
+                            continue
+                        raise ExecutorError(f"could not start Monty workers: {exc}") from exc
                 self._pool = pool
                 _hand_over_the_gil_at_exit()
         return self._pool
