@@ -59,6 +59,19 @@ class _Nothing(Mapping[str, Any]):
 
 NOTHING: Mapping[str, JSON] = _Nothing()
 
+def _same_kind_eq(self: tuple[Any, ...], other: object) -> bool:
+    """An outcome equals only an outcome of its own kind (a named tuple alone equals any tuple)."""
+    return type(other) is type(self) and tuple.__eq__(self, other)
+
+
+def _same_kind_ne(self: tuple[Any, ...], other: object) -> bool:
+    return not _same_kind_eq(self, other)
+
+
+def _same_kind_hash(self: tuple[Any, ...]) -> int:
+    return hash((type(self).__name__, *self))
+
+
 ERROR_CHARS = 2000
 """The most of a tool's error text the host keeps (in a run's record, in the journal) or shows
 the code."""
@@ -73,14 +86,6 @@ class Value(NamedTuple):
     def to_json(self) -> dict[str, JSON]:
         return {"value": self.value, **self.beside} if self.beside else {"value": self.value}
 
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and tuple.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, *self))
 
 
 class Failure(NamedTuple):
@@ -99,14 +104,6 @@ class Failure(NamedTuple):
             error["args"] = list(self.args)
         return {"error": {**error, **self.details}, **self.beside}
 
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and tuple.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, *self))
 
 
 class Stopped(NamedTuple):
@@ -122,14 +119,6 @@ class Stopped(NamedTuple):
         detail: JSON = None if self.detail is None else dict(self.detail)
         return {"error": {"status": self.status, "reason": self.reason, "detail": detail}, **self.beside}
 
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and tuple.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, *self))
 
 
 class InDoubt(NamedTuple):
@@ -147,17 +136,14 @@ class InDoubt(NamedTuple):
             body["tool"] = self.tool
         return {"in_doubt": body, **self.beside}
 
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and tuple.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, *self))
 
 
 Outcome = Union[Value, Failure, Stopped, InDoubt]
+
+for _kind in (Value, Failure, Stopped, InDoubt):  # equal only to their own kind (a named tuple alone is not)
+    setattr(_kind, "__eq__", _same_kind_eq)  # noqa: B010  (a NamedTuple's body may hold fields and methods only)
+    setattr(_kind, "__ne__", _same_kind_ne)  # noqa: B010
+    setattr(_kind, "__hash__", _same_kind_hash)  # noqa: B010
 
 NONE = Value(None)
 """The outcome of a syscall that returns nothing (a send, a sleep): one object for all of them."""
