@@ -100,10 +100,8 @@ class ToolCalls:
         if isinstance(outcome, InDoubt):
             raise self._abandon(ToolInDoubt(self.pid, name, slot, summary))
         self.rerun += outcome.beside.get("rerun") == "in_doubt"
-        if raised:
+        if raised:  # a failure recorded live: the tool's own exception, as raised
             raise raised[0]
-        if isinstance(outcome, Failure):  # recorded by another run of this slot
-            raise exception_of(outcome)
         return outcome.value if isinstance(outcome, Value) else None
 
     def _abandon(self, problem: RingzeroError) -> RuntimeError:

@@ -88,10 +88,12 @@ async def save_together(processes: Sequence[Process]) -> None:
     taken: list[tuple[Process, list[tuple[int, dict[str, JSON]]]]] = []
     rows: list[Checkpoint] = []
     alone: list[Process] = []
-    done = asyncio.get_running_loop().create_future()
+    done: asyncio.Future[None] | None = None
     for process in processes:
         if not process.unsaved_steps:
             continue
+        if done is None:
+            done = asyncio.get_running_loop().create_future()
         steps = process.take_unsaved(done)
         if steps is None:
             alone.append(process)
@@ -99,6 +101,8 @@ async def save_together(processes: Sequence[Process]) -> None:
         store = process.runtime.store
         rows += (store.transitions_row(process.pid, steps), store.status_row(process.record))
         taken.append((process, steps))
+    if done is None:
+        return
     try:
         if taken:
             await taken[0][0].runtime.store.put_rows(rows)

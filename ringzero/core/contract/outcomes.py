@@ -27,7 +27,8 @@ existed (a tool called from code kept ``args`` alone) read as well.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple, Union
 
 from ringzero.core.contract import errors
@@ -36,28 +37,8 @@ from ringzero.core.contract.json_data import JSON
 __all__ = ["ERROR_CHARS", "NONE", "Failure", "InDoubt", "Outcome", "Stopped", "Value", "clip", "decode", "exception_of",
            "failure", "number", "with_beside"]
 
-class _Nothing(Mapping[str, Any]):
-    """The empty mapping most outcomes keep beside them: one, immutable (a dataclass default)."""
-
-    __slots__ = ()
-
-    def __getitem__(self, key: str) -> Any:
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
-    def __hash__(self) -> int:
-        return 0
-
-    def __repr__(self) -> str:
-        return "{}"
-
-
-NOTHING: Mapping[str, JSON] = _Nothing()
+NOTHING: Mapping[str, JSON] = MappingProxyType({})
+"""The empty mapping most outcomes keep beside them: one, read-only."""
 
 def _same_kind_eq(self: tuple[Any, ...], other: object) -> bool:
     """An outcome equals only an outcome of its own kind (a named tuple alone equals any tuple)."""
@@ -66,10 +47,6 @@ def _same_kind_eq(self: tuple[Any, ...], other: object) -> bool:
 
 def _same_kind_ne(self: tuple[Any, ...], other: object) -> bool:
     return not _same_kind_eq(self, other)
-
-
-def _same_kind_hash(self: tuple[Any, ...]) -> int:
-    return hash((type(self).__name__, *self))
 
 
 ERROR_CHARS = 2000
@@ -143,7 +120,6 @@ Outcome = Union[Value, Failure, Stopped, InDoubt]
 for _kind in (Value, Failure, Stopped, InDoubt):  # equal only to their own kind (a named tuple alone is not)
     setattr(_kind, "__eq__", _same_kind_eq)  # noqa: B010  (a NamedTuple's body may hold fields and methods only)
     setattr(_kind, "__ne__", _same_kind_ne)  # noqa: B010
-    setattr(_kind, "__hash__", _same_kind_hash)  # noqa: B010
 
 NONE = Value(None)
 """The outcome of a syscall that returns nothing (a send, a sleep): one object for all of them."""
