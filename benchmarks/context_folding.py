@@ -24,7 +24,7 @@ from rich.table import Table
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import MemoryCheckpointer
-from ringzero.core._engine.conversation import SUMMARIZE
+from ringzero.core.context import SUMMARIZE
 from ringzero.core.contract.types import LLMRequest, Message
 from ringzero.testing import ScriptedProvider
 

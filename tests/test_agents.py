@@ -271,7 +271,7 @@ def test_an_agents_workspace_persists_between_its_tasks_and_nothing_else_is_writ
 
 
 def test_a_long_task_with_a_context_budget_folds_its_oldest_steps(tmp_path: Path) -> None:
-    from ringzero.core._engine.conversation import SUMMARIZE
+    from ringzero.core.context import SUMMARIZE
     from ringzero.testing import count_tokens
 
     def script(request: LLMRequest) -> str:

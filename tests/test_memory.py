@@ -11,7 +11,7 @@ import pytest
 
 from ringzero import Kernel
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
-from ringzero.core._engine.conversation import SUMMARIZE
+from ringzero.core.context import SUMMARIZE
 from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.contract.types import LLMRequest
 from ringzero.core.support.memory import MemoryStore

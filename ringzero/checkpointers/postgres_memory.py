@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ringzero.core.contract.types import JSON
 from ringzero.core.support.memory import RECORD_PREFIX, Memory, memory_from_row, newest_memories
 
-if TYPE_CHECKING:
-    from ringzero.checkpointers.postgres import PostgresCheckpointer
+__all__ = ["MEMORY_SCHEMA", "Database", "PostgresMemoryIndex", "move_record_memories"]
 
-__all__ = ["MEMORY_SCHEMA", "PostgresMemoryIndex", "move_record_memories"]
+
+class Database(Protocol):
+    """What the index asks of the checkpointer it lives in (``PostgresCheckpointer``)."""
+
+    async def read(self, sql: str, params: Sequence[Any], doing: str = "reading") -> Sequence[Any]:
+        """The rows ``sql`` returns (a statement that writes and returns rows included)."""
 
 MEMORY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS ringzero_memories (
@@ -49,7 +53,7 @@ def _below(namespace: str, prefix: bool) -> tuple[str, list[Any]]:
 class PostgresMemoryIndex:
     """A ``MemoryIndex`` in a PostgresCheckpointer's database."""
 
-    def __init__(self, checkpointer: PostgresCheckpointer) -> None:
+    def __init__(self, checkpointer: Database) -> None:
         self.checkpointer = checkpointer
 
     async def put(self, namespace: str, key: str, value: JSON, indexed_words: str, now: float) -> Memory:

@@ -23,22 +23,21 @@ from types import TracebackType
 from typing import Any
 
 from ringzero.core._engine.cluster import Cluster
-from ringzero.core._engine.handles import DEFAULT_PRIORITY, Event, ProcessHandle
+from ringzero.core._engine.handles import DEFAULT_PRIORITY, ProcessHandle, handle_of
 from ringzero.core._engine.monitor import Monitor
 from ringzero.core._engine.pids import PidAllocator
-from ringzero.core._engine.process import Program
 from ringzero.core._engine.recovery import recover
 from ringzero.core._engine.runtime import NO_LIMITS, Runtime
 from ringzero.core.contract.errors import InvalidArgument, ProcessStateError, WrongEventLoop
 from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
-from ringzero.core.contract.records import ProcessInfo
+from ringzero.core.contract.records import Event, ProcessInfo
 from ringzero.core.contract.remote import ChildPlacement, Placement, RemoteProcessHandle
 from ringzero.core.contract.store import KernelStore
-from ringzero.core.contract.types import JSON, Limits, ProcessStatus
+from ringzero.core.contract.types import JSON, Limits, ProcessStatus, Program
 from ringzero.core.support.backends import defaults
 from ringzero.core.support.gate import LLMGate
 from ringzero.core.support.memory import MemoryStore
-from ringzero.core.support.references import importing, unguarded_script
+from ringzero.core.support.references import check_program, importing, unguarded_script
 from ringzero.core.support.telemetry import Telemetry
 from ringzero.core.support.timeouts import cancel_and_wait
 
@@ -115,7 +114,8 @@ class Kernel:
         """What ``ringzero top`` reads and how it controls this kernel's processes from another OS
         process: an activity row a second while processes live, and commands taken from the store
         (``ringzero.core.support.monitor``). ``monitor_interval=None`` turns it off."""
-        self.runtime.monitor = self.monitor
+        if self.monitor is not None:
+            self.runtime.monitored_as(self.monitor.id)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         if placement is not None:
@@ -254,7 +254,7 @@ class Kernel:
         reaches it there; ``program`` must then be importable (``module:qualname``)."""
         self._check_loop()
         runtime = self.runtime
-        runtime.check_program(program, args)
+        check_program(program, args)
         if resources is not None and (self.placement is None or parent is not None):
             raise InvalidArgument("resources= places a top-level process on a cluster node; it needs a distributed "
                                   "scheduler (RayScheduler) and no parent")
@@ -285,7 +285,7 @@ class Kernel:
         """Like ``get``, but a process this kernel does not hold is read from the store: one that
         ended, or one that runs elsewhere or waits there for a resume (its handle reads its
         state from the store, sends through ``send`` and waits for its end in the store)."""
-        return await self.runtime.handle(pid)
+        return await handle_of(self.runtime, pid)
 
     async def remote(self, pid: int) -> RemoteProcessHandle:
         """The handle of a process the distributed scheduler placed on another machine."""

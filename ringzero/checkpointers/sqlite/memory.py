@@ -13,15 +13,22 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ringzero.core.contract.types import JSON
 from ringzero.core.support.memory import RECORD_PREFIX, Memory, memory_from_row, newest_memories
 
-if TYPE_CHECKING:
-    from ringzero.checkpointers.sqlite import SqliteCheckpointer
+__all__ = ["MEMORY_SCHEMA", "Database", "SqliteMemoryIndex", "move_record_memories"]
 
-__all__ = ["MEMORY_SCHEMA", "SqliteMemoryIndex", "move_record_memories"]
+
+class Database(Protocol):
+    """What the index asks of the checkpointer whose file it lives in (``SqliteCheckpointer``)."""
+
+    async def write(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
+        """Run ``statements`` in one transaction; the rows they changed."""
+
+    async def read(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
+        """The rows ``sql`` returns."""
 
 MEMORY_SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -60,7 +67,7 @@ def _below(namespace: str, prefix: bool) -> tuple[str, list[Any]]:
 class SqliteMemoryIndex:
     """A ``MemoryIndex`` in a SqliteCheckpointer's file."""
 
-    def __init__(self, checkpointer: SqliteCheckpointer) -> None:
+    def __init__(self, checkpointer: Database) -> None:
         self.checkpointer = checkpointer
 
     async def put(self, namespace: str, key: str, value: JSON, indexed_words: str, now: float) -> Memory:

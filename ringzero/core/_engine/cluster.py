@@ -10,19 +10,15 @@ the worker as the cluster's live nodes change). A kernel whose scheduler is dist
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from ringzero.core._engine.budget import Spend
 from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.contract.remote import ChildPlacement, Placement, RemoteProcessHandle, SpawnRequest
 from ringzero.core.contract.store import KernelStore
-from ringzero.core.contract.types import JSON, Limits
+from ringzero.core.contract.types import JSON, Limits, Program
 from ringzero.core.support.references import import_reference, importable_reference, reference_of
 from ringzero.core.support.timeouts import retrieved
-
-if TYPE_CHECKING:
-    from ringzero.core._engine.process import Process, Program
 
 __all__ = ["Cluster"]
 
@@ -76,26 +72,17 @@ class Cluster:
         return await RemoteProcessHandle(self.child_placement, {"pid": pid, "name": "", "status": "created",
                                                                 "program": ""}).refresh()
 
-    def adopt_remote_child(self, parent: Process, child: RemoteProcessHandle, child_limits: Limits) -> None:
-        """A child on another node: its reservation is held here and settled, with what it
-        spent, when it ends there (a watch on its node follows it if it moves)."""
-        parent.children[child.pid] = child_limits
-        parent.remote_children[child.pid] = child
+    def when_ended(self, child: RemoteProcessHandle, then: Callable[[Mapping[str, Any]], None]) -> None:
+        """Follow ``child``, on another node (on the node that takes it over, if it moves), and
+        call ``then`` with how it ended (``RemoteProcessHandle.ended``) when it does."""
 
-        async def settle_at_end() -> None:
-            self.settle_remote_child(parent, child.pid, await child.ended())
+        async def follow() -> None:
+            then(await child.ended())
 
-        watch = asyncio.ensure_future(settle_at_end())
+        watch = asyncio.ensure_future(follow())
         self._watches.add(watch)
         watch.add_done_callback(self._watches.discard)
         watch.add_done_callback(retrieved)
-
-    @staticmethod
-    def settle_remote_child(parent: Process, pid: int, ended: Mapping[str, Any]) -> None:
-        """Refund ``parent`` what its remote child ``pid`` did not spend (once: by whichever of
-        the watch and ``ctx.wait`` sees the end first)."""
-        if pid in parent.children:
-            parent.meter.settle(parent.children.pop(pid), Spend.from_dict(ended.get("spent") or {}))
 
     async def take_over(self, pid: int, from_node: str | None) -> tuple[int, str] | None:
         """Claim the next ownership epoch of ``pid`` for this node: (epoch, node), or None when

@@ -15,16 +15,16 @@ a resumed process folds exactly as it did before its crash.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ringzero.core.contract.errors import InvalidArgument
-from ringzero.core.contract.types import LLMResponse, Message, ToolSchema
+from ringzero.core.contract.types import JSON, LLMResponse, Message, ToolSchema
 
 if TYPE_CHECKING:
-    from ringzero.core._engine.context import Context
+    from ringzero.core._engine.process_memory import ProcessMemory
 
-__all__ = ["Conversation"]
+__all__ = ["Conversation", "Owner"]
 
 SUMMARIZE = """You keep the memory of a long conversation. Write an episode note of the part below:
 every fact, decision, number, name and open question in it, as short plain sentences. The
@@ -33,10 +33,29 @@ note replaces that part of the conversation, so leave nothing out that may matte
 BeforeFold = Callable[[list[Message]], Awaitable[None] | None]
 
 
+class Owner(Protocol):
+    """What a conversation asks of the Context it belongs to (``Context`` is the one there is):
+    its calls are that process's syscalls."""
+
+    @property
+    def memory(self) -> ProcessMemory:
+        """Where episode notes are remembered."""
+
+    def count_tokens(self, messages: Sequence[Message], provider: str = "default") -> tuple[int, bool]:
+        """``(tokens, estimated)`` of ``messages``."""
+
+    def emit(self, kind: str, data: Mapping[str, JSON]) -> None:
+        """An event to the kernel's subscribers."""
+
+    def llm(self, messages: Sequence[Message], *, tools: Sequence[ToolSchema | Mapping[str, Any]] = (),
+            max_tokens: int | None = None, provider: str = "default") -> Awaitable[LLMResponse]:
+        """Ask the model (a journaled syscall)."""
+
+
 class Conversation:
     """Messages for the model that stay under a token budget by folding (see the module doc)."""
 
-    def __init__(self, ctx: Context, system: str = "", *, budget: int = 8000, keep_recent: int | None = None,
+    def __init__(self, ctx: Owner, system: str = "", *, budget: int = 8000, keep_recent: int | None = None,
                  note_tokens: int = 500, recap_notes: int = 3, provider: str = "default", name: str = "conversation",
                  before_fold: BeforeFold | None = None) -> None:
         if budget < 100:

@@ -1,45 +1,37 @@
-"""What users hold of a process: its handle, its ``ps`` row, and the events a kernel emits.
+"""What users hold of a process: its handle.
 
-A handle reaches its process through the kernel's runtime (``ringzero.core._engine.runtime``); it keeps
+A handle reaches its process through the kernel that runs it (``Host``: the runtime); it keeps
 its process's record in memory for as long as it is held, the runtime does not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.contract.errors import BudgetExceeded, ProcessFailed, ProcessStateError
+from ringzero.core._engine.mailbox import check_message
+from ringzero.core.contract.errors import BudgetExceeded, ProcessFailed, ProcessNotFound, ProcessStateError
 from ringzero.core.contract.records import ProcessInfo
+from ringzero.core.contract.remote import RemoteProcessHandle
 from ringzero.core.contract.types import JSON, ProcessStatus, StopReason
 from ringzero.core.support.timeouts import fail_after, shielded
 
 if TYPE_CHECKING:
-    from ringzero.core._engine.process import Process
-    from ringzero.core._engine.runtime import Runtime
+    from ringzero.core._engine.process import Host, Process
 
-__all__ = ["DEFAULT_PRIORITY", "Event", "ProcessHandle", "process_of"]
+__all__ = ["DEFAULT_PRIORITY", "STORE_POLL", "ProcessHandle", "any_handle", "handle_of", "process_of"]
 
 DEFAULT_PRIORITY = 10
 """The priority of a process or message given none (lower numbers go first)."""
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something that happened to a process: a ``transition`` or a ``budget_warning``."""
-
-    kind: str
-    pid: int
-    data: Mapping[str, JSON]
-    at: float
+STORE_POLL = 0.25
+"""Seconds between reads of the store while a handle waits for a process that runs elsewhere."""
 
 
 class ProcessHandle:
     """What ``spawn`` returns: a process's pid and the calls that control it."""
 
-    def __init__(self, runtime: Runtime, process: Process) -> None:
-        self._runtime = runtime
+    def __init__(self, host: Host, process: Process) -> None:
+        self._host = host
         self._process = process  # a handle keeps its process's record in memory, the kernel does not
         self.pid = process.pid
 
@@ -107,7 +99,7 @@ class ProcessHandle:
     def elsewhere(self) -> bool:
         """Whether the process is unfinished and runs in no kernel of this OS process (another
         host runs it, or it waits in the store for a resume): a handle from ``Kernel.handle``."""
-        return not self._process.over and self._process.task is None and not self._runtime.runs(self.pid)
+        return not self._process.over and self._process.task is None and not self._host.runs(self.pid)
 
     async def wait(self, timeout: float | None = None) -> Any:
         """The program's return value. Raises ProcessFailed (BudgetExceeded for a budget stop)
@@ -116,7 +108,7 @@ class ProcessHandle:
         process = self._process
         async with fail_after(timeout):
             if self.elsewhere:
-                await self._runtime.ended_in_store(process)
+                await _ended_in_store(self._host, process)
             else:
                 await shielded(process.finished)
         record = process.record
@@ -137,16 +129,16 @@ class ProcessHandle:
     async def kill(self) -> None:
         """Stop the process (and its live children) now, even mid-syscall; waits until recorded."""
         self._here("kill")
-        await self._runtime.kill_tree(self._process)
+        await self._host.kill_tree(self._process)
 
     async def send(self, message: JSON, *, priority: int = DEFAULT_PRIORITY) -> None:
         """Put a message in the process's mailbox (lower priority numbers are received first),
         wherever it runs (``Kernel.send``)."""
         if self.elsewhere:
-            await self._runtime.send(self.pid, message, priority)
+            await self._host.send(self.pid, message, priority)
             return
-        self._runtime.check_message(self.pid, message, priority)
-        await self._runtime.deliver(self.pid, message, priority, sender=None)
+        check_message(self.pid, message, priority)
+        await self._host.deliver(self.pid, message, priority, sender=None)
 
     def _here(self, what: str) -> None:
         if self.elsewhere:
@@ -159,3 +151,31 @@ def process_of(handle: ProcessHandle) -> Process:
     """The process behind ``handle``: for the kernel's own code (``ctx.wait``, a cluster worker),
     not part of what users hold."""
     return handle._process
+
+
+async def handle_of(host: Host, pid: int) -> ProcessHandle:
+    """The handle of ``pid``: live in ``host``, held by something there, or read from the store
+    (``ProcessNotFound`` where the store has no such process)."""
+    return ProcessHandle(host, await host.held(pid))
+
+
+async def any_handle(host: Host, pid: int) -> ProcessHandle | RemoteProcessHandle:
+    """The handle of ``pid``, here or (on a cluster node) on another node."""
+    try:
+        return await handle_of(host, pid)
+    except ProcessNotFound:
+        remote = await host.cluster.remote_handle(pid)
+        if remote is None:
+            raise
+        return remote
+
+
+async def _ended_in_store(host: Host, process: Process) -> None:
+    """Wait until the store records the end of ``process``, which runs elsewhere."""
+    while True:
+        record = await host.store.load_process(process.pid)
+        if record is not None:
+            process.reload(record)
+            if record.status.terminal:
+                return
+        await asyncio.sleep(STORE_POLL)

@@ -7,7 +7,7 @@ import asyncio
 import traceback
 from typing import TYPE_CHECKING
 
-from ringzero.core._engine.context import enter
+from ringzero.core._engine.context import Context, enter
 from ringzero.core._engine.new_run import ContinueAsNew, begin_new_run
 from ringzero.core.contract.errors import CheckpointerError, NonDeterminismError, NotSerializable
 from ringzero.core.contract.types import ProcessStatus, StopReason, ensure_json, json_form, json_problem
@@ -15,7 +15,13 @@ from ringzero.core.contract.types import ProcessStatus, StopReason, ensure_json,
 if TYPE_CHECKING:
     from ringzero.core._engine.process import Process
 
-__all__ = ["finish", "run", "run_in_span"]
+__all__ = ["finish", "launch", "run", "run_in_span"]
+
+
+def launch(process: Process) -> None:
+    """Start ``process``'s task. Without telemetry the task runs ``run`` itself: one coroutine
+    fewer in the await chain every idle process holds."""
+    process.start(run_in_span(process) if process.runtime.telemetry.enabled else run(process))
 
 
 async def run_in_span(process: Process) -> None:
@@ -42,10 +48,11 @@ async def run(process: Process) -> None:
         await process.acquire_slot()
         await process.move_to(ProcessStatus.RUNNING, "recovered" if process.journal.length else "")
         process.arm_watchdog()
-        enter(process.ctx)  # this task's context: programs and the tasks they start see it
+        ctx = Context(process)
+        enter(ctx)  # this task's context: programs and the tasks they start see it
         while True:
             try:
-                process.returned(await process.program(process.ctx, *process.record.args))
+                process.returned(await process.program(ctx, *process.record.args))
                 break
             except ContinueAsNew as again:
                 await begin_new_run(process, again)

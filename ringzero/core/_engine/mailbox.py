@@ -8,12 +8,28 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.contract.outcomes import NONE, Outcome, Value
-from ringzero.core.contract.types import JSON
+from ringzero.core.contract.types import JSON, json_size
 from ringzero.core.support.timeouts import wait_until_set
 from ringzero.core.support.waitline import PriorityLine
 
-__all__ = ["Mail", "Mailbox"]
+__all__ = ["MAX_MESSAGE_BYTES", "Mail", "Mailbox", "check_message"]
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest message (its JSON) a mailbox takes: each is stored, and read back at recovery."""
+
+
+def check_message(pid: int, message: JSON, priority: int) -> None:
+    """Refuse, naming what is wrong, a message a mailbox cannot take (or a pid that is none)."""
+    size = json_size(message, f"a message to pid {pid}")
+    if size > MAX_MESSAGE_BYTES:
+        raise InvalidArgument(f"a message to pid {pid} is {size:,} bytes of JSON, over the {MAX_MESSAGE_BYTES:,} a "
+                              "mailbox takes: send a reference to the data (a file, a memory key) instead")
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+        raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise InvalidArgument(f"a message goes to a pid (an integer) or a process's handle, not {pid!r:.80}")
 
 
 @dataclass(order=True, frozen=True)

@@ -1,7 +1,6 @@
 """A kernel's side of ``ringzero top`` (see ``ringzero.core.support.monitor`` for what it
 reads and writes in the store): the ``Monitor`` task that writes the kernel's activity row and
-carries out the commands left for its processes, and ``deliver_elsewhere``, a message to a
-process another kernel runs."""
+carries out the commands left for its processes."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ringzero.core.contract.errors import ProcessStateError, RingzeroError
+from ringzero.core.contract.errors import RingzeroError
 from ringzero.core.contract.outcomes import number
 from ringzero.core.contract.store import dumps, loads
 from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint
@@ -24,12 +23,8 @@ from ringzero.core.support.monitor import (
     ACTIVITY,
     COMMAND_WINDOW,
     COMMANDS,
-    HOST_ANNOUNCES_WITHIN,
     MAX_LISTED,
     RECENT_COMMANDS,
-    carried_out,
-    hosts_of,
-    send_command,
 )
 from ringzero.core.support.timeouts import cancel_and_wait
 from ringzero.core.support.tool_pool import pools_in_use
@@ -37,52 +32,9 @@ from ringzero.core.support.tool_pool import pools_in_use
 if TYPE_CHECKING:
     from ringzero.core._engine.runtime import Runtime
 
-__all__ = ["Monitor", "deliver_elsewhere"]
+__all__ = ["Monitor"]
 
 _kernels = itertools.count(1)
-
-
-async def deliver_elsewhere(runtime: Runtime, pid: int, message: JSON, priority: int) -> None:
-    """Deliver a message to ``pid``, a process this kernel does not run (``Kernel.send``).
-
-    Where a live kernel on the store lists it (its activity row is fresh), that kernel is asked
-    to deliver it (a ``send`` command, taken at its next tick). Where none does, or none takes
-    the command within a few of its ticks, the message is stored in the process's mailbox for
-    whoever resumes it; the command's ``done`` row is claimed first, so that exactly one of
-    the host and this sender delivers it."""
-    checkpointer = runtime.checkpointer
-    own = runtime.monitor.id if runtime.monitor is not None else None
-    hosts = await hosts_of(checkpointer, pid, own)
-    record = await runtime.store.load_process(pid)
-    if not hosts and record is not None and time.time() - record.updated_at < HOST_ANNOUNCES_WITHIN:
-        # It moved a moment ago: a kernel that has just started or resumed it writes its first
-        # activity row within a tick. Wait for that row rather than store what it would not see.
-        until = time.monotonic() + HOST_ANNOUNCES_WITHIN
-        while not hosts and time.monotonic() < until:
-            await asyncio.sleep(0.05)
-            hosts = await hosts_of(checkpointer, pid, own)
-    if hosts:
-        command_id = await send_command(checkpointer, pid, "send", {"message": message, "priority": priority})
-        until = time.monotonic() + 3 * max(a.interval for a in hosts) + 1
-        outcome = await carried_out(checkpointer, command_id, until)
-        if outcome is None:  # not taken in time: store it, unless the host takes it meanwhile
-            stored = {"kernel": own or "sender", "state": "done", "message": f"send to pid {pid}: stored for its host"}
-            row = Checkpoint(thread_id=COMMANDS, namespace="done", id=command_id, payload=dumps(stored),
-                             metadata=NO_METADATA)
-            if not checkpointer.capabilities.claims or await checkpointer.claim(row):
-                outcome = None
-            else:  # the host took it after all: it delivers
-                outcome = await carried_out(checkpointer, command_id, None)
-        if outcome is not None:
-            if outcome["state"] == "failed":
-                raise ProcessStateError(str(outcome["message"]))
-            return
-    store = runtime.store
-    while True:
-        seq = await store.last_seq(pid, "mailbox") + 1
-        if await store.store_mail(pid, seq, priority, message, None):
-            return
-
 
 
 def _gate_row(name: str, gate: LLMGate, before: Mapping[str, float] | None, seconds: float) -> dict[str, JSON]:

@@ -14,34 +14,97 @@ while it is parked paused.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from ringzero.core._engine.budget import Meter
-from ringzero.core._engine.context import Context
+from ringzero.core._engine.budget import Meter, Spend
+from ringzero.core._engine.cluster import Cluster
 from ringzero.core._engine.journal import Journal
-from ringzero.core._engine.lifecycle import run, run_in_span
 from ringzero.core._engine.mailbox import Mailbox
 from ringzero.core.contract.errors import Fenced, NoProvider, NotResumed, ProcessStateError, RingzeroError, ToolNotFound
-from ringzero.core.contract.records import Ending
-from ringzero.core.contract.store import ProcessRecord
-from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason
+from ringzero.core.contract.records import Ending, Event
+from ringzero.core.contract.store import KernelStore, ProcessRecord
+from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, Program, StopReason
 from ringzero.core.support.timeouts import RECANCEL_EVERY, shielded
 
 if TYPE_CHECKING:
-    from ringzero.core._engine.runtime import Runtime
+    from ringzero.core.contract.protocols import Executor, Scheduler, Tool
     from ringzero.core.contract.remote import RemoteProcessHandle
+    from ringzero.core.support.gate import LLMGate
+    from ringzero.core.support.memory import MemoryStore
+    from ringzero.core.support.no_telemetry import NoTelemetry
 
-__all__ = ["Process", "Program"]
+__all__ = ["Host", "Process", "Program"]
 
-Program = Callable[..., Awaitable[Any]]
+
+class Host(Protocol):
+    """What a process asks of the kernel that runs it: ``Runtime`` (``runtime.py``) is the one
+    there is. The engine's modules under the runtime (syscalls, lifecycle, handles) reach the
+    kernel through this alone, so the runtime, which makes processes, stands above all of them
+    and nothing imports back up to it."""
+
+    store: KernelStore
+    scheduler: Scheduler
+    executor: Executor
+    tools: dict[str, Tool]
+    gates: dict[str, LLMGate]
+    memory: MemoryStore
+    cluster: Cluster
+    telemetry: NoTelemetry
+    listeners: list[Callable[[Event], None]]
+
+    def gate(self, name: str = "default") -> LLMGate:
+        """The LLM gate of provider ``name`` (``NoProvider`` where there is none)."""
+
+    def emit(self, kind: str, pid: int, data: Mapping[str, JSON]) -> None:
+        """Tell the kernel's subscribers (``Kernel.subscribe``)."""
+
+    def save_soon(self, process: Process) -> None:
+        """Write ``process``'s transitions with the others made in this turn of the loop."""
+
+    async def flush(self) -> None:
+        """Write every transition not yet written."""
+
+    def retire(self, process: Process) -> None:
+        """``process`` has stopped: it leaves the live table."""
+
+    def child_finished(self, child: Process) -> None:
+        """``child`` has ended: retire it and refund its parent what it did not spend."""
+
+    def runs(self, pid: int) -> bool:
+        """Whether ``pid`` is live in this kernel."""
+
+    async def held(self, pid: int) -> Process:
+        """The process ``pid``: live here, held by something, or read from the store."""
+
+    async def spawn_process(self, program: Program, args: Sequence[JSON], *, name: str | None, priority: int,
+                            limits: Limits | None, parent: int | None, remote_parent: int | None = None,
+                            spawn_id: str | None = None) -> Process:
+        """Create and start a process."""
+
+    def spawned_before_crash(self, parent: Process, spawn_id: str) -> int | None:
+        """The child a resumed ``parent`` created with this spawn before its host died."""
+
+    async def adopt(self, parent: Process, child_pid: int, child_limits: Limits) -> None:
+        """Attach a replayed spawn's child reservation to ``parent``."""
+
+    async def send(self, pid: int, message: JSON, priority: int = ...) -> None:
+        """Deliver to ``pid`` wherever it runs."""
+
+    async def deliver(self, pid: int, message: JSON, priority: int, sender: int | None, *,
+                      mail_id: str | None = None, maybe_delivered: bool = False) -> None:
+        """Store a message for the live process ``pid``, then put it in its mailbox."""
+
+    async def kill_tree(self, process: Process) -> None:
+        """Stop ``process`` and its live children; wait for each end."""
 
 
 class Process:
     """The kernel's live view of one process (the program sees only its Context).
 
-    Slots: with its 38 attributes, past the 30 an instance keeps without a dict of its own,
+    Slots: with its 37 attributes, past the 30 an instance keeps without a dict of its own,
     each process held one more object for the garbage collector to walk (at 10,000 and
     100,000 idle processes, every full collection walks them all)."""
 
@@ -55,7 +118,6 @@ class Process:
         "_started",
         "_watchdog",
         "children",
-        "ctx",
         "ended_at",
         "entered",
         "fenced",
@@ -89,7 +151,7 @@ class Process:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: Host,
         record: ProcessRecord,
         program: Program,
         journal: Journal,
@@ -105,7 +167,6 @@ class Process:
         self.journal = journal
         self.meter = Meter(record.limits, wall_before=record.wall_seconds)
         self.mailbox = Mailbox()
-        self.ctx = Context(self)
         self.value: Any = None
         self.children: dict[int, Limits] = {}
         """Live children's budget reservations, settled as each child ends."""
@@ -114,7 +175,7 @@ class Process:
         the sets below are made when first needed: every object an idle process holds is one
         more for the garbage collector to walk, at 100,000 processes."""
         self.remote_children: dict[int, RemoteProcessHandle] = {}
-        """Children it spawned that run on other cluster nodes (``Cluster.adopt_remote_child``)."""
+        """Children it spawned that run on other cluster nodes (``adopt_remote_child``)."""
         self.spawning: set[asyncio.Future[Process]] | None = None
         """Children whose creation is in flight (see ``Runtime.spawn_process``)."""
         self.from_threads: set[asyncio.Task[Any]] | None = None
@@ -238,10 +299,8 @@ class Process:
         self.offspring.append(child)
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self) -> None:
-        # Without telemetry the task runs _run itself: one coroutine fewer in the await chain
-        # every idle process holds.
-        main = run_in_span(self) if self.runtime.telemetry.enabled else run(self)
+    def start(self, main: Coroutine[Any, Any, None]) -> None:
+        """Run ``main`` (``lifecycle.launch``: its life) as its task."""
         self.task = asyncio.get_running_loop().create_task(main, name=f"ringzero-pid-{self.pid}")
 
     def needs(self, cause: NoProvider | ToolNotFound) -> NoReturn:
@@ -378,6 +437,27 @@ class Process:
         """The id of its next spawn in program order (the same when the program runs again)."""
         self.spawns += 1
         return f"{self.pid}:{self.spawns}"
+
+    def reserve(self, child_pid: int, limits: Limits) -> None:
+        """Hold ``limits`` of its budget for child ``child_pid`` until that child ends (``settle_child``)."""
+        self.children[child_pid] = limits
+
+    def settle_child(self, pid: int, spent: Spend) -> None:
+        """Child ``pid`` has ended having spent ``spent``: its reservation is given back, less
+        that (once: whoever sees the end first settles it)."""
+        if pid in self.children:
+            self.meter.settle(self.children.pop(pid), spent)
+
+    def adopt_remote_child(self, child: RemoteProcessHandle, limits: Limits) -> None:
+        """A child on another cluster node: its reservation is held here and settled, with what
+        it spent, when it ends there (the cluster follows it, if it moves too)."""
+        self.reserve(child.pid, limits)
+        self.remote_children[child.pid] = child
+        self.runtime.cluster.when_ended(child, functools.partial(self.remote_child_ended, child.pid))
+
+    def remote_child_ended(self, pid: int, ended: Mapping[str, Any]) -> None:
+        """Its remote child ``pid`` ended as ``ended`` (its ``RemoteProcessHandle.ended``) says."""
+        self.settle_child(pid, Spend.from_dict(ended.get("spent") or {}))
 
     def track_spawning(self, creation: asyncio.Future[Process]) -> None:
         """A child whose creation is in flight: a stop waits for it."""

@@ -15,13 +15,15 @@ from collections.abc import Collection, Mapping
 
 from ringzero.core._engine.handles import ProcessHandle
 from ringzero.core._engine.journal import OWNER_RECHECK, Journal
+from ringzero.core._engine.lifecycle import launch
 from ringzero.core._engine.mailbox import Mail
 from ringzero.core._engine.new_run import RunStart
-from ringzero.core._engine.process import Process, Program
+from ringzero.core._engine.process import Process
 from ringzero.core._engine.runtime import Runtime, missing_program
 from ringzero.core.contract.errors import InvalidArgument, NotResumed, ProgramNotFound
 from ringzero.core.contract.records import received_seq
 from ringzero.core.contract.store import ProcessRecord
+from ringzero.core.contract.types import Program
 from ringzero.core.support.references import import_reference
 
 __all__ = ["recover"]
@@ -60,7 +62,7 @@ async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
         process = await _loaded(runtime, record, programs or {}, taken[record.pid])
         (unfinished if process.left_unfinished is not None else to_start).append(process)
     for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
-        process.start()
+        launch(process)
     return [ProcessHandle(runtime, process) for process in [*to_start, *unfinished]]
 
 

@@ -1,17 +1,18 @@
 """The runtime: the process table and the kernel's side of every syscall.
 
-``Process`` and ``Context`` see this object and nothing else of the kernel: it creates a process,
-retires it, delivers its mail, adopts its children and settles their budgets, kills a tree of
-processes, and emits events. ``Kernel`` (``ringzero.core.kernel``) is the users' facade over it.
-Its methods are internal to ``ringzero.core`` (and to schedulers that run kernels on cluster
-nodes): free to change, not for programs to call.
+``Process`` and ``Context`` see this object, as ``process.Host``, and nothing else of the kernel:
+it creates a process, retires it, delivers its mail, adopts its children and settles their
+budgets, kills a tree of processes, and emits events. It stands above the rest of the engine
+(which names it only through ``Host``), so it imports them and none imports it back.
+``Kernel`` (``ringzero.core.kernel``) is the users' facade over it. Its methods are internal
+to ``ringzero.core`` (and to schedulers that run kernels on cluster nodes): free to change, not
+for programs to call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import os
 import socket
 import time
@@ -23,37 +24,28 @@ from typing import Any
 
 from ringzero.core._engine.budget import Spend
 from ringzero.core._engine.cluster import Cluster
-from ringzero.core._engine.handles import DEFAULT_PRIORITY, Event, ProcessHandle
+from ringzero.core._engine.handles import DEFAULT_PRIORITY, ProcessHandle
 from ringzero.core._engine.journal import Journal
-from ringzero.core._engine.mailbox import Mail
-from ringzero.core._engine.monitor import Monitor, deliver_elsewhere
+from ringzero.core._engine.lifecycle import launch
+from ringzero.core._engine.mailbox import Mail, check_message
 from ringzero.core._engine.pids import PidAllocator
-from ringzero.core._engine.process import Process, Program
+from ringzero.core._engine.process import Process
 from ringzero.core._engine.transitions import TransitionWriter
-from ringzero.core.contract.errors import (
-    InvalidArgument,
-    NoProvider,
-    NotAProgram,
-    ProcessNotFound,
-    ProcessStateError,
-)
+from ringzero.core.contract.errors import InvalidArgument, NoProvider, ProcessNotFound, ProcessStateError
 from ringzero.core.contract.protocols import Checkpointer, Executor, Scheduler, Tool
-from ringzero.core.contract.remote import RemoteProcessHandle
+from ringzero.core.contract.records import Event
 from ringzero.core.contract.store import ProcessRecord
-from ringzero.core.contract.types import JSON, Limits, StopReason, ensure_json, json_size
+from ringzero.core.contract.types import JSON, Limits, Program, StopReason
 from ringzero.core.support.gate import LLMGate
 from ringzero.core.support.memory import MemoryStore
+from ringzero.core.support.monitor import deliver_elsewhere
 from ringzero.core.support.no_telemetry import NO_TELEMETRY, NoTelemetry
 from ringzero.core.support.references import program_reference
 from ringzero.core.support.telemetry import Telemetry
 from ringzero.core.support.timeouts import retrieved, shielded, started_eagerly
 
-__all__ = ["MAX_MESSAGE_BYTES", "STORE_POLL", "Runtime"]
+__all__ = ["Runtime", "missing_program"]
 
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-"""The largest message (its JSON) a mailbox takes: each is stored, and read back at recovery."""
-STORE_POLL = 0.25
-"""Seconds between reads of the store while a handle waits for a process that runs elsewhere."""
 NO_LIMITS = Limits()
 """The limits of every process spawned without any: one frozen object, not one each."""
 
@@ -61,7 +53,7 @@ _WARNED: set[str] = set()
 
 
 class Runtime:
-    """The process table of one kernel, and what its processes ask of it."""
+    """The process table of one kernel, and what its processes ask of it (``process.Host``)."""
 
     def __init__(self, *, checkpointer: Checkpointer, executor: Executor, scheduler: Scheduler,
                  tools: Mapping[str, Tool], gates: dict[str, LLMGate], cluster: Cluster,
@@ -82,7 +74,8 @@ class Runtime:
         self.listeners: list[Callable[[Event], None]] = []
         self.transitions = TransitionWriter(checkpointer)
         self.pids = PidAllocator(self.store, node=cluster.node, owner=self._pid_owner)
-        self.monitor: Monitor | None = None
+        self.monitor_id: str | None = None
+        """The id of the kernel's ``Monitor`` (its activity row in the store), where it has one."""
         self.telemetry: NoTelemetry = NO_TELEMETRY
         """Spans and metrics, set at ``start`` (``NO_TELEMETRY`` where there are no OpenTelemetry
         providers)."""
@@ -94,6 +87,11 @@ class Runtime:
     def close(self) -> None:
         """The kernel is closing: no new process is taken."""
         self.closed = True
+
+    def monitored_as(self, monitor_id: str) -> None:
+        """A ``Monitor`` writes this kernel's activity row as ``monitor_id``: the owner its pid
+        blocks are taken in, and who a message to a process of another kernel is from."""
+        self.monitor_id = monitor_id
 
     def join_cluster(self, cluster: Cluster, pids: PidAllocator) -> None:
         """Run as a node of ``cluster``, numbering its processes with ``pids`` (``Kernel.join_cluster``)."""
@@ -112,7 +110,7 @@ class Runtime:
     def _pid_owner(self) -> str:
         if self.cluster.node is not None:
             return self.cluster.node
-        return self.monitor.id if self.monitor is not None else f"{socket.gethostname()}:{os.getpid()}"
+        return self.monitor_id or f"{socket.gethostname()}:{os.getpid()}"
 
     # ------------------------------------------------------------------ the table
     def runs(self, pid: int) -> bool:
@@ -131,43 +129,23 @@ class Runtime:
     def get(self, pid: int) -> ProcessHandle:
         return ProcessHandle(self, self.process(pid))
 
-    async def handle(self, pid: int) -> ProcessHandle:
-        """``get``, or a handle on the stored record of a process this kernel does not hold."""
+    async def held(self, pid: int) -> Process:
+        """``process``, or one made of the stored record of a process this kernel does not hold."""
         try:
-            return self.get(pid)
+            return self.process(pid)
         except ProcessNotFound:
             record = await self.store.load_process(pid)
             if record is None:
                 raise
             if not record.status.terminal:
-                return ProcessHandle(self, Process(self, record, missing_program, Journal(self.store, pid)))
-            return ProcessHandle(self, self.ended_process(record))
-
-    async def any_handle(self, pid: int) -> ProcessHandle | RemoteProcessHandle:
-        """The handle of ``pid``, here or (on a cluster node) on another node."""
-        try:
-            return await self.handle(pid)
-        except ProcessNotFound:
-            remote = await self.cluster.remote_handle(pid)
-            if remote is None:
-                raise
-            return remote
+                return Process(self, record, missing_program, Journal(self.store, pid))
+            return self.ended_process(record)
 
     def ended_process(self, record: ProcessRecord) -> Process:
         ended = Process(self, record, missing_program, Journal(self.store, record.pid))
         ended.settle()
         self.ended[record.pid] = ended
         return ended
-
-    async def ended_in_store(self, process: Process) -> None:
-        """Wait until the store records the end of ``process``, which runs elsewhere."""
-        while True:
-            record = await self.store.load_process(process.pid)
-            if record is not None:
-                process.reload(record)
-                if record.status.terminal:
-                    return
-            await asyncio.sleep(STORE_POLL)
 
     def retire(self, process: Process) -> None:
         """A process has ended: it leaves the live table (see ``procs``)."""
@@ -181,8 +159,8 @@ class Runtime:
         """Retire ``child`` and refund its parent what it did not spend."""
         parent = self.procs.get(child.record.parent) if child.record.parent is not None else None
         self.retire(child)
-        if parent is not None and child.pid in parent.children:
-            parent.meter.settle(parent.children.pop(child.pid), child.meter.spent)
+        if parent is not None:
+            parent.settle_child(child.pid, child.meter.spent)
 
     def save_soon(self, process: Process) -> None:
         self.transitions.save_soon(process)
@@ -205,12 +183,6 @@ class Runtime:
         return self.gates[name]
 
     # ------------------------------------------------------------------ spawning
-    @staticmethod
-    def check_program(program: Any, args: Sequence[Any]) -> None:
-        if not inspect.iscoroutinefunction(program):
-            raise NotAProgram(f"a program must be an 'async def' function taking a Context first, not {program!r}")
-        ensure_json(list(args), f"the arguments of {getattr(program, '__qualname__', program)}")
-
     async def spawn_process(self, program: Program, args: Sequence[JSON], *, name: str | None, priority: int,
                             limits: Limits | None, parent: int | None, remote_parent: int | None = None,
                             spawn_id: str | None = None) -> Process:
@@ -258,11 +230,11 @@ class Runtime:
         process = Process(self, record, program, Journal(self.store, record.pid, owner=ownership))
         self.procs[record.pid] = process
         if owner is not None:
-            owner.children[record.pid] = record.limits
+            owner.reserve(record.pid, record.limits)
             owner.keep_child(process)
             if owner.record.stop_reason is StopReason.KILLED:
                 process.request_stop(StopReason.KILLED)
-        process.start()
+        launch(process)
         return process
 
     def remember_spawns(self, records: Sequence[ProcessRecord]) -> None:
@@ -279,20 +251,9 @@ class Runtime:
         return self._children_by_spawn.pop(spawn_id, None)
 
     # ------------------------------------------------------------------ mail
-    @staticmethod
-    def check_message(pid: int, message: JSON, priority: int) -> None:
-        size = json_size(message, f"a message to pid {pid}")
-        if size > MAX_MESSAGE_BYTES:
-            raise InvalidArgument(f"a message to pid {pid} is {size:,} bytes of JSON, over the {MAX_MESSAGE_BYTES:,} a "
-                                  "mailbox takes: send a reference to the data (a file, a memory key) instead")
-        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
-            raise InvalidArgument(f"message priority must be a non-negative integer, got {priority!r}")
-        if isinstance(pid, bool) or not isinstance(pid, int):
-            raise InvalidArgument(f"a message goes to a pid (an integer) or a process's handle, not {pid!r:.80}")
-
     async def send(self, pid: int, message: JSON, priority: int = DEFAULT_PRIORITY) -> None:
         """Deliver to ``pid`` wherever it is (see ``Kernel.send``)."""
-        self.check_message(pid, message, priority)
+        check_message(pid, message, priority)
         await self.start()
         if pid in self.procs:
             await self.deliver(pid, message, priority, sender=None)
@@ -302,7 +263,7 @@ class Runtime:
             raise ProcessNotFound(pid)
         if record.status.terminal:
             raise ProcessStateError(f"pid {pid} has {record.status.value}; it receives no messages")
-        await deliver_elsewhere(self, pid, message, priority)
+        await deliver_elsewhere(self.checkpointer, self.store, self.monitor_id, pid, message, priority)
 
     async def deliver(self, pid: int, message: JSON, priority: int, sender: int | None, *,
                       mail_id: str | None = None, maybe_delivered: bool = False) -> None:
@@ -322,11 +283,11 @@ class Runtime:
     # ------------------------------------------------------------------ budgets and kills
     async def adopt(self, parent: Process, child_pid: int, child_limits: Limits) -> None:
         """Attach a child's reservation to its parent; settle at once if the child is done."""
-        parent.children[child_pid] = child_limits
+        parent.reserve(child_pid, child_limits)
         child = self.procs.get(child_pid)
         record = child.record if child is not None else await self.store.load_process(child_pid)
-        if record is not None and record.status.terminal and child_pid in parent.children:
-            parent.meter.settle(parent.children.pop(child_pid), Spend.from_dict(record.spent))
+        if record is not None and record.status.terminal:
+            parent.settle_child(child_pid, Spend.from_dict(record.spent))
 
     async def kill_tree(self, process: Process) -> None:
         """Stop ``process`` and its live children, here and on other nodes; waits for each end."""

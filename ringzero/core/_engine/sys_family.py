@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ringzero.core._engine.handles import ProcessHandle, process_of
+from ringzero.core._engine.handles import ProcessHandle, any_handle, handle_of, process_of
+from ringzero.core._engine.mailbox import check_message
 from ringzero.core._engine.syscall import syscall
 from ringzero.core.contract.errors import (
     BudgetExceeded,
@@ -17,12 +18,12 @@ from ringzero.core.contract.errors import (
 )
 from ringzero.core.contract.outcomes import NONE, Outcome, Stopped, Value
 from ringzero.core.contract.remote import RemoteProcessHandle, SpawnRequest
-from ringzero.core.contract.types import JSON, Limits, ProcessStatus, StopReason
-from ringzero.core.support.references import program_reference
+from ringzero.core.contract.types import JSON, Limits, ProcessStatus, Program, StopReason
+from ringzero.core.support.references import check_program, program_reference
 from ringzero.core.support.timeouts import fail_after, shielded
 
 if TYPE_CHECKING:
-    from ringzero.core._engine.process import Process, Program
+    from ringzero.core._engine.process import Process
 
 __all__ = ["send", "spawn", "wait"]
 
@@ -32,7 +33,7 @@ async def send(process: Process, to: int | ProcessHandle | RemoteProcessHandle, 
     """``Context.send`` (see there), for ``process``."""
     pid = to.pid if isinstance(to, (ProcessHandle, RemoteProcessHandle)) else to
     runtime = process.runtime
-    runtime.check_message(pid, message, priority)
+    check_message(pid, message, priority)
     # Whether the target can take it is asked only live: a replayed send was delivered, to a
     # process that may have ended since. The id is the send's place in program order, the
     # same when the program is re-run, so a send that was delivered but not yet journaled
@@ -57,7 +58,7 @@ async def spawn(
 ) -> ProcessHandle | RemoteProcessHandle:
     """``Context.spawn`` (see there), for ``process``."""
     runtime = process.runtime
-    runtime.check_program(program, args)
+    check_program(program, args)
     child_limits = process.meter.carve(limits)
     child_priority = process.record.priority if priority is None else priority
 
@@ -75,7 +76,7 @@ async def spawn(
             remote = await runtime.cluster.child_placement.place_child(request, parent=process.pid)
             if remote is not None:
                 placed.append(remote)
-                runtime.cluster.adopt_remote_child(process, remote, child_limits)
+                process.adopt_remote_child(remote, child_limits)
                 return Value(remote.pid)
         child = await runtime.spawn_process(program, args, name=name, priority=child_priority,
                                             limits=child_limits, parent=process.pid, spawn_id=spawn_id)
@@ -94,15 +95,14 @@ async def spawn(
     if not created:  # replayed after a crash: the child was loaded by recover(), or has ended
         await runtime.adopt(process, child_pid, child_limits)
     try:
-        handle = await runtime.handle(child_pid)
+        handle = await handle_of(runtime, child_pid)
     except ProcessNotFound:
-        if runtime.cluster.child_placement is None or created:
-            raise
         # Replayed, and the child runs on another node: follow it from here.
-        remote = await RemoteProcessHandle(runtime.cluster.child_placement, {"pid": child_pid, "name": "",
-                                                                    "status": "created", "program": ""}).refresh()
+        remote = None if created else await runtime.cluster.remote_handle(child_pid)
+        if remote is None:
+            raise
         if child_pid in process.children:
-            runtime.cluster.adopt_remote_child(process, remote, process.children[child_pid])
+            process.adopt_remote_child(remote, process.children[child_pid])
         return remote
     if not created:
         process.keep_child(process_of(handle))
@@ -117,12 +117,12 @@ async def wait(process: Process, child: ProcessHandle | RemoteProcessHandle | in
     if isinstance(child, bool) or not isinstance(child, (int, ProcessHandle, RemoteProcessHandle)):
         raise InvalidArgument(f"ctx.wait takes a child's handle or pid (a pid is an integer), not {child!r:.60}")
     pid = child if isinstance(child, int) else child.pid
-    target = child if not isinstance(child, int) else await runtime.any_handle(pid)
+    target = child if not isinstance(child, int) else await any_handle(runtime, pid)
 
     async def live() -> Outcome:
         if isinstance(target, RemoteProcessHandle):
             ended = await target.ended(timeout)
-            runtime.cluster.settle_remote_child(process, target.pid, ended)  # as a local child's end does
+            process.remote_child_ended(target.pid, ended)  # as a local child's end does
             status, reason, detail, result = (ProcessStatus(ended["status"]), ended.get("stop_reason"),
                                               ended.get("error"), ended.get("result"))
         else:

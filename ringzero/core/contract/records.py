@@ -13,8 +13,9 @@ from ringzero.core.contract.errors import CheckpointerError
 from ringzero.core.contract.outcomes import Outcome, Value, number
 from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
 
-__all__ = ["Effects", "Ending", "JournalEntry", "ProcessInfo", "ProcessRecord", "dumps", "effect_id", "effect_key",
-           "loads", "merged_record", "new_row", "process_thread", "received_seq", "row_key", "spend_in_journal"]
+__all__ = ["Effects", "Ending", "Event", "JournalEntry", "ProcessInfo", "ProcessRecord", "dumps", "effect_id",
+           "effect_key", "loads", "merged_record", "new_row", "process_thread", "received_seq", "row_key",
+           "spend_in_journal"]
 
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes; NaN and infinities are refused (not JSON)."""
@@ -210,6 +211,17 @@ class Effects:
 def merged_record(first: dict[str, Any], status: dict[str, Any] | None, state: dict[str, Any] | None) -> ProcessRecord:
     """A process record: its first row with the status and state rows laid over it."""
     return ProcessRecord.from_json({**first, **(status or {}), **(state or {})})
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to a process: a ``transition`` or a ``budget_warning``
+    (``Kernel.subscribe``)."""
+
+    kind: str
+    pid: int
+    data: Mapping[str, JSON]
+    at: float
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Literal
@@ -48,6 +48,7 @@ __all__ = [
     "Message",
     "PendingWrite",
     "ProcessStatus",
+    "Program",
     "Role",
     "StopReason",
     "ToolCall",
@@ -62,6 +63,10 @@ __all__ = [
     "json_size",
     "strict_json",
 ]
+
+Program = Callable[..., Awaitable[Any]]
+"""What the kernel runs as a process: an ``async def`` whose first argument is its Context and
+whose others are JSON."""
 
 
 @dataclass(frozen=True)

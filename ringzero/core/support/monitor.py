@@ -19,8 +19,9 @@ thread                     namespace    one checkpoint per
 ``ringzero/commands``      done         command: which kernel took it, and how it went
 =========================  ===========  ================================================
 
-The kernel's own side (the ``Monitor`` that writes the row and carries commands out, and
-``deliver_elsewhere``) is the engine's: ``ringzero.core._engine.monitor``.
+The kernel's own side (the ``Monitor`` that writes the row and carries commands out) is the
+engine's: ``ringzero.core._engine.monitor``. ``deliver_elsewhere``, here, sends a message to a
+process another kernel runs, through its command rows.
 
 A kernel with no live process writes nothing and reads nothing, so an idle kernel costs the
 store nothing; one whose store fails goes on running (monitoring never stops a process).
@@ -35,15 +36,15 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.contract.errors import InvalidArgument, ProcessStateError
 from ringzero.core.contract.protocols import Checkpointer
-from ringzero.core.contract.store import dumps, loads
+from ringzero.core.contract.store import KernelStore, dumps, loads
 from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint
 
 __all__ = [
     "ACTIONS", "ACTIVITY", "COMMANDS", "COMMAND_WINDOW", "HOST_ANNOUNCES_WITHIN", "MAX_LISTED", "RECENT_COMMANDS",
-    "KernelActivity", "carried_out", "command_outcome", "hosts_of", "read_activity", "send_command",
-    "take_stored_commands",
+    "KernelActivity", "carried_out", "command_outcome", "deliver_elsewhere", "hosts_of", "read_activity",
+    "send_command", "take_stored_commands",
 ]
 
 ACTIVITY = "ringzero/activity"
@@ -158,3 +159,43 @@ async def command_outcome(checkpointer: Checkpointer, command_id: str) -> dict[s
     command, else None."""
     cp = await checkpointer.get(COMMANDS, "done", command_id)
     return None if cp is None else dict(loads(cp.payload, f"command {command_id}"))
+
+
+async def deliver_elsewhere(checkpointer: Checkpointer, store: KernelStore, own: str | None, pid: int, message: JSON,
+                            priority: int) -> None:
+    """Deliver a message to ``pid``, a process this kernel does not run (``Kernel.send``).
+
+    Where a live kernel on the store lists it (its activity row is fresh), that kernel is asked
+    to deliver it (a ``send`` command, taken at its next tick). Where none does, or none takes
+    the command within a few of its ticks, the message is stored in the process's mailbox for
+    whoever resumes it; the command's ``done`` row is claimed first, so that exactly one of
+    the host and this sender delivers it. ``own``: the sending kernel's monitor id, if any."""
+    hosts = await hosts_of(checkpointer, pid, own)
+    record = await store.load_process(pid)
+    if not hosts and record is not None and time.time() - record.updated_at < HOST_ANNOUNCES_WITHIN:
+        # It moved a moment ago: a kernel that has just started or resumed it writes its first
+        # activity row within a tick. Wait for that row rather than store what it would not see.
+        until = time.monotonic() + HOST_ANNOUNCES_WITHIN
+        while not hosts and time.monotonic() < until:
+            await asyncio.sleep(0.05)
+            hosts = await hosts_of(checkpointer, pid, own)
+    if hosts:
+        command_id = await send_command(checkpointer, pid, "send", {"message": message, "priority": priority})
+        until = time.monotonic() + 3 * max(a.interval for a in hosts) + 1
+        outcome = await carried_out(checkpointer, command_id, until)
+        if outcome is None:  # not taken in time: store it, unless the host takes it meanwhile
+            stored = {"kernel": own or "sender", "state": "done", "message": f"send to pid {pid}: stored for its host"}
+            row = Checkpoint(thread_id=COMMANDS, namespace="done", id=command_id, payload=dumps(stored),
+                             metadata=NO_METADATA)
+            if not checkpointer.capabilities.claims or await checkpointer.claim(row):
+                outcome = None
+            else:  # the host took it after all: it delivers
+                outcome = await carried_out(checkpointer, command_id, None)
+        if outcome is not None:
+            if outcome["state"] == "failed":
+                raise ProcessStateError(str(outcome["message"]))
+            return
+    while True:
+        seq = await store.last_seq(pid, "mailbox") + 1
+        if await store.store_mail(pid, seq, priority, message, None):
+            return

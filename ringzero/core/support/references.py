@@ -5,20 +5,30 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.contract.errors import InvalidArgument, NotAProgram
+from ringzero.core.contract.types import ensure_json
 
-__all__ = ["import_reference", "importable_reference", "importing", "main_module_name", "program_reference",
-           "reference_of", "unguarded_script"]
+__all__ = ["check_program", "import_reference", "importable_reference", "importing", "main_module_name",
+           "program_reference", "reference_of", "unguarded_script"]
 
 _IMPORTING: list[str] = []
 """The modules ``import_reference`` is importing now, innermost last."""
 
 GUARD_HINT = ("put the lines that run it (asyncio.run(main()) and the like) under `if __name__ == \"__main__\":`, so "
               "that importing the module only defines its programs and its kernel factory")
+
+
+def check_program(program: Any, args: Sequence[Any]) -> None:
+    """Refuse what is not a program (an ``async def``), or arguments that are not JSON."""
+    if not inspect.iscoroutinefunction(program):
+        raise NotAProgram(f"a program must be an 'async def' function taking a Context first, not {program!r}")
+    ensure_json(list(args), f"the arguments of {getattr(program, '__qualname__', program)}")
 
 
 def importing() -> str | None:

@@ -7,22 +7,20 @@ import asyncio
 import inspect
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pydantic_monty as pm
 
-from ringzero.core.contract.errors import RingzeroError
+from ringzero.core.contract.errors import ExecutorError, RingzeroError
 from ringzero.core.contract.protocols import Tool, ToolCallJournal
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.core.support.json_cost import too_large
 from ringzero.core.support.timeouts import cancel_and_wait, fail_after
+from ringzero.core.support.tool_pool import ToolPool
 from ringzero.providers.executors._runner import CappedOutput
 from ringzero.providers.executors.boundary import NOT_JSON, HostTools, check_value, clip, executor_error
 
-if TYPE_CHECKING:
-    from ringzero.providers.executors.monty import MontyExecutor
-
-__all__ = ["MontyRun"]
+__all__ = ["MontyRun", "RunSettings"]
 
 UNSUPPORTED_HINT = (
     " (Monty runs a subset of Python; for this, use ringzero.providers.executors.ProcessExecutor, "
@@ -30,10 +28,28 @@ UNSUPPORTED_HINT = (
 )
 
 
+class RunSettings(Protocol):
+    """What a run asks of the executor that starts it (``MontyExecutor``)."""
+
+    tool_pool: ToolPool
+    """The threads host tools run on."""
+    converting: ToolPool
+    """The threads final values and errors are made JSON on, off the event loop."""
+    show_tool_errors: bool
+    park_after: float
+    """Seconds a tool call may take before the run's heap is parked to wait for it."""
+
+    def wall_failure(self) -> ExecutorError | None:
+        """Why a worker could not start behind its second wall, if it could not."""
+
+    def resource_limits(self, limits: ExecLimits) -> pm.ResourceLimits:
+        """``limits`` as pydantic-monty's own, for one run."""
+
+
 class MontyRun:
     """One run: drives the snapshots, answers tool calls, parks on slow ones."""
 
-    def __init__(self, executor: MontyExecutor, pool: pm.AsyncMonty, limits: ExecLimits,
+    def __init__(self, executor: RunSettings, pool: pm.AsyncMonty, limits: ExecLimits,
                  tools: Mapping[str, Tool], calls: ToolCallJournal | None = None) -> None:
         self.executor = executor
         self.pool = pool

@@ -22,7 +22,7 @@ from ringzero.core.contract.outcomes import Failure, exception_of
 from ringzero.core.contract.remote import RemoteProcessHandle, SpawnRequest
 from ringzero.core.contract.types import JSON, Limits
 from ringzero.core.handles import ProcessHandle, process_of
-from ringzero.core.support.references import import_reference
+from ringzero.core.support.references import check_program, import_reference
 from ringzero.providers.schedulers.ray_nodes import NodeOwner
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class NodeWorker:
                                             limits=Limits.from_dict(limits))
             else:
                 runtime = kernel.runtime
-                runtime.check_program(target, args)
+                check_program(target, args)
                 handle = ProcessHandle(runtime, await runtime.spawn_process(
                     target, args, name=name, priority=priority, limits=Limits.from_dict(limits), parent=None,
                     remote_parent=parent))
