@@ -83,9 +83,11 @@ def _parser() -> argparse.ArgumentParser:
                    "the lines that run your agents under if __name__ == '__main__'. Default: a Kernel with none of "
                    "them")
     for name, text in (("resume", "finish what a crash left: run unfinished processes until each ends or waits "
-                                  "for a message or a resume, then say what was replayed, made live and in doubt"),
-                       ("serve", "resume, then keep hosting: processes waiting for a message are let go and "
-                                 "resumed when one arrives (ringzero send), until every process has ended")):
+                                  "for a message, a resume or a timer more than 10 s off, then say what was "
+                                  "replayed, made live and in doubt, and when each sleeper wakes"),
+                       ("serve", "resume, then keep hosting: processes waiting for a message or a timer are let go "
+                                 "and resumed when one arrives (ringzero send) or the first timer is due, until "
+                                 "every process has ended")):
         resume = commands.add_parser(name, help=text)
         resume.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
         resume.add_argument("--kernel", metavar="MODULE:FUNCTION", help=kernel_help)

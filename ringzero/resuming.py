@@ -1,22 +1,26 @@
 """``ringzero resume``, ``ringzero serve`` and ``ringzero send``: finishing what a crash left.
 
 ``resume`` runs every unfinished process in a store until each has ended or waits for
-something only the outside world gives (a message, a resume, a child that waits so), then
-stops, leaving those durable in the store, and reports what it did, counted from the store:
-syscalls replayed from the journal, made live, and calls in doubt with how each was settled.
+something only the outside world gives (a message, a resume, a child that waits so) or a timer
+further off than ``HORIZON``, then stops, leaving those durable in the store (a timer's
+deadline with it), and reports what it did, counted from the store: syscalls replayed from the
+journal, made live, and calls in doubt with how each was settled, and when each sleeper wakes.
 
 ``serve`` (``resume --serve``) goes on: once everything left waits, it lets the processes go
 (none is held in memory) and watches the store; a message sent to one (``ringzero send`` or
-``Kernel.send`` from any OS process) resumes them again, until every process has ended.
+``Kernel.send`` from any OS process), or the first timer falling due, resumes them again,
+until every process has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import inspect
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +43,11 @@ KernelFactory = Callable[[Any], "Kernel"]
 FACTORY_SIGNATURE = ("def make_kernel(db):  # db: a pathlib.Path (SQLite) or a postgresql:// DSN string\n"
                      "    return Kernel(checkpointer=SqliteCheckpointer(db), llm=..., tools=..., executor=...)")
 """What ``--kernel module:function`` names, as its help and its errors show it."""
+
+HORIZON = 10.0
+"""Seconds ahead within which a timer's firing is waited for by ``resume``: a sleep, or a
+``recv``/``wait`` timeout, that fires later leaves the resume free to stop (it says when it
+wakes), and ``serve`` wakes it when it is due."""
 
 IDLE_CHECKS = 3
 """Looks in a row (a tenth of a second apart) that must find every process waiting on the
@@ -107,7 +116,9 @@ class Ends:
     failed: dict[int, str]
     unfinished: dict[int, str]
     waiting: dict[int, str]
-    """pid -> what it waits for: ``message``, ``resume`` (paused) or ``child``."""
+    """pid -> what it waits for: ``message``, ``resume`` (paused), ``child`` or ``timer``."""
+    wakes: dict[int, float] = field(default_factory=dict)
+    """pid -> when (wall clock) the timer of a waiting process fires, where it waits on one."""
     done: StoreCounts | None = None
     """What the resume recorded, counted from the store."""
 
@@ -137,14 +148,20 @@ async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel
         code, ends = await resume(make(), console, db=db, kernel_spec=kernel_spec)
         if code or not ends.waiting:
             return code
+        due = min(ends.wakes.values(), default=None)
         console.print(f"serving: {len(ends.waiting)} process(es) wait; none is held in memory. Watching the store "
-                      "for messages (ringzero send) ...")
+                      "for messages (ringzero send)" + ("" if due is None else f" and for the first timer, due at "
+                                                        f"{_when(due)}") + " ...")
         paused = [pid for pid, why in ends.waiting.items() if why == "resume"]
         async with make() as watcher:
             seen = await _mail_marks(watcher.store)
             # Mail stored while the resume ran (after a process had read its mailbox) wakes them now.
             while not await _unread_mail(watcher.store, ends.waiting):
-                await asyncio.sleep(poll)  # another OS process writes the store: only a read tells
+                left = None if due is None else due - time.time()
+                if left is not None and left <= 0:
+                    break
+                # Another OS process writes the store: only a read tells.
+                await asyncio.sleep(poll if left is None else min(poll, left))
                 if await _mail_marks(watcher.store) != seen or await _resumed(watcher, paused):
                     break
 
@@ -220,10 +237,12 @@ async def _follow(kernel: Kernel, handles: Sequence[ProcessHandle], console: Con
             _, followers = await asyncio.wait(followers, timeout=0.1)
             if live is not None:
                 live.update(table())
-            waits = kernel.idle_for_outside()
+            waits = kernel.idle_for_outside(HORIZON)
             quiet = quiet + 1 if waits else 0
             if quiet >= IDLE_CHECKS:
                 ends.waiting.update(waits)
+                ends.wakes.update((h.pid, h.wake_at.timestamp()) for h in handles
+                                  if h.pid in waits and h.wake_at is not None)
                 break
     for follower in followers:
         follower.cancel()
@@ -236,20 +255,27 @@ def _report(console: Console, handles: Sequence[ProcessHandle], ends: Ends, done
     waiting = sum(w == "message" for w in ends.waiting.values())
     paused = sum(w == "resume" for w in ends.waiting.values())
     children = sum(w == "child" for w in ends.waiting.values())
+    sleeping = sum(w == "timer" for w in ends.waiting.values())
     in_doubt = done.in_doubt_raised + done.in_doubt_rerun
     resumed = len(handles) - len(ends.unfinished)
     console.print(
         f"resumed {resumed} process(es): {len(ends.finished)} finished, {len(ends.failed)} failed, {waiting} waiting "
-        f"for a message, {paused} paused, {children} waiting for a child; {replayed} recorded syscall(s) replayed "
-        f"from the journal (no LLM call or tool run made again), {done.syscalls} made live, "
+        f"for a message, {paused} paused, {children} waiting for a child, {sleeping} asleep; {replayed} recorded "
+        f"syscall(s) replayed from the journal (no LLM call or tool run made again), {done.syscalls} made live, "
         f"{done.code_calls} tool call(s) from code recorded; {in_doubt} call(s) in doubt: {done.in_doubt_rerun} run "
         f"again (idempotent, or under their idempotency key), {done.in_doubt_raised} raised as ToolInDoubt in the "
         "program")
     kernel_flag = f" --kernel {kernel_spec}" if kernel_spec else ""
     for pid, why in sorted(ends.waiting.items()):
+        wakes = ends.wakes.get(pid)
+        until = "" if wakes is None else f" (its timeout fires at {_when(wakes)})"
         if why == "message":
-            console.print(f"  pid {pid} waits for a message: ringzero send --db {db} {pid} '<JSON>', then ringzero "
-                          f"resume --db {db}{kernel_flag} (or keep ringzero serve --db {db}{kernel_flag} running)")
+            console.print(f"  pid {pid} waits for a message{until}: ringzero send --db {db} {pid} '<JSON>', then "
+                          f"ringzero resume --db {db}{kernel_flag} (or keep ringzero serve --db {db}{kernel_flag} "
+                          "running)")
+        elif why == "timer" and wakes is not None:
+            console.print(f"  pid {pid} sleeps until {_when(wakes)}: ringzero resume --db {db}{kernel_flag} after "
+                          f"that wakes it (or keep ringzero serve --db {db}{kernel_flag} running, which wakes it then)")
         elif why == "resume":
             console.print(f"  pid {pid} is paused: it stays so in the store; resume it with ringzero top --db {db} "
                           f"(key r) while ringzero serve --db {db}{kernel_flag} runs")
@@ -258,6 +284,14 @@ def _report(console: Console, handles: Sequence[ProcessHandle], ends: Ends, done
                 "module:function returning your configured Kernel.") if kernel_spec is None else ""
         console.print(f"[bold red]{len(ends.unfinished)} process(es) could not be resumed[/] and are left unfinished "
                       f"in the store, as they were; a resume with what they need finishes them.{hint}")
+
+
+def _when(deadline: float) -> str:
+    """A wall-clock deadline as a reader wants it: local time, and how far off it is."""
+    at = datetime.datetime.fromtimestamp(deadline).astimezone()
+    left = deadline - time.time()
+    off = f"in {left:.0f} s" if left < 120 else f"in {left / 60:.0f} min" if left < 7200 else f"in {left / 3600:.1f} h"
+    return f"{at.isoformat(timespec='seconds')} ({off})" if left > 0 else f"{at.isoformat(timespec='seconds')} (due)"
 
 
 def parse_message(text: str) -> Any:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
+import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -313,22 +315,29 @@ class Kernel:
         """Stop process ``pid`` and its live children; waits until each end is recorded."""
         await self.runtime.kill_tree(self.runtime.process(pid))
 
-    def idle_for_outside(self) -> dict[int, str]:
-        """Where every live process waits for something only the outside world can give, what
-        each waits for (``"message"``: a recv without a timeout, its mailbox empty; ``"resume"``:
-        paused; ``"child"``: a wait for a child that itself waits so); else an empty dict. Such
-        a kernel makes no more progress by itself: ``ringzero resume`` ends there, leaving them
-        durable in the store, and ``ringzero serve`` lets them go until something arrives."""
+    def idle_for_outside(self, horizon: float = math.inf) -> dict[int, str]:
+        """Where every live process waits for something only the outside world or a distant
+        timer can give, what each waits for (``"message"``: a recv, its mailbox empty;
+        ``"resume"``: paused; ``"child"``: a wait for a child that itself waits so; ``"timer"``:
+        a sleep), counting a wait whose timer fires more than ``horizon`` seconds from now (none,
+        by default) as one on the outside; else an empty dict. Such a kernel makes no more
+        progress by itself for now: ``ringzero resume`` ends there, leaving them durable in the
+        store (each timer's deadline with them), and ``ringzero serve`` lets them go until
+        something arrives or a timer is due (``ProcessHandle.wake_at``)."""
         waits: dict[int, str] = {}
+        far = time.time() + horizon
         for pid, process in self.runtime.procs.items():
             current = process.in_syscall
+            kind = current[0] if current is not None and process.status is ProcessStatus.WAITING else None
+            distant = process.wake_at is None or process.wake_at > far
             if process.record.paused and process.status is ProcessStatus.PAUSED:
                 waits[pid] = "resume"
-            elif process.status is ProcessStatus.WAITING and current is not None and current[0] == "recv" \
-                    and not current[1] and not len(process.mailbox):
+            elif kind == "recv" and distant and not len(process.mailbox):
                 waits[pid] = "message"
-            elif process.status is ProcessStatus.WAITING and current is not None and current[0] == "wait":
+            elif kind == "wait" and distant:
                 waits[pid] = "child"
+            elif kind in ("sleep", "sleep_until") and process.wake_at is not None and process.wake_at > far:
+                waits[pid] = "timer"
             else:
                 return {}
         return waits

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import datetime
-import functools
 import random
 import time
 import uuid
@@ -247,15 +246,16 @@ class Context:
         return sys_family.send(self._process, to, message, priority=priority)
 
     async def recv(self, timeout: float | None = None) -> JSON:
-        """The most urgent message in the mailbox, waiting up to ``timeout`` s (None on timeout)."""
+        """The most urgent message in the mailbox, waiting up to ``timeout`` s (None on timeout).
+        The timeout is a durable timer: a program resumed after a crash waits only what was left
+        of it (see ``sleep``)."""
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout >= 0):
             raise InvalidArgument(f"recv needs a non-negative timeout in seconds or None, not {timeout!r}")
-        mailbox = self._process.mailbox
         # The receive is passed on, not held here: the syscall lets go of it once it has started it.
         outcome = await syscall(
             self._process, "recv", {"timeout": timeout}, "" if timeout is None else f"timeout {timeout}s",
-            mailbox.receive if timeout is None else functools.partial(mailbox.receive, timeout), waits=True)
+            self._process.mailbox.receive, waits=True, timeout=timeout)
         got = outcome.value if isinstance(outcome, Value) else None
         return got.get("message") if isinstance(got, dict) else None
 
@@ -345,15 +345,29 @@ class Context:
         return uuid.UUID(str(outcome.value if isinstance(outcome, Value) else None))
 
     async def sleep(self, seconds: float) -> None:
-        """Sleep without holding a run slot."""
+        """Sleep without holding a run slot, on a durable timer: its deadline is journaled when
+        it is set, so a program resumed after a crash sleeps only what was left, and one whose
+        deadline passed meanwhile goes on at once."""
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
             raise InvalidArgument(f"sleep needs a non-negative number of seconds, not {seconds!r}")
+        await syscall(self._process, "sleep", {"seconds": seconds}, f"{seconds}s", _sleep, waits=True,
+                      timeout=seconds)
 
-        async def live() -> Outcome:
-            await asyncio.sleep(seconds)
-            return NONE
+    async def sleep_until(self, when: datetime.datetime) -> None:
+        """Sleep until ``when`` (an aware ``datetime``: one with a time zone), without holding a
+        run slot; at once where it has passed, as after a crash that outlasted it."""
+        if not isinstance(when, datetime.datetime) or when.utcoffset() is None:
+            raise InvalidArgument(f"sleep_until needs an aware datetime (with a time zone, e.g. "
+                                  f"datetime.now(timezone.utc)), not {when!r}")
+        at = when.astimezone(datetime.timezone.utc)
+        await syscall(self._process, "sleep_until", {"until": at.isoformat()}, at.isoformat(timespec="seconds"),
+                      _sleep, waits=True, until=at.timestamp())
 
-        await syscall(self._process, "sleep", {"seconds": seconds}, f"{seconds}s", live, waits=True)
+
+async def _sleep(seconds: float | None) -> Outcome:
+    """The ``live`` of a sleep: the seconds left of its timer."""
+    await asyncio.sleep(seconds or 0.0)
+    return NONE
 
 
 def _value_of(draw: Callable[[], JSON]) -> Callable[[], Awaitable[Outcome]]:

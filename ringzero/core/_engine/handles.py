@@ -7,6 +7,7 @@ its process's record in memory for as long as it is held, the runtime does not.
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core._engine.mailbox import check_message
@@ -90,6 +91,13 @@ class ProcessHandle:
         """The kind of the syscall the process is in now (``llm``, ``exec``, ``sleep``...), or None."""
         current = self._process.in_syscall
         return None if current is None else current[0]
+
+    @property
+    def wake_at(self) -> datetime.datetime | None:
+        """When the timer the process waits on now fires (UTC): a ``sleep``'s, ``sleep_until``'s,
+        or the timeout of a ``recv`` or ``wait``; None while it waits on no timer."""
+        deadline = self._process.wake_at
+        return None if deadline is None else datetime.datetime.fromtimestamp(deadline, datetime.timezone.utc)
 
     def info(self) -> ProcessInfo:
         self._process.snapshot()

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable
 
 from ringzero.core.contract.errors import Fenced, NonDeterminismError
-from ringzero.core.contract.outcomes import Outcome
+from ringzero.core.contract.outcomes import Outcome, Value
 from ringzero.core.contract.store import Effects, JournalEntry, KernelStore
 
 __all__ = ["OWNER_RECHECK", "Journal", "diverged"]
@@ -136,6 +136,23 @@ class Journal:
         if entry.kind != kind or entry.fingerprint != fp:
             raise diverged(self._pid, key, (entry.kind, entry.fingerprint, entry.summary), (kind, fp, summary))
         return entry.outcome
+
+    async def timer(self, seq: int, kind: str, fp: str, summary: str, seconds: float) -> float:
+        """The wall-clock deadline of the timer that waiting syscall ``seq`` (a ``sleep``, a
+        ``recv`` or ``wait`` with a timeout) sets ``seconds`` ahead when it first runs live.
+        Recorded before the wait begins (``KernelStore.record_timer``): a resumed program whose
+        wait was cut short by a crash gets the deadline it set then, not a new one, and waits
+        only what is left."""
+        entry = (await self.effects()).timers.get(seq) if self.resumed else None
+        if entry is not None:
+            if entry.fingerprint != fp:
+                raise diverged(self._pid, f"{seq}", (kind, entry.fingerprint, entry.summary), (kind, fp, summary))
+            value = entry.outcome.value if isinstance(entry.outcome, Value) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+        deadline = time.time() + seconds
+        await self._store.record_timer(self._pid, seq, fp, summary, deadline)
+        return deadline
 
     async def in_doubt(self, key: int | str) -> bool:
         """Whether effect ``key`` (a slot, or ``<slot>.<n>`` under an exec) was started before the

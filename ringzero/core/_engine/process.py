@@ -104,7 +104,7 @@ class Host(Protocol):
 class Process:
     """The kernel's live view of one process (the program sees only its Context).
 
-    Slots: with its 37 attributes, past the 30 an instance keeps without a dict of its own,
+    Slots: with its 38 attributes, past the 30 an instance keeps without a dict of its own,
     each process held one more object for the garbage collector to walk (at 10,000 and
     100,000 idle processes, every full collection walks them all)."""
 
@@ -147,6 +147,7 @@ class Process:
         "transition_seq",
         "unsaved_steps",
         "value",
+        "wake_at",
     )
 
     def __init__(
@@ -216,6 +217,9 @@ class Process:
         """The status write in flight (see ``write_status``)."""
         self.fenced: Fenced | None = None
         """Set when another kernel took this process over: it stops here and writes nothing more."""
+        self.wake_at: float | None = None
+        """The wall-clock deadline of the timer it waits on now (``sleep``, a ``recv`` or ``wait``
+        with a timeout), None while it waits on none."""
         self.in_syscall: tuple[str, str, float] | None = None
         """(kind, summary, monotonic start) of the syscall running live now, the latest one
         where several run at once: what ``ringzero top`` shows (``ringzero.core.support.monitor``)."""
@@ -478,6 +482,10 @@ class Process:
         """A syscall runs live now (what ``ringzero top`` shows); its marker, for ``syscall_ended``."""
         self.in_syscall = current = (kind, summary, time.monotonic())
         return current
+
+    def wakes_at(self, deadline: float | None) -> None:
+        """It waits on a timer that fires at ``deadline`` (wall clock), or (None) no longer."""
+        self.wake_at = deadline
 
     def syscall_ended(self, current: tuple[str, str, float]) -> None:
         if self.in_syscall is current:

@@ -119,14 +119,14 @@ async def wait(process: Process, child: ProcessHandle | RemoteProcessHandle | in
     pid = child if isinstance(child, int) else child.pid
     target = child if not isinstance(child, int) else await any_handle(runtime, pid)
 
-    async def live() -> Outcome:
+    async def live(left: float | None) -> Outcome:
         if isinstance(target, RemoteProcessHandle):
-            ended = await target.ended(timeout)
+            ended = await target.ended(left)
             process.remote_child_ended(target.pid, ended)  # as a local child's end does
             status, reason, detail, result = (ProcessStatus(ended["status"]), ended.get("stop_reason"),
                                               ended.get("error"), ended.get("result"))
         else:
-            async with fail_after(timeout):
+            async with fail_after(left):
                 await shielded(process_of(target).finished)
             record = process_of(target).record
             status, result = record.status, record.result
@@ -136,7 +136,7 @@ async def wait(process: Process, child: ProcessHandle | RemoteProcessHandle | in
             return Value(result)
         return Stopped(status.value, reason, detail)
 
-    outcome = await syscall(process, "wait", {"pid": pid}, str(pid), live, waits=True)
+    outcome = await syscall(process, "wait", {"pid": pid}, str(pid), live, waits=True, timeout=timeout)
     if isinstance(outcome, Stopped):
         reason = StopReason(outcome.reason) if outcome.reason else None
         failed = BudgetExceeded if reason and reason.value.startswith("budget_") else ProcessFailed

@@ -10,6 +10,7 @@ on the world, its live run, its record before the program sees it).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +32,12 @@ async def syscall(
     kind: str,
     args: Any,
     summary: str,
-    live: Callable[[], Awaitable[Outcome]],
+    live: Callable[..., Awaitable[Outcome]],
     *,
     needs: tuple[tuple[str, float], ...] = (),
     waits: bool = False,
+    timeout: float | None = None,
+    until: float | None = None,
     fp: str | None = None,
     about: Callable[[], dict[str, Any]] | None = None,
     retry_safe: Callable[[], bool] | None = None,
@@ -43,7 +46,12 @@ async def syscall(
     """Run one syscall through the boundary, the journal and the budgets.
 
     ``needs`` are (resource, amount) that must be left before the call; ``waits`` marks
-    syscalls that block on an event (recv, sleep), which give their run slot back; ``fp``
+    syscalls that block on an event (recv, sleep, wait), which give their run slot back: their
+    ``live`` takes the seconds it may wait (None: no limit). Those come from a durable timer:
+    ``until`` (a wall-clock deadline the call names itself: ``sleep_until``) or ``timeout``
+    seconds from when the syscall first ran live, a deadline journaled then (``Journal.timer``),
+    so a program resumed after a crash waits only what was left, and one whose deadline passed
+    meanwhile goes on at once. ``fp``
     is ``fingerprint(args)`` where the caller has a faster way to it (``ctx.llm``);
     ``about`` gives the attributes of the syscall's span, called only where telemetry is on.
     ``retry_safe`` marks a call with an effect on the world (a tool): its intent is recorded
@@ -86,10 +94,19 @@ async def syscall(
             opened = telemetry.syscall_opened(process, kind, seq, summary, about)
             try:
                 if waits:
+                    left: float | None = 0.0  # a poll (timeout 0) sets no timer: nothing to resume
+                    if timeout != 0:
+                        if timeout is not None:
+                            until = await journal.timer(seq, kind, fp, summary, timeout)
+                        left = None if until is None else max(0.0, until - time.time())
                     await wait_begins(process)
-                    waiting = live()
+                    process.wakes_at(until)
+                    waiting = live(left)
                     del live  # the bound method (``Mailbox.receive``): an object less per idle process
-                    outcome = await waiting
+                    try:
+                        outcome = await waiting
+                    finally:
+                        process.wakes_at(None)
                     await wait_ends(process)
                     outcome = await journal.fill(seq, kind, fp, summary, outcome)
                 else:

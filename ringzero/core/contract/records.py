@@ -201,11 +201,13 @@ def effect_key(row_id: str) -> str:
 @dataclass(frozen=True)
 class Effects:
     """What a resumed process's store says of its effects: the keys of calls whose intent was
-    recorded (``intents``), and the recorded results of tool calls made by sandboxed code
-    (``calls``, by key ``<slot>.<n>``)."""
+    recorded (``intents``), the recorded results of tool calls made by sandboxed code
+    (``calls``, by key ``<slot>.<n>``), and the timers its waiting syscalls set (``timers``, by
+    slot: each entry's outcome a ``Value`` of its wall-clock deadline)."""
 
     intents: frozenset[str]
     calls: Mapping[str, JournalEntry]
+    timers: Mapping[int, JournalEntry] = field(default_factory=dict)
 
 
 def merged_record(first: dict[str, Any], status: dict[str, Any] | None, state: dict[str, Any] | None) -> ProcessRecord:

@@ -15,7 +15,8 @@ thread                             namespace    one checkpoint per
 ``ringzero/process/<pid>``         intents      effect about to run (a tool call): written before
                                                 it starts, so that a resume knows it was in flight
 ``ringzero/process/<pid>``         calls        result of a tool that sandboxed code called, under
-                                                its exec's slot (``<slot>.<n>``)
+                                                its exec's slot (``<slot>.<n>``); the deadline of
+                                                a waiting syscall's timer (``<slot>.0``)
 ``ringzero/process/<pid>``         mailbox      message delivered to the process
 ``ringzero/process/<pid>``         owner        cluster node that took the process (claimed,
                                                 one per epoch; written only by cluster kernels)
@@ -38,7 +39,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ringzero.core.contract.outcomes import Outcome, decode
+from ringzero.core.contract.outcomes import Outcome, Value, decode
 from ringzero.core.contract.protocols import Appending, Batching, Checkpointer, check_checkpointer_parts
 from ringzero.core.contract.records import (
     Effects,
@@ -294,16 +295,25 @@ class KernelStore:
         body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome.to_json()}
         await self._append_row(new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA))
 
+    async def record_timer(self, pid: int, seq: int, fp: str, summary: str, deadline: float) -> None:
+        """Record the deadline of the timer that waiting syscall ``seq`` set (as ``<seq>.0``
+        among the tool calls: an exec's are numbered from 1)."""
+        await self.record_call(pid, f"{seq}.0", "timer", fp, summary, Value(deadline))
+
     async def effects(self, pid: int) -> Effects:
-        """The intents and nested tool-call results recorded for ``pid`` (two reads: a resumed
-        process makes them once, at its first live effect)."""
+        """The intents, nested tool-call results and timers recorded for ``pid`` (two reads: a
+        resumed process makes them once, at its first live effect or timer)."""
         intents = frozenset([effect_key(cp.id) async for cp in self.checkpointer.list(process_thread(pid), "intents")])
         calls: dict[str, JournalEntry] = {}
+        timers: dict[int, JournalEntry] = {}
         async for cp in self.checkpointer.list(process_thread(pid), "calls"):
             body = loads(cp.payload, f"tool calls of pid {pid}")
             slot = int(cp.id.partition(".")[0])
-            calls[effect_key(cp.id)] = _entry(slot, body)
-        return Effects(intents, calls)
+            if body.get("kind") == "timer":
+                timers[slot] = _entry(slot, body)
+            else:
+                calls[effect_key(cp.id)] = _entry(slot, body)
+        return Effects(intents, calls, timers)
 
     async def note_placement(self, pid: int, resources: Mapping[str, float], waiting: str = "") -> None:
         """Record what a cluster node must have to run ``pid`` and, where no live node has it,
