@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import os
 import sys
 import time
@@ -80,6 +81,9 @@ class Row:
             row.llm, row.wall = int(activity["llm_calls"]), float(activity["wall_s"])
             if activity.get("syscall"):
                 row.syscall = f"{activity['syscall']} {activity['in_syscall_s']:.1f}s"
+                if activity.get("wake_at"):
+                    wakes = datetime.datetime.fromtimestamp(float(activity["wake_at"])).strftime("%H:%M:%S")
+                    row.syscall += f", wakes {wakes}"
         return row
 
     def sort_value(self, key: str) -> Any:

@@ -4,6 +4,7 @@ exporter and reader, as an application that configured the SDK would get them.""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import threading
 from collections.abc import Iterator
@@ -135,6 +136,8 @@ async def test_the_span_tree_of_a_process_that_is_killed(otel: Telemetry) -> Non
     assert {parent_of(s) for s in sleeps} == {root.context.span_id, kid.context.span_id}
     killed_sleep = next(s for s in sleeps if parent_of(s) == root.context.span_id)
     assert (killed_sleep.attributes or {})["error.type"] == "CancelledError"
+    deadline = datetime.datetime.fromisoformat(str((killed_sleep.attributes or {})["ringzero.timer.deadline"]))
+    assert 3590 < (deadline - datetime.datetime.now(datetime.timezone.utc)).total_seconds() <= 3600
 
 
 async def test_llm_metrics_per_process_and_model(otel: Telemetry) -> None:

@@ -262,6 +262,7 @@ async def test_an_idle_kernel_writes_nothing_and_a_closed_one_is_not_shown_live(
     (row,) = await read_activity(store)
     assert row.fresh() and row.processes[handle.pid]["syscall"] == "sleep"
     assert row.processes[handle.pid]["status"] == "waiting"
+    assert 0 < row.processes[handle.pid]["wake_at"] - time.time() < 0.5  # its timer, set at the spawn
     await handle.wait()
     await asyncio.sleep(0.25)
     (row,) = await read_activity(store)

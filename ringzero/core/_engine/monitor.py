@@ -112,6 +112,7 @@ class Monitor:
                 "syscall": None if current is None else current[0],
                 "detail": None if current is None else current[1][:80],
                 "in_syscall_s": None if current is None else round(now - current[2], 2),
+                "wake_at": process.wake_at,
                 "tokens": spent.get("tokens", 0), "cost": spent.get("cost", 0.0),
                 "llm_calls": spent.get("llm_calls", 0), "steps": spent.get("steps", 0),
                 "wall_s": round(process.wall_seconds, 2),

@@ -98,7 +98,11 @@ async def syscall(
                     if timeout != 0:
                         if timeout is not None:
                             until = await journal.timer(seq, kind, fp, summary, timeout)
-                        left = None if until is None else max(0.0, until - time.time())
+                        if until is not None:
+                            left = max(0.0, until - time.time())
+                            telemetry.timer_set(opened, until)
+                        else:
+                            left = None
                     await wait_begins(process)
                     process.wakes_at(until)
                     waiting = live(left)

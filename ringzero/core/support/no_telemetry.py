@@ -46,6 +46,10 @@ class NoTelemetry:
     def replayed(self, span: Any, kind: str, seq: int) -> None:
         return None
 
+    def timer_set(self, opened: Any, deadline: float) -> None:
+        """A waiting syscall's timer fires at ``deadline`` (wall clock)."""
+        return None
+
     def current_context(self) -> Any:
         return None
 

@@ -20,8 +20,9 @@ What is recorded:
   a provider with a ``base_url``; the messages, in the conventions' parts form, only with
   ``capture_content``: see ``ringzero.core.support.genai``),
   ``execute_tool {name}`` for tools, ``exec {executor}`` for code runs, ``ringzero.{kind}``
-  for memory, messages, spawn, sleep and the rest; time waiting in line at the LLM gate, 429s
-  and retries are events on the ``chat`` span;
+  for memory, messages, spawn, sleep and the rest (a wait on a timer with its
+  ``ringzero.timer.deadline``); time waiting in line at the LLM gate, 429s and retries are
+  events on the ``chat`` span;
 - a syscall served from the journal after a recovery makes no span of its own (the call was
   made, and traced, before the crash): it is an event ``ringzero.syscall.replayed`` on the
   process span;
@@ -33,6 +34,7 @@ What is recorded:
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import time
@@ -234,6 +236,14 @@ class Telemetry(NoTelemetry):
             name = f"ringzero.{kind}"
         span = self.tracer.start_span(name, context=parent, kind=span_kind, attributes=attributes)
         return span, (serving, context.attach(trace.set_span_in_context(span)))
+
+    def timer_set(self, opened: Any, deadline: float) -> None:
+        """``ringzero.timer.deadline`` on a waiting syscall's span: when its timer fires (ISO 8601,
+        UTC), the one journaled when it was first set."""
+        span = opened[0]
+        if span is not None:
+            span.set_attribute("ringzero.timer.deadline", datetime.datetime.fromtimestamp(
+                deadline, datetime.timezone.utc).isoformat())
 
     def syscall_raised(self, span: Any, exc: BaseException) -> None:
         """A syscall that ended in an exception rather than an outcome (a kill, a stop)."""
