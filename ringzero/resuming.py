@@ -19,7 +19,7 @@ import contextlib
 import datetime
 import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,11 +29,11 @@ from rich.table import Table
 
 from ringzero.core.contract.errors import InvalidArgument, NotResumed, RingzeroError
 from ringzero.core.contract.outcomes import InDoubt
-from ringzero.core.contract.records import received_seq
+from ringzero.core.support.timeouts import wait_until_set
 
 if TYPE_CHECKING:
     from ringzero.core.contract.store import KernelStore
-    from ringzero.core.kernel import Kernel, ProcessHandle
+    from ringzero.core.kernel import Event, Kernel, ProcessHandle
 
 __all__ = ["FACTORY_SIGNATURE", "KernelFactory", "StoreCounts", "build_kernel", "check_factory", "parse_message",
            "resume", "send", "serve"]
@@ -139,64 +139,48 @@ async def resume(kernel: Kernel, console: Console, *, db: str, kernel_spec: str 
     return (1 if ends.failed or ends.unfinished else 0), ends
 
 
+LET_GO_AFTER = 1.0
+"""Seconds a process served by ``serve`` waits for a message or on a timer before it is let go."""
+
+
 async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel_spec: str | None,
                 poll: float = 0.5) -> int:
-    """Resume, then host: whenever the processes left all wait on the outside, let them go and
-    watch the store; a new message to one, or a new unfinished process, resumes them again.
-    Ends once no process is unfinished (0), or where one failed or could not be resumed (1)."""
-    while True:
-        code, ends = await resume(make(), console, db=db, kernel_spec=kernel_spec)
-        if code or not ends.waiting:
-            return code
-        due = min(ends.wakes.values(), default=None)
-        console.print(f"serving: {len(ends.waiting)} process(es) wait; none is held in memory. Watching the store "
-                      "for messages (ringzero send)" + ("" if due is None else f" and for the first timer, due at "
-                                                        f"{_when(due)}") + " ...")
-        paused = [pid for pid, why in ends.waiting.items() if why == "resume"]
-        async with make() as watcher:
-            seen = await _mail_marks(watcher.store)
-            # Mail stored while the resume ran (after a process had read its mailbox) wakes them now.
-            while not await _unread_mail(watcher.store, ends.waiting):
-                left = None if due is None else due - time.time()
-                if left is not None and left <= 0:
-                    break
-                # Another OS process writes the store: only a read tells.
-                await asyncio.sleep(poll if left is None else min(poll, left))
-                if await _mail_marks(watcher.store) != seen or await _resumed(watcher, paused):
-                    break
+    """Host the store's unfinished processes in one kernel until every one has ended: those that
+    wait for a message or on a timer are let go (``Kernel.let_go_waiting``: no task, no memory,
+    their status row saying what they wait on) and brought back when a message comes for one
+    (``ringzero send``, ``Kernel.send`` from any OS process) or its timer is due, so that a wake-up
+    replays only its own process. Ends with 0, or 1 where a process failed or could not be resumed."""
+    kernel = make()
+    keeper = kernel.let_go_waiting(LET_GO_AFTER)
+    failed: list[int] = []
+    an_end = asyncio.Event()
 
+    def ended(event: Event) -> None:
+        if event.kind == "transition" and event.data.get("to") in ("exited", "failed", "killed"):
+            if event.data["to"] != "exited":
+                failed.append(event.pid)
+            console.print(f"  pid {event.pid}: {event.data['to']}")
+            an_end.set()
 
-async def _resumed(kernel: Kernel, paused: Sequence[int]) -> bool:
-    """Carry out the resume commands (``ringzero top``'s ``r``) left for ``paused``, processes
-    that wait in the store: each is marked not paused there, for the next wake-up to run."""
-    from ringzero.core.support.monitor import take_stored_commands
-
-    if not paused or not kernel.checkpointer.capabilities.claims:
-        return False
-    taken = await take_stored_commands(kernel.checkpointer, paused, "resume", "ringzero serve")
-    for pid in taken:
-        record = await kernel.store.load_process(pid)
-        if record is not None and not record.status.terminal:
-            record.set_paused(False)
-            await kernel.store.put_rows([kernel.store.status_row(record)])
-    return bool(taken)
-
-
-async def _unread_mail(store: KernelStore, waiting: Mapping[int, str]) -> bool:
-    """Whether a process that waits for a message has one in the store that it has not received."""
-    for pid, why in waiting.items():
-        if why != "message":
-            continue
-        received = {received_seq(e) for e in await store.journal(pid)}
-        if any(seq not in received for seq, _ in await store.mail(pid)):
-            return True
-    return False
-
-
-async def _mail_marks(store: KernelStore) -> dict[int, int]:
-    """The last mail seq of every unfinished process: what changes when one gets a message."""
-    return {r.pid: await store.last_seq(r.pid, "mailbox") for r in await store.load_processes()
-            if not r.status.terminal}
+    async with kernel:
+        await kernel.start()
+        kernel.subscribe(ended)
+        let_go, handles = await keeper.adopt()
+        unfinished = [h for h in handles if h.status.value not in ("exited", "failed", "killed") and h.elsewhere]
+        console.print(f"found {len(let_go) + len(handles)} unfinished process(es): {len(let_go)} waiting in the "
+                      f"store for a message or a timer (let go, not replayed), {len(handles)} resumed")
+        for handle in unfinished:
+            console.print(f"  pid {handle.pid} {handle.name}: [bold red]not resumed[/]")
+        for handle in handles:
+            if handle.info().status.value == "paused":
+                console.print(f"  pid {handle.pid} is paused: resume it with ringzero top --db {db} (key r)")
+        console.print("serving: a process that waits for a message or a timer is let go (none is held in memory) "
+                      "and brought back when one comes for it (ringzero send) or its timer is due ...")
+        while kernel.hosting:  # it leaves the table a moment after its end's event: looked at again then
+            an_end.clear()
+            await wait_until_set(an_end, poll)
+    console.print("every process has ended" + (f"; {len(failed)} did not exit" if failed else ""))
+    return 1 if failed or unfinished else 0
 
 
 async def _follow(kernel: Kernel, handles: Sequence[ProcessHandle], console: Console) -> Ends:

@@ -159,12 +159,13 @@ async def test_serve_resumes_a_waiting_process_when_its_message_arrives(tmp_path
     assert host.stdout is not None and await asyncio.to_thread(host.stdout.readline) == "done\n"
     stop_host(host)
     async with serving(db, log) as (server, said):
-        assert "serving: 1 process(es) wait; none is held in memory" in said, said
+        assert "found 1 unfinished process(es)" in said, said
         sent = await asyncio.to_thread(cli, "send", "--db", db, "1", json.dumps({"approved": True}), log=log)
         assert sent.returncode == 0, sent.stdout + sent.stderr
         assert await asyncio.to_thread(server.wait, 60) == 0
-        rest = server.stdout.read()  # type: ignore[union-attr]
-    assert "1 finished" in " ".join(rest.split()), rest
+        rest = " ".join(server.stdout.read().split())  # type: ignore[union-attr]
+    assert "pid 1: exited" in rest and "every process has ended" in rest, rest
+    assert [line.split()[0] for line in log.read_text().splitlines()] == ["llm", "publish"]
 
 
 def start_server(db: str, log: Path) -> tuple[subprocess.Popen[str], str]:
@@ -176,7 +177,7 @@ def start_server(db: str, log: Path) -> tuple[subprocess.Popen[str], str]:
     assert server.stdout is not None
     said: list[str] = []
     give_up = time.monotonic() + 60
-    while not any("Watching the store" in line for line in said) and server.poll() is None \
+    while not any("serving:" in line for line in said) and server.poll() is None \
             and time.monotonic() < give_up:
         said.append(server.stdout.readline())
     return server, " ".join(" ".join(said).split())
@@ -210,7 +211,7 @@ async def test_serve_resumes_a_paused_process_when_top_asks(tmp_path: Path, monk
         while handle.status.value != "paused":
             await asyncio.sleep(0.01)
     async with serving(db, log) as (server, said):
-        assert "1 paused" in said and "pid 1 is paused: it stays so in the store; resume it with ringzero top" in said
+        assert "pid 1 is paused: resume it with ringzero top" in said, said
         store = SqliteCheckpointer(db)
         try:
             command = await send_command(store, 1, "resume")  # what top's `r` leaves
@@ -220,7 +221,7 @@ async def test_serve_resumes_a_paused_process_when_top_asks(tmp_path: Path, monk
             await store.aclose()
         rest = server.stdout.read()  # type: ignore[union-attr]
     assert outcome is not None and outcome["state"] == "done", outcome
-    assert "1 finished" in " ".join(rest.split()), rest
+    assert "pid 1: exited" in " ".join(rest.split()), rest
     record, _ = await read_process(db)
     assert record.status.value == "exited" and len(record.result) == 6
 

@@ -143,6 +143,6 @@ async def test_serve_lets_a_sleeper_go_and_wakes_it_at_its_deadline(tmp_path: Pa
     out, _ = await asyncio.wait_for(serve.communicate(), 60)
     text = out.decode()
     assert serve.returncode == 0, text
-    assert "1 asleep" in " ".join(text.split()), text
+    assert "1 waiting in the store for a message or a timer (let go, not replayed)" in " ".join(text.split()), text
     late = await woke_at(store) - deadline
     assert 0 <= late < 1.0, f"woke {late:.2f} s after its deadline\n{text}"

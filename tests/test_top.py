@@ -299,7 +299,7 @@ async def test_a_command_goes_only_to_the_kernel_that_runs_the_process(tmp_path:
         assert view.message.startswith("pause pid 999: no live kernel took it")
         snapshot = await read_snapshot(first.checkpointer)
         assert {r.name: r.live for r in snapshot.rows} == {"first's": True, "second's": False}
-        with pytest.raises(InvalidArgument, match="a command is one of pause, resume, kill, send, not 'stop'"):
+        with pytest.raises(InvalidArgument, match="a command is one of pause, resume, kill, send, wake, not 'stop'"):
             await send_command(first.checkpointer, mine.pid, "stop")
         await mine.kill()
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ringzero.core._engine.cluster import Cluster
 from ringzero.core._engine.handles import DEFAULT_PRIORITY, ProcessHandle, handle_of
+from ringzero.core._engine.keeper import Keeper
 from ringzero.core._engine.monitor import Monitor
 from ringzero.core._engine.pids import PidAllocator
 from ringzero.core._engine.recovery import recover
@@ -118,6 +119,8 @@ class Kernel:
         (``ringzero.core.support.monitor``). ``monitor_interval=None`` turns it off."""
         if self.monitor is not None:
             self.runtime.monitored_as(self.monitor.id)
+        self.keeper: Keeper | None = None
+        """What lets waiting processes go, once ``let_go_waiting`` is asked (None before)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         if placement is not None:
@@ -172,6 +175,8 @@ class Kernel:
         await self.runtime.start()
         if self.monitor is not None:
             self.monitor.start()  # again on a new loop, if the kernel moved to one
+        if self.keeper is not None:
+            self.keeper.start()
 
     def _check_loop(self) -> None:
         """A kernel lives on one event loop: the one it is started on (its processes are tasks
@@ -192,6 +197,8 @@ class Kernel:
         self._closed = True
         self.runtime.close()
         self.cluster.stop_watching()
+        if self.keeper is not None:
+            await self.keeper.aclose()  # what it let go stays in the store
         procs = self.runtime.procs
         running = {p.task: p for p in procs.values() if p.task is not None and not p.task.done()}
         # Cancelled again while it runs on, as a kill is (Process.request_stop): not while it
@@ -210,6 +217,32 @@ class Kernel:
         await self.checkpointer.aclose()
         for gate in self.runtime.gates.values():  # HTTP providers close their connections
             await gate.aclose()
+
+    def let_go_waiting(self, after: float = 1.0, programs: Mapping[str, Program] | None = None) -> Keeper:
+        """Keep in memory only the processes that run: a top-level process that has waited
+        ``after`` seconds for a message or on a timer is let go (no task, nothing replayed held;
+        its status row says what it waits on) and brought back, replayed from its journal, when
+        a message comes for it (from any OS process on the store) or its timer is due
+        (``ringzero.core._engine.keeper``). For a host of many waiting processes, such as
+        ``ringzero serve``: a handle taken before its process was let go does not follow it back
+        (``Kernel.handle`` gives one that does). ``programs`` as for ``recover``. The monitor
+        then ticks every quarter of a second, to take the messages for them from the store."""
+        if self.keeper is None:
+            if isinstance(after, bool) or not isinstance(after, (int, float)) or not after > 0:
+                raise InvalidArgument(f"let_go_waiting takes a positive number of seconds, not {after!r}")
+            self.keeper = Keeper(self.runtime, float(after), programs)
+            if self.monitor is not None:
+                self.monitor.wakes_for(self.keeper)
+                self.monitor.tick_every(min(self.monitor.interval, 0.25))
+            if self.runtime.pids.started:  # started already: it looks from now on
+                self.keeper.start()
+        return self.keeper
+
+    @property
+    def hosting(self) -> int:
+        """The unfinished processes this kernel hosts: those in memory, and those it let go
+        (``let_go_waiting``)."""
+        return len(self.runtime.procs) + (0 if self.keeper is None else self.keeper.holding)
 
     def join_cluster(self, node: str) -> None:
         """Make this kernel cluster node ``node``'s (a cluster worker calls it on the kernel its

@@ -10,7 +10,7 @@ import itertools
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +26,11 @@ from ringzero.core.support.monitor import (
     MAX_LISTED,
     RECENT_COMMANDS,
 )
-from ringzero.core.support.timeouts import cancel_and_wait
+from ringzero.core.support.timeouts import cancel_and_wait, retrieved
 from ringzero.core.support.tool_pool import pools_in_use
 
 if TYPE_CHECKING:
+    from ringzero.core._engine.keeper import Keeper
     from ringzero.core._engine.runtime import Runtime
 
 __all__ = ["Monitor"]
@@ -60,6 +61,15 @@ class Monitor:
     _gates_before: dict[str, dict[str, float]] = field(default_factory=dict)
     _ticked: float = field(default_factory=time.monotonic)
     _acting: set[asyncio.Task[None]] = field(default_factory=set)
+    _keeper: Keeper | None = None
+
+    def tick_every(self, seconds: float) -> None:
+        self.interval = seconds
+
+    def wakes_for(self, keeper: Keeper) -> None:
+        """Take the ``wake`` commands left for the processes ``keeper`` let go: a kernel that let
+        processes go reads the commands at every tick, even with none live."""
+        self._keeper = keeper
 
     def start(self) -> None:
         """Start ticking on the running loop (again, where the kernel moved to a new loop)."""
@@ -94,6 +104,8 @@ class Monitor:
         """Write the activity row and take this kernel's commands (nothing when idle)."""
         live = list(self.runtime.procs.values())
         if not live and self._wrote_idle:
+            if self._keeper is not None and self._keeper.let_go:
+                await self._take_commands()
             return
         await self._write(self._activity(live))
         self._written, self._wrote_idle = True, not live
@@ -140,18 +152,29 @@ class Monitor:
                 continue
             self._seen[cp.id] = None
             body = loads(cp.payload, f"command {cp.id}")
-            if int(body.get("pid", -1)) in self.runtime.procs and time.time() - float(body.get("at", 0)) \
-                    <= COMMAND_WINDOW:
+            pid = int(body.get("pid", -1))
+            if time.time() - float(body.get("at", 0)) > COMMAND_WINDOW:
+                continue
+            if body.get("action") == "wake":  # no claim: each step of it is idempotent
+                if pid in self.runtime.procs:  # runs here, not yet listed when the message was stored
+                    self._acting_on(self.runtime.take_stored_mail(pid))
+                elif self._keeper is not None:
+                    self._keeper.wake(pid)
+            elif pid in self.runtime.procs:
                 fresh.append((cp.id, body))
         while len(self._seen) > 4 * RECENT_COMMANDS:  # oldest first: a dict keeps insertion order
             del self._seen[next(iter(self._seen))]
         for command_id, body in reversed(fresh):  # listed newest first; carried out in the order sent
             if not await self._claim(command_id):
                 continue
-            task = asyncio.get_running_loop().create_task(self._act(command_id, int(body["pid"]), str(body["action"]),
-                                                                    body))
-            self._acting.add(task)
-            task.add_done_callback(self._acting.discard)
+            self._acting_on(self._act(command_id, int(body["pid"]), str(body["action"]), body))
+
+    def _acting_on(self, action: Coroutine[Any, Any, None]) -> None:
+        """Carry ``action`` out in a task of its own (stopped with the monitor)."""
+        task = asyncio.get_running_loop().create_task(action)
+        self._acting.add(task)
+        task.add_done_callback(self._acting.discard)
+        task.add_done_callback(retrieved)
 
     async def _claim(self, command_id: str) -> bool:
         row = Checkpoint(thread_id=COMMANDS, namespace="done", id=command_id,

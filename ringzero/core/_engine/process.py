@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from ringzero.core._engine.budget import Meter, Spend
 from ringzero.core._engine.cluster import Cluster
 from ringzero.core._engine.journal import Journal
-from ringzero.core._engine.mailbox import Mailbox
+from ringzero.core._engine.mailbox import Mail, Mailbox
 from ringzero.core.contract.errors import Fenced, NoProvider, NotResumed, ProcessStateError, RingzeroError, ToolNotFound
 from ringzero.core.contract.records import Ending, Event
 from ringzero.core.contract.store import KernelStore, ProcessRecord
@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from ringzero.core.support.no_telemetry import NoTelemetry
 
 __all__ = ["Host", "Process", "Program"]
+
+
+_WAITS_ON = {"recv": "message", "sleep": "timer", "sleep_until": "timer", "wait": "child"}
+"""What a process waits on (``Waiting.on``) in each waiting syscall."""
 
 
 class Host(Protocol):
@@ -104,7 +108,7 @@ class Host(Protocol):
 class Process:
     """The kernel's live view of one process (the program sees only its Context).
 
-    Slots: with its 38 attributes, past the 30 an instance keeps without a dict of its own,
+    Slots: with its 37 attributes, past the 30 an instance keeps without a dict of its own,
     each process held one more object for the garbage collector to walk (at 10,000 and
     100,000 idle processes, every full collection walks them all)."""
 
@@ -147,7 +151,6 @@ class Process:
         "transition_seq",
         "unsaved_steps",
         "value",
-        "wake_at",
     )
 
     def __init__(
@@ -217,9 +220,6 @@ class Process:
         """The status write in flight (see ``write_status``)."""
         self.fenced: Fenced | None = None
         """Set when another kernel took this process over: it stops here and writes nothing more."""
-        self.wake_at: float | None = None
-        """The wall-clock deadline of the timer it waits on now (``sleep``, a ``recv`` or ``wait``
-        with a timeout), None while it waits on none."""
         self.in_syscall: tuple[str, str, float] | None = None
         """(kind, summary, monotonic start) of the syscall running live now, the latest one
         where several run at once: what ``ringzero top`` shows (``ringzero.core.support.monitor``)."""
@@ -285,6 +285,13 @@ class Process:
     def mail_seq(self) -> int:
         """The seq of the last message delivered to it."""
         return self._mail_seq
+
+    def stored_mail(self, mail: Mail) -> None:
+        """A message stored for it in the store while it ran here (``Runtime.take_stored_mail``):
+        into its mailbox, unless it has had it."""
+        if mail.seq > self._mail_seq:
+            self._mail_seq = mail.seq
+            self.mailbox.put(mail)
 
     def next_mail_seq(self) -> int:
         self._mail_seq += 1
@@ -483,9 +490,21 @@ class Process:
         self.in_syscall = current = (kind, summary, time.monotonic())
         return current
 
-    def wakes_at(self, deadline: float | None) -> None:
-        """It waits on a timer that fires at ``deadline`` (wall clock), or (None) no longer."""
-        self.wake_at = deadline
+    def waits_for(self, kind: str, until: float | None) -> None:
+        """It begins to wait in syscall ``kind``, on a timer firing at ``until`` (wall clock) if
+        not None: on its record, for the status row its ``waiting`` transition writes."""
+        mail = self._mail_seq if kind == "recv" and not len(self.mailbox) else None
+        self.record.waits_on((_WAITS_ON.get(kind, kind), until, mail))
+
+    def done_waiting(self) -> None:
+        self.record.waits_on(None)
+
+    @property
+    def wake_at(self) -> float | None:
+        """The wall-clock deadline of the timer it waits on now (``sleep``, a ``recv`` or ``wait``
+        with a timeout), None while it waits on none."""
+        waiting = self.record.waiting
+        return None if waiting is None else waiting[1]
 
     def syscall_ended(self, current: tuple[str, str, float]) -> None:
         if self.in_syscall is current:

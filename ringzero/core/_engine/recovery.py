@@ -26,7 +26,7 @@ from ringzero.core.contract.store import ProcessRecord
 from ringzero.core.contract.types import Program
 from ringzero.core.support.references import import_reference
 
-__all__ = ["recover"]
+__all__ = ["load", "recover"]
 
 
 async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
@@ -59,14 +59,14 @@ async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
     to_start: list[Process] = []
     unfinished: list[Process] = []
     for record in records:
-        process = await _loaded(runtime, record, programs or {}, taken[record.pid])
+        process = await load(runtime, record, programs or {}, taken[record.pid])
         (unfinished if process.left_unfinished is not None else to_start).append(process)
     for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
         launch(process)
     return [ProcessHandle(runtime, process) for process in [*to_start, *unfinished]]
 
 
-async def _loaded(runtime: Runtime, record: ProcessRecord, programs: Mapping[str, Program],
+async def load(runtime: Runtime, record: ProcessRecord, programs: Mapping[str, Program],
                   owner: tuple[int, str] | None) -> Process:
     """The process of ``record`` with its journal and mailbox read back: in the live table, or
     ended unfinished where its program cannot be found."""

@@ -155,6 +155,14 @@ class Runtime:
             for gate in self.gates.values():
                 gate.forget(process.pid)
 
+    def release(self, process: Process) -> None:
+        """``process`` is let go without ending (``keeper``): it leaves the live table, and lives on
+        in the store only."""
+        if self.procs.get(process.pid) is process:
+            del self.procs[process.pid]
+            for gate in self.gates.values():
+                gate.forget(process.pid)
+
     def child_finished(self, child: Process) -> None:
         """Retire ``child`` and refund its parent what it did not spend."""
         parent = self.procs.get(child.record.parent) if child.record.parent is not None else None
@@ -255,23 +263,27 @@ class Runtime:
         """Deliver to ``pid`` wherever it is (see ``Kernel.send``)."""
         check_message(pid, message, priority)
         await self.start()
-        if pid in self.procs:
-            await self.deliver(pid, message, priority, sender=None)
-            return
-        record = await self.store.load_process(pid)
-        if record is None:
-            raise ProcessNotFound(pid)
-        if record.status.terminal:
-            raise ProcessStateError(f"pid {pid} has {record.status.value}; it receives no messages")
-        await deliver_elsewhere(self.checkpointer, self.store, self.monitor_id, pid, message, priority)
+        await self.deliver(pid, message, priority, sender=None)
 
     async def deliver(self, pid: int, message: JSON, priority: int, sender: int | None, *,
                       mail_id: str | None = None, maybe_delivered: bool = False) -> None:
-        """Store the message durably, then put it in the live mailbox. ``maybe_delivered``: a
-        resumed sender's live send, which its host may have delivered before it died without
-        journaling it; a mail with the same ``mail_id`` in the target's mailbox means it was."""
+        """Store the message durably, then put it in the live mailbox; to a process this kernel
+        does not run, through the store (``deliver_elsewhere``: the kernel that runs it, or its
+        mailbox there, for whoever brings it back). ``maybe_delivered``: a resumed sender's live
+        send, which its host may have delivered before it died without journaling it; a mail
+        with the same ``mail_id`` in the target's mailbox means it was."""
         if maybe_delivered and mail_id is not None and any(
                 body.get("id") == mail_id for _, body in await self.store.mail(pid)):
+            return
+        target = self.procs.get(pid)
+        if target is None and pid not in self.ended:
+            record = await self.store.load_process(pid)
+            if record is None:
+                raise ProcessNotFound(pid)
+            if record.status.terminal:
+                raise ProcessStateError(f"pid {pid} has {record.status.value}; it receives no messages")
+            await deliver_elsewhere(self.checkpointer, self.store, self.monitor_id, pid, message, priority,
+                                    sender=sender, mail_id=mail_id)
             return
         target = self.process(pid)
         if target.status.terminal:
@@ -279,6 +291,15 @@ class Runtime:
         seq = target.next_mail_seq()
         await self.store.append_mail(pid, seq, priority, message, sender, mail_id)
         target.mailbox.put(Mail(priority, seq, message, sender))
+
+    async def take_stored_mail(self, pid: int) -> None:
+        """Put into the live mailbox of ``pid`` the messages stored for it in the store that it has
+        not had (``deliver_elsewhere`` stored them before this kernel listed it)."""
+        process = self.procs.get(pid)
+        if process is None:
+            return
+        for seq, body in await self.store.mail(pid):
+            process.stored_mail(Mail(int(body["priority"]), seq, body["message"], body.get("sender")))
 
     # ------------------------------------------------------------------ budgets and kills
     async def adopt(self, parent: Process, child_pid: int, child_limits: Limits) -> None:

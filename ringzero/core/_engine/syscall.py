@@ -103,14 +103,14 @@ async def syscall(
                             telemetry.timer_set(opened, until)
                         else:
                             left = None
+                    process.waits_for(kind, until)
                     await wait_begins(process)
-                    process.wakes_at(until)
                     waiting = live(left)
                     del live  # the bound method (``Mailbox.receive``): an object less per idle process
                     try:
                         outcome = await waiting
                     finally:
-                        process.wakes_at(None)
+                        process.done_waiting()
                     await wait_ends(process)
                     outcome = await journal.fill(seq, kind, fp, summary, outcome)
                 else:

@@ -13,9 +13,27 @@ from ringzero.core.contract.errors import CheckpointerError
 from ringzero.core.contract.outcomes import Outcome, Value, number
 from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
 
-__all__ = ["Effects", "Ending", "Event", "JournalEntry", "ProcessInfo", "ProcessRecord", "dumps", "effect_id",
-           "effect_key", "loads", "merged_record", "new_row", "process_thread", "received_seq", "row_key",
-           "spend_in_journal"]
+__all__ = [
+    "Effects",
+    "Ending",
+    "Event",
+    "JournalEntry",
+    "ProcessInfo",
+    "ProcessRecord",
+    "Waiting",
+    "dumps",
+    "effect_id",
+    "effect_key",
+    "loads",
+    "merged_record",
+    "new_row",
+    "process_thread",
+    "received_seq",
+    "row_key",
+    "spend_in_journal",
+    "waiting_json",
+    "waiting_of",
+]
 
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes; NaN and infinities are refused (not JSON)."""
@@ -53,6 +71,27 @@ class Ending(NamedTuple):
     state: dict[str, JSON]
 
 
+Waiting = tuple[str, "float | None", "int | None"]
+"""What a waiting process waits on: (``on``, ``until``, ``mail``). ``on``: a ``message``, a
+``timer`` or a ``child``; ``until``: its timer's wall-clock deadline (None: no timer); ``mail``,
+for a message, the last mailbox seq delivered to it, every mail up to it received when it began
+to wait (None where it is not known so: mail was waiting in its mailbox). A plain tuple of plain
+values, which the garbage collector stops tracking: every waiting process holds one."""
+
+
+def waiting_json(waiting: Waiting) -> dict[str, JSON]:
+    on, until, mail = waiting
+    return {"on": on, "until": until, "mail": mail}
+
+
+def waiting_of(data: Any) -> Waiting | None:
+    """A ``Waiting`` read back from a status row (None where the row holds none)."""
+    if not isinstance(data, dict) or not isinstance(data.get("on"), str):
+        return None
+    until, mail = data.get("until"), data.get("mail")
+    return (data["on"], None if until is None else float(until), None if mail is None else int(mail))
+
+
 @dataclass
 class ProcessRecord:
     """Everything needed to show a process in ``ps`` and to resume it after a crash."""
@@ -83,6 +122,9 @@ class ProcessRecord:
     run_start: dict[str, JSON] | None = None
     """Where the current run began, for a process that called ``ctx.continue_as_new`` (None
     for one still in its first run): see ``ringzero.core._engine.new_run.RunStart``."""
+    waiting: Waiting | None = None
+    """What a waiting process waits on (None while it does not wait). Kept in the status row, so
+    that a host finds what wakes a waiting process without replaying it."""
 
     # What changes a record: each change its own method, so that the record says what may
     # change and the kernel's modules never set its fields one by one.
@@ -97,6 +139,10 @@ class ProcessRecord:
         """Stop for ``reason``: the first reason asked for holds."""
         if self.stop_reason is None:
             self.stop_reason = reason
+
+    def waits_on(self, waiting: Waiting | None) -> None:
+        """It waits on ``waiting`` (see the field), or (None) no longer."""
+        self.waiting = waiting
 
     def set_paused(self, paused: bool) -> None:
         self.paused = paused
@@ -147,6 +193,7 @@ class ProcessRecord:
             "updated_at": self.updated_at,
             **({"spawn_id": self.spawn_id} if self.spawn_id is not None else {}),
             **({"run_start": self.run_start} if self.run_start is not None else {}),
+            **({"waiting": waiting_json(self.waiting)} if self.waiting is not None else {}),
         }
 
     @classmethod
@@ -171,6 +218,7 @@ class ProcessRecord:
             updated_at=float(data.get("updated_at", 0.0)),
             spawn_id=data.get("spawn_id"),
             run_start=data.get("run_start"),
+            waiting=waiting_of(data.get("waiting")),
         )
 
 

@@ -53,6 +53,7 @@ from ringzero.core.contract.records import (
     new_row,
     process_thread,
     row_key,
+    waiting_json,
 )
 from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint, strict_json
 
@@ -112,6 +113,8 @@ class KernelStore:
                 "stop_reason": None if record.stop_reason is None else record.stop_reason.value,
                 "paused": record.paused, "spent": record.spent, "wall_seconds": record.wall_seconds,
                 "updated_at": record.updated_at}
+        if record.waiting is not None:
+            body["waiting"] = waiting_json(record.waiting)
         return new_row(PROCESS_TABLE, "status", row_key(record.pid), None, dumps(body), {"status": record.status.value})
 
     @staticmethod
@@ -176,12 +179,13 @@ class KernelStore:
         ]
         return sorted(records, key=lambda r: r.pid)
 
-    async def load_process(self, pid: int) -> ProcessRecord | None:
+    async def load_process(self, pid: int, *, as_spawned: bool = False) -> ProcessRecord | None:
+        """The record of ``pid`` (None: the store has none); ``as_spawned`` as in ``load_processes``."""
         cp = await self.checkpointer.get(PROCESS_TABLE, "", row_key(pid))
         if cp is None:
             return None
         status = await self.checkpointer.get(PROCESS_TABLE, "status", row_key(pid))
-        state = await self.checkpointer.get(PROCESS_TABLE, "state", row_key(pid))
+        state = None if as_spawned else await self.checkpointer.get(PROCESS_TABLE, "state", row_key(pid))
         return merged_record(loads(cp.payload, f"process record {pid}"),
                        None if status is None else loads(status.payload, f"process status {pid}"),
                        None if state is None else loads(state.payload, f"process state {pid}"))
@@ -342,16 +346,28 @@ class KernelStore:
             body["id"] = mail_id
         await self._append_row(self._row(pid, "mailbox", seq, body, {"priority": priority}))
 
-    async def store_mail(self, pid: int, seq: int, priority: int, message: JSON, sender: int | None) -> bool:
+    async def store_mail(self, pid: int, seq: int, priority: int, message: JSON, sender: int | None,
+                         mail_id: str | None = None) -> bool:
         """Write a message that no live kernel delivers (``Kernel.send`` to a process in no host)
         at ``seq``, only where that seq is free if the store can claim (False: taken; try the
         next)."""
-        row = self._row(pid, "mailbox", seq, {"priority": priority, "message": message, "sender": sender},
-                        {"priority": priority})
+        body: dict[str, JSON] = {"priority": priority, "message": message, "sender": sender}
+        if mail_id is not None:
+            body["id"] = mail_id
+        row = self._row(pid, "mailbox", seq, body, {"priority": priority})
         if self.checkpointer.capabilities.claims:
             return await self.checkpointer.claim(row)
         await self.checkpointer.put(row)
         return True
+
+    async def last_mail_seqs(self) -> dict[int, int]:
+        """The last mailbox seq of every process that has mail: one query over every mailbox."""
+        last: dict[int, int] = {}
+        async for cp in self.checkpointer.list(None, "mailbox"):
+            owner, _, pid = cp.thread_id.rpartition("/")
+            if owner == "ringzero/process" and pid.isdigit():
+                last[int(pid)] = max(last.get(int(pid), 0), int(cp.id))
+        return last
 
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
         return await self._read(pid, "mailbox")

@@ -42,14 +42,16 @@ from ringzero.core.contract.store import KernelStore, dumps, loads
 from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint
 
 __all__ = [
-    "ACTIONS", "ACTIVITY", "COMMANDS", "COMMAND_WINDOW", "HOST_ANNOUNCES_WITHIN", "MAX_LISTED", "RECENT_COMMANDS",
+    "ACTIONS", "ACTIVITY", "COMMANDS", "COMMAND_WINDOW", "MAX_LISTED", "RECENT_COMMANDS",
     "KernelActivity", "carried_out", "command_outcome", "deliver_elsewhere", "hosts_of", "read_activity",
     "send_command", "take_stored_commands",
 ]
 
 ACTIVITY = "ringzero/activity"
 COMMANDS = "ringzero/commands"
-ACTIONS = ("pause", "resume", "kill", "send")
+ACTIONS = ("pause", "resume", "kill", "send", "wake")
+"""What a command asks of the kernel that runs its process; ``wake``: a message was stored for
+a process that a kernel let go (``ringzero.core._engine.keeper``), which brings it back."""
 MAX_LISTED = 1000
 """Live processes an activity row lists (those beyond are counted in ``more``): the row is
 written every second, and 100,000 idle processes must not make it megabytes."""
@@ -115,11 +117,6 @@ async def send_command(checkpointer: Checkpointer, pid: int, action: str,
     return command_id
 
 
-HOST_ANNOUNCES_WITHIN = 2.5
-"""Seconds within which a kernel that took a process lists it in its activity row (its first
-tick comes one interval, a second by default, after it starts)."""
-
-
 async def hosts_of(checkpointer: Checkpointer, pid: int, own: str | None) -> list[KernelActivity]:
     """The live kernels (other than ``own``) whose latest activity row lists ``pid``."""
     return [a for a in await read_activity(checkpointer) if a.fresh() and pid in a.processes and a.kernel != own]
@@ -163,23 +160,19 @@ async def command_outcome(checkpointer: Checkpointer, command_id: str) -> dict[s
 
 
 async def deliver_elsewhere(checkpointer: Checkpointer, store: KernelStore, own: str | None, pid: int, message: JSON,
-                            priority: int) -> None:
+                            priority: int, *, sender: int | None = None, mail_id: str | None = None) -> None:
     """Deliver a message to ``pid``, a process this kernel does not run (``Kernel.send``).
 
     Where a live kernel on the store lists it (its activity row is fresh), that kernel is asked
     to deliver it (a ``send`` command, taken at its next tick). Where none does, or none takes
-    the command within a few of its ticks, the message is stored in the process's mailbox for
-    whoever resumes it; the command's ``done`` row is claimed first, so that exactly one of
-    the host and this sender delivers it. ``own``: the sending kernel's monitor id, if any."""
+    the command within a few of its ticks, the message is stored in the process's mailbox (the
+    command's ``done`` row is claimed first, so that exactly one of the host and this sender
+    delivers it), and a ``wake`` command is left: a kernel that let the process go brings it
+    back, and one that runs it without having listed it yet takes the message from the store,
+    each at its next tick; with no host, whoever resumes it gets it. ``own``: the sending
+    kernel's monitor id, if any; ``sender`` and ``mail_id``: a process's send (see
+    ``Runtime.deliver``)."""
     hosts = await hosts_of(checkpointer, pid, own)
-    record = await store.load_process(pid)
-    if not hosts and record is not None and time.time() - record.updated_at < HOST_ANNOUNCES_WITHIN:
-        # It moved a moment ago: a kernel that has just started or resumed it writes its first
-        # activity row within a tick. Wait for that row rather than store what it would not see.
-        until = time.monotonic() + HOST_ANNOUNCES_WITHIN
-        while not hosts and time.monotonic() < until:
-            await asyncio.sleep(0.05)
-            hosts = await hosts_of(checkpointer, pid, own)
     if hosts:
         command_id = await send_command(checkpointer, pid, "send", {"message": message, "priority": priority})
         until = time.monotonic() + 3 * max(a.interval for a in hosts) + 1
@@ -198,5 +191,6 @@ async def deliver_elsewhere(checkpointer: Checkpointer, store: KernelStore, own:
             return
     while True:
         seq = await store.last_seq(pid, "mailbox") + 1
-        if await store.store_mail(pid, seq, priority, message, None):
-            return
+        if await store.store_mail(pid, seq, priority, message, sender, mail_id):
+            break
+    await send_command(checkpointer, pid, "wake")

@@ -1,0 +1,189 @@
+"""Letting waiting processes go: a host of many (``ringzero serve``) keeps in memory only the
+processes that run, and finds the others in the store when something wakes them.
+
+A top-level process that has waited ``after`` seconds for a message or on a timer (``recv``,
+``sleep``, ``sleep_until``) is let go: the status row its ``waiting`` transition wrote says
+what it waits on (``ProcessRecord.waiting``), its task stops as at a shutdown (nothing ends,
+nothing is recorded), and it leaves the process table; what the kernel keeps of it is one
+entry here, its pid and its timer's deadline. It comes back (``wake``: read from the store
+and replayed from its journal, as ``recover`` does) when a message is sent to it, from this
+kernel or from any other OS process (the message is stored, and a ``wake`` command left for
+the monitor, which takes it at its next tick), or when its timer is due.
+
+Not let go: a child (its parent may wait on its end in memory), a parent with children that
+have not ended, a paused process, one that waits on a child, one with mail not yet received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import time
+from collections.abc import Mapping
+
+from ringzero.core._engine.handles import ProcessHandle
+from ringzero.core._engine.lifecycle import launch
+from ringzero.core._engine.process import Process
+from ringzero.core._engine.recovery import load, recover
+from ringzero.core._engine.runtime import Runtime
+from ringzero.core.contract.records import ProcessRecord
+from ringzero.core.contract.types import ProcessStatus, Program
+from ringzero.core.support.timeouts import retrieved
+
+__all__ = ["Keeper"]
+
+
+class Keeper:
+    """The processes a kernel let go, and what brings each back."""
+
+    def __init__(self, runtime: Runtime, after: float, programs: Mapping[str, Program] | None = None) -> None:
+        self.runtime = runtime
+        self.after = after
+        """Seconds a process waits before it is let go."""
+        self.programs: Mapping[str, Program] = programs or {}
+        self.let_go: dict[int, float | None] = {}
+        """Pid of each process let go, with its timer's wall-clock deadline (None: no timer)."""
+        self._due: list[tuple[float, int]] = []
+        """(deadline, pid) of the timers of the processes let go: a heap, earliest first."""
+        self._alarm: asyncio.TimerHandle | None = None
+        self._stopping: dict[int, asyncio.Task[None]] = {}
+        self._waking: dict[int, asyncio.Task[None]] = {}
+        self._watch: asyncio.Task[None] | None = None
+
+    @property
+    def holding(self) -> int:
+        """Processes let go here, and those being brought back."""
+        return len(self.let_go) + len(self._waking)
+
+    # ------------------------------------------------------------------ letting go
+    def start(self) -> None:
+        """Look for processes to let go, every half of ``after``, on the running loop."""
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.get_running_loop().create_task(self._look(), name="ringzero-keeper")
+
+    async def _look(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.05, self.after / 2))
+            now = time.monotonic()
+            for process in [p for p in self.runtime.procs.values() if self._may_let_go(p, now)]:
+                await self._let_go_of(process)
+
+    def _may_let_go(self, process: Process, now: float) -> bool:
+        waiting, current = process.record.waiting, process.in_syscall
+        if waiting is None or current is None or process.status is not ProcessStatus.WAITING:
+            return False
+        on, _, mail = waiting
+        return (now - current[2] >= self.after and (on == "timer" or (on == "message" and mail is not None))
+                and not len(process.mailbox) and not process.record.paused and process.record.parent is None
+                and not process.children and not process.spawning and process.task is not None
+                and not process.from_threads and process.fenced is None)
+
+    async def _let_go_of(self, process: Process) -> None:
+        await self.runtime.flush()  # its waiting transition, with what it waits on, is in the store
+        if not self._may_let_go(process, time.monotonic()) or process.pid not in self.runtime.procs:
+            return  # a message came meanwhile
+        task = process.task
+        assert task is not None
+        # Synchronously, from here: a message sent from now on finds it let go, stored for it.
+        self.runtime.release(process)
+        self._keep(process.pid, process.wake_at)
+        task.cancel()
+        stopping = self._stopping[process.pid] = asyncio.ensure_future(_stopped(task))
+        stopping.add_done_callback(lambda _: self._stopping.pop(process.pid, None))
+
+    def _keep(self, pid: int, until: float | None) -> None:
+        self.let_go[pid] = until
+        if until is not None:
+            heapq.heappush(self._due, (until, pid))
+            self._arm()
+
+    # ------------------------------------------------------------------ bringing back
+    def wake(self, pid: int) -> None:
+        """Bring ``pid`` back, if it was let go here (a message came for it, or its timer)."""
+        if pid not in self.let_go or pid in self._waking:
+            return
+        del self.let_go[pid]
+        waking = self._waking[pid] = asyncio.get_running_loop().create_task(self._bring_back(pid))
+        waking.add_done_callback(lambda _: self._waking.pop(pid, None))
+        waking.add_done_callback(retrieved)
+
+    async def _bring_back(self, pid: int) -> None:
+        stopping = self._stopping.get(pid)
+        if stopping is not None:
+            await stopping
+        record = await self.runtime.store.load_process(pid, as_spawned=True)
+        if record is None or record.status.terminal or self.runtime.runs(pid):
+            return
+        process = await load(self.runtime, record, self.programs, None)
+        if process.left_unfinished is None:
+            launch(process)
+
+    def _arm(self) -> None:
+        """Set the one alarm, for the earliest deadline."""
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
+        while self._due and self.let_go.get(self._due[0][1]) != self._due[0][0]:
+            heapq.heappop(self._due)  # woken already, or let go again with another timer
+        if self._due:
+            loop = asyncio.get_running_loop()
+            self._alarm = loop.call_at(loop.time() + max(0.0, self._due[0][0] - time.time()), self._ring)
+
+    def _ring(self) -> None:
+        self._alarm = None
+        now = time.time()
+        while self._due and self._due[0][0] <= now:
+            _, pid = heapq.heappop(self._due)
+            self.wake(pid)
+        self._arm()
+
+    # ------------------------------------------------------------------ from the store
+    async def adopt(self) -> tuple[list[int], list[ProcessHandle]]:
+        """Take the store's unfinished processes: let go at once (never replayed) each one whose
+        status row says it waits on a message that has not come or on a timer not yet due, and
+        resume the others (``recover``). Returns the pids let go and the handles ``recover``
+        gives of the others (those it could not resume among them)."""
+        store = self.runtime.store
+        records = await store.load_processes()
+        delivered = await store.last_mail_seqs()
+        now = time.time()
+        let_go: list[int] = []
+        resume: list[int] = []
+        for record in records:
+            if record.status.terminal or self.runtime.runs(record.pid):
+                continue
+            if _still_waits(record, delivered.get(record.pid, 0), now):
+                let_go.append(record.pid)
+                self._keep(record.pid, None if record.waiting is None else record.waiting[1])
+            else:
+                resume.append(record.pid)
+        return let_go, await recover(self.runtime, self.programs, pids=resume) if resume else []
+
+    async def aclose(self) -> None:
+        """Stop looking and ringing (the kernel closes: whatever was let go stays in the store)."""
+        if self._alarm is not None:
+            self._alarm.cancel()
+        for task in [self._watch, *self._waking.values()]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*[t for t in [self._watch, *self._waking.values(), *self._stopping.values()]
+                               if t is not None], return_exceptions=True)
+
+
+def _still_waits(record: ProcessRecord, last_mail: int, now: float) -> bool:
+    """Whether ``record`` waits, as its status row says, on a message not yet come (every mail
+    delivered to it received) or on a timer not yet due; a top-level process, not paused."""
+    if record.status is not ProcessStatus.WAITING or record.waiting is None or record.paused \
+            or record.parent is not None:
+        return False
+    on, until, mail = record.waiting
+    if until is not None and until <= now:
+        return False
+    if on == "timer":
+        return until is not None
+    return on == "message" and mail is not None and last_mail <= mail
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    """Wait for a process's task, cancelled, to have unwound."""
+    await asyncio.gather(task, return_exceptions=True)
