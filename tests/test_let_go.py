@@ -137,3 +137,16 @@ async def test_a_child_and_its_waiting_parent_are_not_let_go(tmp_path: Path) -> 
         child = next(pid for pid in kernel.runtime.procs if pid != parent.pid)
         await kernel.send(child, "ok")
         assert await parent.wait(timeout=10) == ["answer to draft", "ok"]
+
+
+async def test_a_child_waiting_in_the_store_is_resumed_not_let_go(tmp_path: Path) -> None:
+    async with kernel_on(tmp_path / "state.db") as host:
+        parent = await host.spawn(parent_of_a_waiter)
+        while len(host.runtime.procs) < 2 or any(p.status.value != "waiting" for p in host.runtime.procs.values()):
+            await asyncio.sleep(0.02)
+        child = next(pid for pid in host.runtime.procs if pid != parent.pid)
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        let_go_pids, resumed = await kernel.let_go_waiting(0.2).adopt()
+        assert let_go_pids == [] and sorted(h.pid for h in resumed) == sorted([parent.pid, child])
+        await kernel.send(child, "ok")
+        assert await ended(kernel, parent.pid) == ["answer to draft", "ok"]

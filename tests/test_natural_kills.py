@@ -11,8 +11,8 @@ the crash, and a second ``ringzero resume`` finishes it). Then:
   the program instead);
 - the counts ``ringzero resume`` printed are the store's.
 
-5 kills per program on SQLite and 3 on PostgreSQL in ``make test``; ``NATURAL_TRIALS=20`` and
-``NATURAL_PG_TRIALS=10`` for the longer run.
+5 kills per program on SQLite and 3 on PostgreSQL in ``make test``, two at a time;
+``NATURAL_TRIALS=20`` and ``NATURAL_PG_TRIALS=10`` for the longer run.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SQLITE_TRIALS = int(os.environ.get("NATURAL_TRIALS", "5"))
 PG_TRIALS = int(os.environ.get("NATURAL_PG_TRIALS", "3"))
 KERNEL = "tests.natural_programs:make_kernel"
+AT_ONCE = 2
+"""Trials of one program that run at once (each in stores, logs and OS processes of its own)."""
 
 
 def cli(*args: str, log: Path) -> subprocess.CompletedProcess[str]:
@@ -185,16 +187,20 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
 
 async def trials(make_store: Any, folder: Path, count: int) -> dict[str, list[str]]:
     outcomes: dict[str, list[str]] = {}
+    at_once = asyncio.Semaphore(AT_ONCE)
+
+    async def trial(program: str, seed: int, window: float, expected: Any) -> str:
+        async with at_once:
+            own = folder / f"{program}-{seed}"
+            own.mkdir()
+            return await one_trial(make_store(own), program, folder, seed, window * 1.1, expected)
+
     for program in natural_programs.PROGRAMS:
         expected = await reference(program, folder / "reference.log")
         window = await asyncio.to_thread(host_seconds, make_store(folder / f"{program}-window"), program,
                                          folder / "window.log")
-        outcomes[program] = []
-        for seed in range(count):
-            trial = folder / f"{program}-{seed}"
-            trial.mkdir()
-            outcomes[program].append(await one_trial(make_store(trial), program, folder, seed, window * 1.1,
-                                                     expected))
+        outcomes[program] = list(await asyncio.gather(*(trial(program, seed, window, expected)
+                                                        for seed in range(count))))
     return outcomes
 
 

@@ -230,6 +230,9 @@ class Kernel:
         if self.keeper is None:
             if isinstance(after, bool) or not isinstance(after, (int, float)) or not after > 0:
                 raise InvalidArgument(f"let_go_waiting takes a positive number of seconds, not {after!r}")
+            if self.monitor is None:
+                raise InvalidArgument("let_go_waiting needs the kernel's monitor, which takes the messages for the "
+                                      "processes let go from the store (monitor_interval=None turns it off)")
             self.keeper = Keeper(self.runtime, float(after), programs)
             if self.monitor is not None:
                 self.monitor.wakes_for(self.keeper)

@@ -20,13 +20,15 @@ import asyncio
 import heapq
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from ringzero.core._engine.handles import ProcessHandle
 from ringzero.core._engine.lifecycle import launch
 from ringzero.core._engine.process import Process
 from ringzero.core._engine.recovery import load, recover
 from ringzero.core._engine.runtime import Runtime
-from ringzero.core.contract.records import ProcessRecord
+from ringzero.core.contract.errors import RingzeroError
+from ringzero.core.contract.records import waiting_of
 from ringzero.core.contract.types import ProcessStatus, Program
 from ringzero.core.support.timeouts import retrieved
 
@@ -66,7 +68,10 @@ class Keeper:
             await asyncio.sleep(max(0.05, self.after / 2))
             now = time.monotonic()
             for process in [p for p in self.runtime.procs.values() if self._may_let_go(p, now)]:
-                await self._let_go_of(process)
+                try:
+                    await self._let_go_of(process)
+                except (RingzeroError, OSError):  # the store failed: it stays in memory, asked again later
+                    break
 
     def _may_let_go(self, process: Process, now: float) -> bool:
         waiting, current = process.record.waiting, process.in_syscall
@@ -102,19 +107,23 @@ class Keeper:
         """Bring ``pid`` back, if it was let go here (a message came for it, or its timer)."""
         if pid not in self.let_go or pid in self._waking:
             return
-        del self.let_go[pid]
-        waking = self._waking[pid] = asyncio.get_running_loop().create_task(self._bring_back(pid))
+        until = self.let_go.pop(pid)
+        waking = self._waking[pid] = asyncio.get_running_loop().create_task(self._bring_back(pid, until))
         waking.add_done_callback(lambda _: self._waking.pop(pid, None))
         waking.add_done_callback(retrieved)
 
-    async def _bring_back(self, pid: int) -> None:
+    async def _bring_back(self, pid: int, until: float | None) -> None:
         stopping = self._stopping.get(pid)
         if stopping is not None:
             await stopping
-        record = await self.runtime.store.load_process(pid, as_spawned=True)
-        if record is None or record.status.terminal or self.runtime.runs(pid):
-            return
-        process = await load(self.runtime, record, self.programs, None)
+        try:
+            record = await self.runtime.store.load_process(pid, as_spawned=True)
+            if record is None or record.status.terminal or self.runtime.runs(pid):
+                return
+            process = await load(self.runtime, record, self.programs, None)
+        except (RingzeroError, OSError):
+            self._keep(pid, until)  # the store failed: still let go, for the next message or its timer
+            raise
         if process.left_unfinished is None:
             launch(process)
 
@@ -142,21 +151,22 @@ class Keeper:
         """Take the store's unfinished processes: let go at once (never replayed) each one whose
         status row says it waits on a message that has not come or on a timer not yet due, and
         resume the others (``recover``). Returns the pids let go and the handles ``recover``
-        gives of the others (those it could not resume among them)."""
+        gives of the others (those it could not resume among them). The status rows are read a
+        page at a time: a store of 100,000 waiting processes is not held in memory at once."""
         store = self.runtime.store
-        records = await store.load_processes()
         delivered = await store.last_mail_seqs()
         now = time.time()
         let_go: list[int] = []
         resume: list[int] = []
-        for record in records:
-            if record.status.terminal or self.runtime.runs(record.pid):
+        async for pid, row in store.statuses():
+            if ProcessStatus(row["status"]).terminal or self.runtime.runs(pid):
                 continue
-            if _still_waits(record, delivered.get(record.pid, 0), now):
-                let_go.append(record.pid)
-                self._keep(record.pid, None if record.waiting is None else record.waiting[1])
+            waits, until = _still_waits(row, delivered.get(pid, 0), now)
+            if waits:
+                let_go.append(pid)
+                self._keep(pid, until)
             else:
-                resume.append(record.pid)
+                resume.append(pid)
         return let_go, await recover(self.runtime, self.programs, pids=resume) if resume else []
 
     async def aclose(self) -> None:
@@ -170,18 +180,18 @@ class Keeper:
                                if t is not None], return_exceptions=True)
 
 
-def _still_waits(record: ProcessRecord, last_mail: int, now: float) -> bool:
-    """Whether ``record`` waits, as its status row says, on a message not yet come (every mail
-    delivered to it received) or on a timer not yet due; a top-level process, not paused."""
-    if record.status is not ProcessStatus.WAITING or record.waiting is None or record.paused \
-            or record.parent is not None:
-        return False
-    on, until, mail = record.waiting
-    if until is not None and until <= now:
-        return False
-    if on == "timer":
-        return until is not None
-    return on == "message" and mail is not None and last_mail <= mail
+def _still_waits(row: Mapping[str, Any], last_mail: int, now: float) -> tuple[bool, float | None]:
+    """Whether the process of status row ``row`` waits, as the row says, on a message not yet
+    come (every mail delivered to it received) or on a timer not yet due, a top-level process
+    not paused; and its timer's deadline (None: none)."""
+    waiting = waiting_of(row.get("waiting"))
+    if row["status"] != ProcessStatus.WAITING.value or waiting is None or row.get("paused") \
+            or row["waiting"].get("parent", 0) is not None:  # a child, or a row that does not say
+        return False, None
+    on, until, mail = waiting
+    due = until is not None and until <= now
+    waits = (on == "timer" and until is not None) or (on == "message" and mail is not None and last_mail <= mail)
+    return waits and not due, until
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:

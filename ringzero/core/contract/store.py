@@ -36,7 +36,7 @@ creation order, as the protocol requires.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ringzero.core.contract.outcomes import Outcome, Value, decode
@@ -113,8 +113,8 @@ class KernelStore:
                 "stop_reason": None if record.stop_reason is None else record.stop_reason.value,
                 "paused": record.paused, "spent": record.spent, "wall_seconds": record.wall_seconds,
                 "updated_at": record.updated_at}
-        if record.waiting is not None:
-            body["waiting"] = waiting_json(record.waiting)
+        if record.waiting is not None:  # with its parent: a host that lets it go reads no other row
+            body["waiting"] = {**waiting_json(record.waiting), "parent": record.parent}
         return new_row(PROCESS_TABLE, "status", row_key(record.pid), None, dumps(body), {"status": record.status.value})
 
     @staticmethod
@@ -361,13 +361,38 @@ class KernelStore:
         return True
 
     async def last_mail_seqs(self) -> dict[int, int]:
-        """The last mailbox seq of every process that has mail: one query over every mailbox."""
+        """The last mailbox seq of every process that has mail: one query over every mailbox
+        (whose rows' ids repeat from one process to the next: not read in pages)."""
         last: dict[int, int] = {}
         async for cp in self.checkpointer.list(None, "mailbox"):
             owner, _, pid = cp.thread_id.rpartition("/")
             if owner == "ringzero/process" and pid.isdigit():
                 last[int(pid)] = max(last.get(int(pid), 0), int(cp.id))
         return last
+
+    async def statuses(self) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """(pid, status row) of every process, newest first, read a page at a time: what a host
+        of many processes scans without holding every record at once (``load_processes`` does).
+        A process with no status row yet (created, never moved) comes with its first row's
+        ``status``."""
+        seen: set[int] = set()
+        async for cp in self._pages(PROCESS_TABLE, "status"):
+            seen.add(int(cp.id))
+            yield int(cp.id), loads(cp.payload, f"process status {cp.id}")
+        async for cp in self._pages(PROCESS_TABLE, ""):
+            if int(cp.id) not in seen:
+                yield int(cp.id), {"status": loads(cp.payload, f"process record {cp.id}").get("status", "created")}
+
+    async def _pages(self, thread_id: str | None, namespace: str, size: int = 1000) -> AsyncIterator[Checkpoint]:
+        """Every row of ``namespace`` (in ``thread_id``, or any), ``size`` rows a read."""
+        before: str | None = None
+        while True:
+            page = [cp async for cp in self.checkpointer.list(thread_id, namespace, before=before, limit=size)]
+            for cp in page:
+                yield cp
+            if len(page) < size:
+                return
+            before = page[-1].id
 
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
         return await self._read(pid, "mailbox")
