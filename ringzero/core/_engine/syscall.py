@@ -94,15 +94,11 @@ async def syscall(
             opened = telemetry.syscall_opened(process, kind, seq, summary, about)
             try:
                 if waits:
-                    left: float | None = 0.0  # a poll (timeout 0) sets no timer: nothing to resume
-                    if timeout != 0:
-                        if timeout is not None:
-                            until = await journal.timer(seq, kind, fp, summary, timeout)
-                        if until is not None:
-                            left = max(0.0, until - time.time())
-                            telemetry.timer_set(opened, until)
-                        else:
-                            left = None
+                    if timeout:  # a poll (timeout 0) sets no timer: there is nothing of it to resume
+                        until = await journal.timer(seq, kind, fp, summary, timeout)
+                    if until is not None:
+                        telemetry.timer_set(opened, until)
+                    left = 0.0 if timeout == 0 else None if until is None else max(0.0, until - time.time())
                     process.waits_for(kind, until)
                     await wait_begins(process)
                     waiting = live(left)
