@@ -150,3 +150,23 @@ async def test_a_child_waiting_in_the_store_is_resumed_not_let_go(tmp_path: Path
         assert let_go_pids == [] and sorted(h.pid for h in resumed) == sorted([parent.pid, child])
         await kernel.send(child, "ok")
         assert await ended(kernel, parent.pid) == ["answer to draft", "ok"]
+
+
+async def test_on_postgresql_waiting_processes_are_adopted_let_go_and_brought_back(postgres_dsn: str) -> None:
+    from tests.postgres import fresh_database
+
+    dsn = fresh_database(postgres_dsn)
+    RUNS.clear()
+    async with Kernel(checkpointer=dsn, llm=ScriptedProvider(lambda r: "ok")) as host:
+        waiter = (await host.spawn(asks_then_waits)).pid
+        sleeper = (await host.spawn(naps, 2.0)).pid
+        while any(host.get(pid).status.value != "waiting" for pid in (waiter, sleeper)):
+            await asyncio.sleep(0.02)
+    async with Kernel(checkpointer=dsn, llm=ScriptedProvider(lambda r: "ok"), monitor_interval=0.1) as kernel:
+        let_go_pids, resumed = await kernel.let_go_waiting(0.2).adopt()
+        assert sorted(let_go_pids) == sorted([waiter, sleeper]) and resumed == []
+        async with Kernel(checkpointer=dsn) as other:
+            await other.send(waiter, "from elsewhere")
+        assert await ended(kernel, waiter) == ["ok", "from elsewhere"]
+        assert isinstance(await ended(kernel, sleeper), float)
+    assert RUNS == {"asks_then_waits": 2, "naps": 2}  # each ran once and was replayed once: no other replay
