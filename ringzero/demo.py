@@ -9,6 +9,7 @@ zero failed LLM calls.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,6 +108,9 @@ def process_table(rows: list[ProcessInfo], title: str = "ringzero processes",
         ("stop reason", "left"), ("llm", "right"), ("tokens", "right"), ("steps", "right"), ("wall s", "right")]
     if nodes is not None:
         columns.insert(2, ("node", "left"))
+    timers = any(r.wake_at is not None for r in rows)
+    if timers:
+        columns.append(("wakes", "left"))
     for column, justify in columns:
         table.add_column(column, justify=justify)
     for r in rows:
@@ -118,6 +122,9 @@ def process_table(rows: list[ProcessInfo], title: str = "ringzero processes",
         ]
         if nodes is not None:
             cells.insert(2, nodes.get(r.pid, ""))
+        if timers:
+            cells.append("" if r.wake_at is None else
+                         datetime.datetime.fromtimestamp(r.wake_at).astimezone().isoformat(timespec="seconds"))
         table.add_row(*cells)
     return table
 

@@ -129,6 +129,10 @@ async def test_resume_leaves_a_sleeper_of_an_hour_and_says_when_it_wakes(tmp_pat
 
     wakes = datetime.datetime.fromtimestamp(deadline).astimezone().isoformat(timespec="seconds")
     assert wakes in text, (wakes, text)
+    ps = await asyncio.create_subprocess_exec(sys.executable, "-m", "ringzero.cli", "ps", "--db", store, cwd=ROOT,
+                                              env={**env(), "COLUMNS": "200"}, stdout=asyncio.subprocess.PIPE)
+    listed, _ = await asyncio.wait_for(ps.communicate(), 60)
+    assert "wakes" in listed.decode() and wakes in listed.decode(), listed.decode()  # the sleeper's wake time
 
 
 @pytest.mark.slow

@@ -289,6 +289,8 @@ class ProcessInfo:
     steps: int
     cost: float
     wall_seconds: float
+    wake_at: float | None = None
+    """When the timer it waits on fires (wall clock), where it waits on one."""
 
     @classmethod
     def of(cls, record: ProcessRecord) -> ProcessInfo:
@@ -303,6 +305,7 @@ class ProcessInfo:
             tokens=int(number(spent.get("tokens"))), llm_calls=int(number(spent.get("llm_calls"))),
             steps=int(number(spent.get("steps"))), cost=number(spent.get("cost")),
             wall_seconds=record.wall_seconds,
+            wake_at=None if record.waiting is None or record.status.terminal else record.waiting[1],
         )
 
 
