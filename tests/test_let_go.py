@@ -170,3 +170,15 @@ async def test_on_postgresql_waiting_processes_are_adopted_let_go_and_brought_ba
         assert await ended(kernel, waiter) == ["ok", "from elsewhere"]
         assert isinstance(await ended(kernel, sleeper), float)
     assert RUNS == {"asks_then_waits": 2, "naps": 2}  # each ran once and was replayed once: no other replay
+
+
+async def test_a_burst_of_messages_wakes_every_process_let_go(tmp_path: Path) -> None:
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        kernel.let_go_waiting(0.2)
+        pids = [h.pid for h in await asyncio.gather(*(kernel.spawn(asks_then_waits) for _ in range(120)))]
+        await let_go(kernel, count=120)
+        async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "state.db")) as other:
+            for pid in pids:  # more wake commands than one read of the newest takes
+                await other.send(pid, pid)
+        results = await asyncio.gather(*(ended(kernel, pid, within=30) for pid in pids))
+    assert results == [["answer to draft", pid] for pid in pids]

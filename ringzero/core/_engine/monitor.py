@@ -147,10 +147,7 @@ class Monitor:
         the store, the one that claims a command's ``done`` row acts; each acts in a task of its
         own, so a kill that waits for a process to end does not hold the next tick."""
         fresh = []
-        async for cp in self.runtime.checkpointer.list(COMMANDS, "", limit=RECENT_COMMANDS):
-            if cp.id in self._seen:
-                continue
-            self._seen[cp.id] = None
+        for cp in await self._new_commands():
             body = loads(cp.payload, f"command {cp.id}")
             pid = int(body.get("pid", -1))
             if time.time() - float(body.get("at", 0)) > COMMAND_WINDOW:
@@ -162,12 +159,33 @@ class Monitor:
                     self._keeper.wake(pid)
             elif pid in self.runtime.procs:
                 fresh.append((cp.id, body))
-        while len(self._seen) > 4 * RECENT_COMMANDS:  # oldest first: a dict keeps insertion order
-            del self._seen[next(iter(self._seen))]
-        for command_id, body in reversed(fresh):  # listed newest first; carried out in the order sent
+        for command_id, body in fresh:  # in the order sent
             if not await self._claim(command_id):
                 continue
             self._acting_on(self._act(command_id, int(body["pid"]), str(body["action"]), body))
+
+    async def _new_commands(self) -> list[Checkpoint]:
+        """The commands not seen before, oldest first: the newest ``RECENT_COMMANDS``, and the
+        pages before them while every one is new (a burst of messages to processes let go
+        leaves a ``wake`` each, more than one read holds)."""
+        new: list[Checkpoint] = []
+        before: str | None = None
+        while True:
+            page = [cp async for cp in self.runtime.checkpointer.list(COMMANDS, "", before=before,
+                                                                      limit=RECENT_COMMANDS)]
+            unseen = [cp for cp in page if cp.id not in self._seen]
+            new += unseen
+            if len(unseen) < RECENT_COMMANDS:
+                break
+            before = page[-1].id
+            if loads(page[-1].payload, f"command {page[-1].id}").get("at", 0) < time.time() - COMMAND_WINDOW:
+                break
+        new.reverse()
+        for cp in new:  # oldest first, so that the oldest are forgotten first
+            self._seen[cp.id] = None
+        while len(self._seen) > max(4 * RECENT_COMMANDS, 2 * len(new)):  # a dict keeps insertion order
+            del self._seen[next(iter(self._seen))]
+        return new
 
     def _acting_on(self, action: Coroutine[Any, Any, None]) -> None:
         """Carry ``action`` out in a task of its own (stopped with the monitor)."""
