@@ -17,7 +17,8 @@ $(UV):
 	.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock Makefile
-	$(UV) sync --locked --extra dev --extra microsandbox --extra langgraph --extra crewai --extra mcp --extra postgres --extra ray --extra otel --python $(PYTHON) \
+	$(UV) sync --locked --extra dev --extra microsandbox --extra langgraph --extra crewai --extra mcp --extra postgres --extra ray --extra otel --extra cron \
+		--python $(PYTHON) \
 		--compile-bytecode
 	touch $@
 

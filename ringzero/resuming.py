@@ -145,7 +145,8 @@ LET_GO_AFTER = 1.0
 
 async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel_spec: str | None,
                 poll: float = 0.5) -> int:
-    """Host the store's unfinished processes in one kernel until every one has ended: those that
+    """Host the store's unfinished processes in one kernel, and fire its schedules, until every
+    process has ended and no schedule is left (``Kernel.fire_schedules``): processes that
     wait for a message or on a timer are let go (``Kernel.let_go_waiting``: no task, no memory,
     their status row saying what they wait on) and brought back when a message comes for one
     (``ringzero send``, ``Kernel.send`` from any OS process) or its timer is due, so that a wake-up
@@ -165,6 +166,7 @@ async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel
     async with kernel:
         await kernel.start()
         kernel.subscribe(ended)
+        kernel.fire_schedules()
         let_go, handles = await keeper.adopt()
         unfinished = [h for h in handles if h.status.value not in ("exited", "failed", "killed") and h.elsewhere]
         console.print(f"found {len(let_go) + len(handles)} unfinished process(es): {len(let_go)} waiting in the "
@@ -176,7 +178,13 @@ async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel
                 console.print(f"  pid {handle.pid} is paused: resume it with ringzero top --db {db} (key r)")
         console.print("serving: a process that waits for a message or a timer is let go (none is held in memory) "
                       "and brought back when one comes for it (ringzero send) or its timer is due ...")
-        while kernel.hosting:  # it leaves the table a moment after its end's event: looked at again then
+        schedules = await kernel.schedules()
+        if schedules:
+            console.print(f"firing {len(schedules)} schedule(s): " + ", ".join(
+                f"{s.name} (next {s.next_firing.isoformat(timespec='seconds') if s.next_firing else 'paused'})"
+                for s in schedules))
+        # A process leaves the table a moment after its end's event: looked at again then.
+        while kernel.hosting or await kernel.schedules():
             an_end.clear()
             await wait_until_set(an_end, poll)
     console.print("every process has ended" + (f"; {len(failed)} did not exit" if failed else ""))

@@ -16,8 +16,11 @@ This module is the users' facade. What processes ask of the kernel lives in the 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import inspect
 import math
+import os
+import socket
 import time
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
@@ -31,6 +34,7 @@ from ringzero.core._engine.monitor import Monitor
 from ringzero.core._engine.pids import PidAllocator
 from ringzero.core._engine.recovery import recover
 from ringzero.core._engine.runtime import NO_LIMITS, Runtime
+from ringzero.core._engine.schedules import Schedule, ScheduleFirer, ScheduleSpec, schedule_spec
 from ringzero.core.contract.errors import InvalidArgument, ProcessStateError, WrongEventLoop
 from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
 from ringzero.core.contract.records import Event, ProcessInfo
@@ -121,6 +125,8 @@ class Kernel:
             self.runtime.monitored_as(self.monitor.id)
         self.keeper: Keeper | None = None
         """What lets waiting processes go, once ``let_go_waiting`` is asked (None before)."""
+        self.schedule_firer: ScheduleFirer | None = None
+        """What fires the store's schedules, once ``fire_schedules`` is asked (None before)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         if placement is not None:
@@ -177,6 +183,8 @@ class Kernel:
             self.monitor.start()  # again on a new loop, if the kernel moved to one
         if self.keeper is not None:
             self.keeper.start()
+        if self.schedule_firer is not None:
+            self.schedule_firer.start()
 
     def _check_loop(self) -> None:
         """A kernel lives on one event loop: the one it is started on (its processes are tasks
@@ -197,6 +205,8 @@ class Kernel:
         self._closed = True
         self.runtime.close()
         self.cluster.stop_watching()
+        if self.schedule_firer is not None:
+            await self.schedule_firer.aclose()
         if self.keeper is not None:
             await self.keeper.aclose()  # what it let go stays in the store
         procs = self.runtime.procs
@@ -240,6 +250,46 @@ class Kernel:
             if self.runtime.pids.started:  # started already: it looks from now on
                 self.keeper.start()
         return self.keeper
+
+    async def schedule(self, program: Program, *args: JSON, name: str,
+                       every: datetime.timedelta | float | None = None, cron: str | None = None,
+                       missed: str = "once", start: datetime.datetime | None = None) -> Schedule:
+        """Spawn ``program(ctx, *args)`` at each slot of ``every`` (a timedelta, or seconds, from
+        ``start``, now by default) or of ``cron`` (an expression croniter reads, in UTC: ``"0 7 *
+        * *"`` is 07:00 UTC daily; ``ringzero[cron]``), exactly once per slot, as a top-level
+        process named ``name``, by whichever kernel on the store fires schedules
+        (``fire_schedules``; ``ringzero serve`` does): see ``ringzero.core._engine.schedules``.
+        ``missed``: what a slot that passed while nothing fired becomes: ``"once"`` (one firing
+        for all of them, the default), ``"all"`` (each), ``"skip"`` (none). Durable in the store:
+        asking again with the same arguments returns the schedule as it is; with others, it
+        replaces it (its firings stay)."""
+        spec = schedule_spec(program, args, name=name, every=every, cron=cron, missed=missed, start=start)
+        await self.start()
+        current = await self.store.schedule(name)
+        if current is not None:
+            held = ScheduleSpec.from_json(current)
+            if not held.removed and (held.program, list(held.args), held.every, held.cron, held.missed) == \
+                    (spec.program, list(spec.args), spec.every, spec.cron, spec.missed):
+                return Schedule(self.runtime, held)
+        await self.store.put_schedule(name, spec.to_json())
+        return Schedule(self.runtime, spec)
+
+    async def schedules(self) -> list[Schedule]:
+        """The store's schedules (not those removed)."""
+        await self.start()
+        return [Schedule(self.runtime, spec) for spec in map(ScheduleSpec.from_json, await self.store.schedules())
+                if not spec.removed]
+
+    def fire_schedules(self, programs: Mapping[str, Program] | None = None) -> ScheduleFirer:
+        """Fire the store's schedules from this kernel (at least once a second it looks at them),
+        with any other kernels on the store that do: each slot is fired by one of them
+        (``ringzero.core._engine.schedules``). ``programs`` as for ``recover``."""
+        if self.schedule_firer is None:
+            host = self.monitor.id if self.monitor is not None else f"{socket.gethostname()}:{os.getpid()}"
+            self.schedule_firer = ScheduleFirer(self.runtime, host, programs)
+            if self.runtime.pids.started:
+                self.schedule_firer.start()
+        return self.schedule_firer
 
     @property
     def hosting(self) -> int:

@@ -23,6 +23,10 @@ thread                             namespace    one checkpoint per
 ``ringzero/process/<pid>``         placement    what a cluster node must have to run it (Ray's
                                                 resources), and why none runs it now, if so
 ``ringzero/pid-blocks``            ``""``       block of 1000 pids a cluster node claimed
+``ringzero/schedules``             ``""``       schedule: its program, period or cron, policy
+``ringzero/schedule/<name>``       firings      firing of a schedule: claimed by the kernel that
+                                                fires it, then its process's pid
+``ringzero/schedule/<name>``       repairs      firing repaired after its kernel died firing it
 =================================  ===========  ====================================
 
 A process record is split so that what changes often is small: a transition writes two
@@ -57,8 +61,20 @@ from ringzero.core.contract.records import (
 )
 from ringzero.core.contract.types import JSON, NO_METADATA, Checkpoint, strict_json
 
-__all__ = ["Effects", "JournalEntry", "KernelStore", "ProcessRecord", "dumps", "effect_id", "effect_key", "loads",
-           "process_thread"]
+SCHEDULES = "ringzero/schedules"
+
+
+def schedule_thread(name: str) -> str:
+    return f"ringzero/schedule/{name}"
+
+
+def firing_key(slot: float) -> str:
+    """The row id of a firing at ``slot`` (wall clock, to the millisecond): ids sort in time."""
+    return f"{round(slot * 1000):015d}"
+
+
+__all__ = ["SCHEDULES", "Effects", "JournalEntry", "KernelStore", "ProcessRecord", "dumps", "effect_id", "effect_key",
+           "firing_key", "loads", "process_thread", "schedule_thread"]
 
 KERNEL_THREADS = "ringzero/"
 """The prefix of every thread the kernel writes (processes, journals, memory, activity): a
@@ -393,6 +409,45 @@ class KernelStore:
             if len(page) < size:
                 return
             before = page[-1].id
+
+    # ------------------------------------------------------------------ schedules
+    async def put_schedule(self, name: str, spec: Mapping[str, JSON]) -> None:
+        """Write schedule ``name`` (``ringzero.core._engine.schedules.ScheduleSpec``)."""
+        await self.checkpointer.put(new_row(SCHEDULES, "", name, None, dumps(dict(spec)), NO_METADATA))
+
+    async def schedule(self, name: str) -> dict[str, Any] | None:
+        cp = await self.checkpointer.get(SCHEDULES, "", name)
+        return None if cp is None else loads(cp.payload, f"schedule {name}")
+
+    async def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule the store holds, removed ones included (they say so)."""
+        return [loads(cp.payload, f"schedule {cp.id}") async for cp in self.checkpointer.list(SCHEDULES, "")]
+
+    async def claim_firing(self, name: str, slot: float, namespace: str, body: Mapping[str, JSON]) -> bool:
+        """Take the firing of schedule ``name`` at ``slot`` (``firings``), or its repair
+        (``repairs``): True for the one kernel whose row this is (a claim where the store can)."""
+        row = new_row(schedule_thread(name), namespace, firing_key(slot), None, dumps(dict(body)), NO_METADATA)
+        if self.checkpointer.capabilities.claims:
+            return await self.checkpointer.claim(row)
+        await self.checkpointer.put(row)
+        return True
+
+    async def put_firing(self, name: str, slot: float, body: Mapping[str, JSON]) -> None:
+        await self.checkpointer.put(new_row(schedule_thread(name), "firings", firing_key(slot), None,
+                                            dumps(dict(body)), NO_METADATA))
+
+    async def firings(self, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The firings of schedule ``name``, newest first (each ``{"slot", "pid", ...}``)."""
+        return [loads(cp.payload, f"firing {cp.id} of {name}")
+                async for cp in self.checkpointer.list(schedule_thread(name), "firings", limit=limit)]
+
+    async def spawned_as(self, spawn_id: str) -> int | None:
+        """The pid of the process created with ``spawn_id``, if any (every first row read, a page
+        at a time: asked only to repair a firing whose kernel died as it fired)."""
+        async for cp in self._pages(PROCESS_TABLE, ""):
+            if loads(cp.payload, f"process record {cp.id}").get("spawn_id") == spawn_id:
+                return int(cp.id)
+        return None
 
     async def mail(self, pid: int) -> list[tuple[int, dict[str, Any]]]:
         return await self._read(pid, "mailbox")

@@ -1,0 +1,166 @@
+"""Schedules: each slot of a period or a cron expression fires its program once, counted at the
+program, with one kernel or several on the store; missed slots by policy; pause, resume, remove;
+a firing whose kernel died as it fired is repaired. Kill -9 trials: ``tests/test_schedule_kills.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ringzero import Context, Kernel
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core._engine.schedules import REPAIR_AFTER, ScheduleSpec
+from ringzero.core.contract.errors import InvalidArgument
+
+FIRED: Counter[str] = Counter()
+"""Runs of the scheduled program, by the argument it was given and the slot it ran in."""
+
+
+async def tick(ctx: Context, label: str) -> str:
+    FIRED[label] += 1
+    return label
+
+
+def kernel_on(db: Path) -> Kernel:
+    return Kernel(checkpointer=SqliteCheckpointer(db))
+
+
+async def settled(kernel: Kernel) -> None:
+    """Every process the schedules spawned here has ended."""
+    for _ in range(500):
+        if not kernel.runtime.procs:
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_each_slot_fires_once_counted_at_the_program(tmp_path: Path) -> None:
+    FIRED.clear()
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        schedule = await kernel.schedule(tick, "a", name="every-0.3", every=0.3)
+        kernel.fire_schedules()
+        await asyncio.sleep(2.0)
+        await schedule.remove()
+        await settled(kernel)
+        firings = await schedule.firings()
+    slots = sorted(f["slot"] for f in firings)
+    assert len(slots) >= 5 and all(f["pid"] is not None for f in firings)
+    assert all(abs((b - a) - 0.3) < 1e-6 for a, b in itertools.pairwise(slots)), slots  # none skipped
+    assert FIRED["a"] == len(slots)
+
+
+async def test_two_kernels_on_one_store_fire_each_slot_once(tmp_path: Path) -> None:
+    FIRED.clear()
+    async with kernel_on(tmp_path / "state.db") as first, kernel_on(tmp_path / "state.db") as second:
+        schedule = await first.schedule(tick, "b", name="shared", every=0.2)
+        first.fire_schedules()
+        second.fire_schedules()
+        await asyncio.sleep(2.0)
+        await schedule.remove()
+        await settled(first)
+        await settled(second)
+        firings = await schedule.firings()
+    assert len(firings) >= 8 and FIRED["b"] == len(firings) == len({f["slot"] for f in firings})
+    assert {f["host"] for f in firings} <= {first.monitor.id, second.monitor.id}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("missed", "fired"), [("once", 1), ("all", 10), ("skip", 0)])
+async def test_slots_missed_while_nothing_fired_follow_the_policy(tmp_path: Path, missed: str, fired: int) -> None:
+    FIRED.clear()
+    start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=9.5)
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        schedule = await kernel.schedule(tick, missed, name=f"missed-{missed}", every=1.0, missed=missed, start=start)
+        await kernel.fire_schedules().fire_due(schedule.spec)
+        await settled(kernel)
+        firings = await schedule.firings()
+    assert FIRED[missed] == fired
+    assert len(firings) == max(fired, 1)  # a skip leaves its mark, so the next look starts after it
+
+
+async def test_a_paused_schedule_fires_nothing_until_resumed_and_a_removed_one_never(tmp_path: Path) -> None:
+    FIRED.clear()
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        schedule = await kernel.schedule(tick, "p", name="pausing", every=0.2, missed="skip")
+        await schedule.pause()
+        kernel.fire_schedules()
+        await asyncio.sleep(0.8)
+        assert FIRED["p"] == 0 and schedule.next_firing is None
+        await schedule.resume()
+        await asyncio.sleep(1.0)
+        assert FIRED["p"] >= 2
+        await schedule.remove()
+        await asyncio.sleep(0.3)
+        count = FIRED["p"]
+        await asyncio.sleep(0.8)
+        assert FIRED["p"] == count and await kernel.schedules() == []
+
+
+async def test_asking_again_returns_the_schedule_and_other_arguments_replace_it(tmp_path: Path) -> None:
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        first = await kernel.schedule(tick, "x", name="daily", cron="0 7 * * *")
+        again = await kernel.schedule(tick, "x", name="daily", cron="0 7 * * *")
+        assert again.spec == first.spec
+        other = await kernel.schedule(tick, "y", name="daily", cron="30 6 * * *")
+        [listed] = await kernel.schedules()
+        assert listed.spec == other.spec and listed.spec.args == ("y",)
+        wakes = listed.next_firing
+        assert wakes is not None and (wakes.hour, wakes.minute) == (6, 30)
+        assert 0 < (wakes - datetime.datetime.now(datetime.timezone.utc)).total_seconds() <= 86400
+
+
+async def test_a_firing_whose_kernel_died_as_it_fired_is_repaired_once(tmp_path: Path) -> None:
+    FIRED.clear()
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        schedule = await kernel.schedule(tick, "r", name="repaired", every=3600)
+        slot = schedule.spec.start
+        # The firing claimed by a kernel that died before it spawned (and another that spawned, then died).
+        dead = {"slot": slot, "pid": None, "host": "dead", "at": time.time() - REPAIR_AFTER - 1}
+        assert await kernel.store.claim_firing("repaired", slot, "firings", dead)
+        firer = kernel.fire_schedules()
+        await firer.fire_due(schedule.spec)
+        await firer.fire_due(schedule.spec)
+        await settled(kernel)
+        [firing] = await schedule.firings()
+    assert FIRED["r"] == 1 and firing["pid"] is not None and firing["repaired"]
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ({}, "one of every="),
+    ({"every": 1, "cron": "* * * * *"}, "one of every="),
+    ({"every": 0.01}, "at least 0.1"),
+    ({"cron": "every morning"}, "not a cron expression"),
+    ({"every": 1, "missed": "later"}, "missed= is one of"),
+    ({"every": 1, "start": datetime.datetime(2030, 1, 1)}, "aware datetime"),
+    ({"every": 1, "name": "a/b"}, "a schedule's name"),
+])
+async def test_bad_arguments_are_refused_naming_what_is_wrong(tmp_path: Path, options: dict[str, Any],
+                                                             says: str) -> None:
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        with pytest.raises(InvalidArgument, match=says):
+            await kernel.schedule(tick, "z", **{"name": "bad", **options})
+        assert await kernel.schedules() == []
+
+
+async def test_a_program_that_does_not_import_back_is_refused(tmp_path: Path) -> None:
+    async def local(ctx: Context) -> None:
+        return None
+
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        with pytest.raises(InvalidArgument, match="does not import back"):
+            await kernel.schedule(local, name="local", every=1)
+
+
+def test_slots_of_a_period_and_of_a_cron_expression() -> None:
+    spec = ScheduleSpec("s", "m:f", (), 10.0, None, "once", 1000.0)
+    assert spec.next_after(0) == 1000 and spec.next_after(1000) == 1010 and spec.next_after(1015) == 1020
+    assert spec.last_at_or_before(999) is None and spec.last_at_or_before(1019.9) == 1010
+    daily = ScheduleSpec("d", "m:f", (), None, "0 7 * * *", "once", 0.0)
+    seven = datetime.datetime(2026, 11, 28, 7, tzinfo=datetime.timezone.utc).timestamp()
+    assert daily.next_after(seven - 1) == seven and daily.next_after(seven) == seven + 86400
+    assert daily.last_at_or_before(seven + 5) == seven
