@@ -74,6 +74,7 @@ from ringzero.core.contract.types import (
     Usage,
 )
 from ringzero.core.kernel import Event, Kernel, ProcessHandle, ProcessInfo
+from ringzero.core.schedules import Schedule
 from ringzero.core.support.backends import install as _install_backends
 from ringzero.core.support.effects import idempotent
 from ringzero.core.support.gate import LLMGate, Pricing, RateLimit, RetryPolicy
@@ -138,6 +139,7 @@ __all__ = [
     "ResultRefused",
     "RetryPolicy",
     "RingzeroError",
+    "Schedule",
     "Scheduler",
     "SchedulerCapabilities",
     "StopReason",

@@ -183,7 +183,8 @@ async def _ps(db: Path | str, console: Console) -> int:
     from ringzero.core.contract.records import spend_in_journal
     from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import ProcessInfo
-    from ringzero.demo import process_table
+    from ringzero.core.schedules import ScheduleSpec
+    from ringzero.demo import process_table, schedule_table
 
     store = _store(db)
     try:
@@ -200,9 +201,12 @@ async def _ps(db: Path | str, console: Console) -> int:
         for pid, placement in (await kernel_store.placements()).items():
             if placement.get("waiting") and pid not in ended:  # its node died, and no live node can host it
                 nodes[pid] = f"none: {placement['waiting']}"
+        schedules = [ScheduleSpec.from_json(row) for row in await kernel_store.schedules()]
     finally:
         await store.aclose()
     console.print(process_table(rows, title=f"processes in {_where(db, store)}", nodes=nodes or None))
+    if any(not spec.removed for spec in schedules):
+        console.print(schedule_table([spec for spec in schedules if not spec.removed]))
     return 0
 
 

@@ -24,6 +24,7 @@ from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.errors import RateLimited, RingzeroError
 from ringzero.core.contract.outcomes import number
 from ringzero.core.contract.types import LLMRequest
+from ringzero.core.schedules import ScheduleSpec
 from ringzero.testing import ScriptedProvider
 
 __all__ = ["process_table", "run_demo"]
@@ -126,6 +127,20 @@ def process_table(rows: list[ProcessInfo], title: str = "ringzero processes",
             cells.append("" if r.wake_at is None else
                          datetime.datetime.fromtimestamp(r.wake_at).astimezone().isoformat(timespec="seconds"))
         table.add_row(*cells)
+    return table
+
+
+def schedule_table(specs: list[ScheduleSpec]) -> Table:
+    """The schedules of ``ps``: each with its program, when it fires and its next firing."""
+    table = Table(title="schedules", title_justify="left", expand=False)
+    for column in ("name", "program", "every", "missed", "next firing"):
+        table.add_column(column)
+    now = time.time()
+    for spec in specs:
+        when = "paused" if spec.paused else datetime.datetime.fromtimestamp(
+            spec.next_after(now)).astimezone().isoformat(timespec="seconds")
+        table.add_row(spec.name, spec.program, f"{spec.every:g} s" if spec.every is not None else f"cron {spec.cron}",
+                      spec.missed, when)
     return table
 
 

@@ -164,3 +164,22 @@ def test_slots_of_a_period_and_of_a_cron_expression() -> None:
     seven = datetime.datetime(2026, 11, 28, 7, tzinfo=datetime.timezone.utc).timestamp()
     assert daily.next_after(seven - 1) == seven and daily.next_after(seven) == seven + 86400
     assert daily.last_at_or_before(seven + 5) == seven
+
+
+async def test_ps_shows_each_schedule_with_its_next_firing(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        await kernel.schedule(tick, "ps", name="hourly-digest", every=3600,
+                              start=datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+        paused = await kernel.schedule(tick, "ps", name="morning", cron="0 7 * * *")
+        await paused.pause()
+    ps = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ringzero.cli", "ps", "--db", str(tmp_path / "state.db"),
+        env={**os.environ, "COLUMNS": "200"}, stdout=asyncio.subprocess.PIPE)
+    out = (await asyncio.wait_for(ps.communicate(), 60))[0].decode()
+    assert "schedules" in out and "hourly-digest" in out and "tests.test_schedules:tick" in out, out
+    next_hour = datetime.datetime.fromtimestamp((time.time() // 3600 + 1) * 3600).astimezone()
+    assert next_hour.isoformat(timespec="seconds") in out, out
+    assert "morning" in out and "cron 0 7 * * *" in out and "paused" in out, out
