@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ringzero.core._engine.runtime import Runtime
-from ringzero.core.contract.errors import InvalidArgument, RingzeroError
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.contract.types import JSON, Program, ensure_json
 from ringzero.core.support.references import check_program, import_reference, program_reference
 from ringzero.core.support.timeouts import cancel_and_wait
@@ -265,12 +265,12 @@ def _utc(t: float) -> datetime.datetime:
 
 
 def _cron(expression: str | None) -> Any:
-    """A croniter over ``expression`` (InvalidArgument where it is none; ImportError naming the
-    extra where croniter is not installed)."""
+    """A croniter over ``expression`` (InvalidArgument where it is none; MissingExtra where
+    croniter is not installed)."""
     try:
         from croniter import croniter
     except ImportError as exc:  # pragma: no cover - the extra is installed with ringzero[cron]
-        raise ImportError("cron= schedules need croniter: pip install 'ringzero[cron]'") from exc
+        raise MissingExtra("a cron= schedule", "cron") from exc
     if not isinstance(expression, str) or not croniter.is_valid(expression):
         raise InvalidArgument(f"{expression!r} is not a cron expression croniter reads (e.g. '0 7 * * *')")
     return croniter(expression, _utc(time.time()))
