@@ -166,7 +166,7 @@ async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel
     async with kernel:
         await kernel.start()
         kernel.subscribe(ended)
-        kernel.fire_schedules()
+        firer = kernel.fire_schedules()
         let_go, handles = await keeper.adopt()
         unfinished = [h for h in handles if h.status.value not in ("exited", "failed", "killed") and h.elsewhere]
         console.print(f"found {len(let_go) + len(handles)} unfinished process(es): {len(let_go)} waiting in the "
@@ -184,7 +184,7 @@ async def serve(make: Callable[[], Kernel], console: Console, *, db: str, kernel
                 f"{s.name} (next {s.next_firing.isoformat(timespec='seconds') if s.next_firing else 'paused'})"
                 for s in schedules))
         # A process leaves the table a moment after its end's event: looked at again then.
-        while kernel.hosting or await kernel.schedules():
+        while kernel.hosting or await kernel.schedules() or await firer.unsettled():
             an_end.clear()
             await wait_until_set(an_end, poll)
     console.print("every process has ended" + (f"; {len(failed)} did not exit" if failed else ""))

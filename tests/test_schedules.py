@@ -16,7 +16,7 @@ import pytest
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core._engine.schedules import REPAIR_AFTER, ScheduleSpec
+from ringzero.core._engine.schedules import LOOK_EVERY, REPAIR_AFTER, ScheduleSpec
 from ringzero.core.contract.errors import InvalidArgument
 
 FIRED: Counter[str] = Counter()
@@ -40,6 +40,17 @@ async def settled(kernel: Kernel) -> None:
         await asyncio.sleep(0.01)
 
 
+async def quiet(*kernels: Kernel) -> None:
+    """After a removal: every firer has looked again (one that read the schedule just before it
+    was removed may fire one more slot), every firing claimed has its pid, every process ended."""
+    await asyncio.sleep(LOOK_EVERY + 0.5)
+    for kernel in kernels:
+        assert kernel.schedule_firer is not None
+        while await kernel.schedule_firer.unsettled():
+            await asyncio.sleep(0.05)
+        await settled(kernel)
+
+
 async def test_each_slot_fires_once_counted_at_the_program(tmp_path: Path) -> None:
     FIRED.clear()
     async with kernel_on(tmp_path / "state.db") as kernel:
@@ -47,7 +58,7 @@ async def test_each_slot_fires_once_counted_at_the_program(tmp_path: Path) -> No
         kernel.fire_schedules()
         await asyncio.sleep(2.0)
         await schedule.remove()
-        await settled(kernel)
+        await quiet(kernel)
         firings = await schedule.firings()
     slots = sorted(f["slot"] for f in firings)
     assert len(slots) >= 5 and all(f["pid"] is not None for f in firings)
@@ -63,8 +74,7 @@ async def test_two_kernels_on_one_store_fire_each_slot_once(tmp_path: Path) -> N
         second.fire_schedules()
         await asyncio.sleep(2.0)
         await schedule.remove()
-        await settled(first)
-        await settled(second)
+        await quiet(first, second)
         firings = await schedule.firings()
     assert len(firings) >= 8 and FIRED["b"] == len(firings) == len({f["slot"] for f in firings})
     assert {f["host"] for f in firings} <= {first.monitor.id, second.monitor.id}  # type: ignore[union-attr]
@@ -123,8 +133,8 @@ async def test_a_firing_whose_kernel_died_as_it_fired_is_repaired_once(tmp_path:
         dead = {"slot": slot, "pid": None, "host": "dead", "at": time.time() - REPAIR_AFTER - 1}
         assert await kernel.store.claim_firing("repaired", slot, "firings", dead)
         firer = kernel.fire_schedules()
-        await firer.fire_due(schedule.spec)
-        await firer.fire_due(schedule.spec)
+        await firer.settle(schedule.spec)
+        await firer.settle(schedule.spec)
         await settled(kernel)
         [firing] = await schedule.firings()
     assert FIRED["r"] == 1 and firing["pid"] is not None and firing["repaired"]

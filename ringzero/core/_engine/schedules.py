@@ -197,6 +197,7 @@ class ScheduleFirer:
             try:
                 for data in await self.runtime.store.schedules():
                     spec = ScheduleSpec.from_json(data)
+                    await self.settle(spec)  # a firing claimed is owed, whatever became of its schedule since
                     if not spec.paused and not spec.removed:
                         wake = min(wake, await self.fire_due(spec))
             except (RingzeroError, OSError):  # the store failed: looked at again a moment later
@@ -208,11 +209,7 @@ class ScheduleFirer:
         store = self.runtime.store
         now = time.time()
         newest = await store.firings(spec.name, limit=1)
-        latest = newest[0] if newest else None
-        if latest is not None and latest.get("pid") is None and not latest.get("skipped") \
-                and now - float(latest.get("at", now)) > REPAIR_AFTER:
-            await self._repair(spec, float(latest["slot"]))
-        done = None if latest is None else float(latest["slot"])
+        done = float(newest[0]["slot"]) if newest else None
         due = spec.next_after(done) if done is not None else spec.start
         while due <= now:
             if now - due <= GRACE or spec.missed == "all":
@@ -229,6 +226,23 @@ class ScheduleFirer:
                 break
             due = spec.next_after(due)
         return due
+
+    async def settle(self, spec: ScheduleSpec) -> bool:
+        """Repair the latest firing of ``spec`` if its kernel died between its claim and its
+        spawn (``REPAIR_AFTER`` seconds ago); whether a firing of it is still unsettled."""
+        newest = await self.runtime.store.firings(spec.name, limit=1)
+        latest = newest[0] if newest else None
+        if latest is None or latest.get("pid") is not None or latest.get("skipped"):
+            return False
+        if time.time() - float(latest.get("at", 0)) > REPAIR_AFTER:
+            await self._repair(spec, float(latest["slot"]))
+            return False
+        return True
+
+    async def unsettled(self) -> bool:
+        """Whether a firing of any schedule, removed ones included, is claimed without its pid:
+        one in flight, or one to repair (``ringzero serve`` stays until it is settled)."""
+        return any([await self.settle(ScheduleSpec.from_json(data)) for data in await self.runtime.store.schedules()])
 
     async def _fire(self, spec: ScheduleSpec, slot: float) -> None:
         store = self.runtime.store
