@@ -8,10 +8,11 @@ kernels share the store, exactly one gets it), spawns the program as a top-level
 writes the pid into the row. A kernel that dies between the claim and the spawn leaves a
 firing without a pid; ``REPAIR_AFTER`` seconds later another kernel (or the same one, back)
 claims its repair, spawns it unless the store holds a process created for it, and writes its
-pid. That takes one thing on trust: a kernel that claimed a firing spawns it within
-``REPAIR_AFTER`` seconds or has died (a lease, as a durable workflow engine's).
+pid, even if the schedule was removed since: a firing claimed is owed. That takes one thing
+on trust: a kernel that claimed a firing spawns it within ``REPAIR_AFTER`` seconds or has died
+(a lease, as a durable workflow engine's).
 
-Missed slots (``missed``): ``"once"`` (the default) fires once for every slot that passed while
+Missed slots (``missed``): ``"once"`` (the default) fires once for all the slots that passed while
 nothing fired, then goes on from now; ``"all"`` fires each of them, oldest first; ``"skip"``
 fires none of them. A slot counts as missed once it is ``GRACE`` seconds past.
 """
