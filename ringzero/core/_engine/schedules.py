@@ -41,6 +41,8 @@ GRACE = 1.0
 """Seconds after its time within which a slot is on time, not missed."""
 REPAIR_AFTER = 5.0
 """Seconds after which a firing claimed but never spawned is taken as its kernel's death."""
+RECENT_FIRINGS = 100
+"""The latest firings of a schedule each look checks for one to repair."""
 LOOK_EVERY = 1.0
 """Seconds between looks at the store's schedules (new, paused, removed ones)."""
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -229,16 +231,18 @@ class ScheduleFirer:
         return due
 
     async def settle(self, spec: ScheduleSpec) -> bool:
-        """Repair the latest firing of ``spec`` if its kernel died between its claim and its
-        spawn (``REPAIR_AFTER`` seconds ago); whether a firing of it is still unsettled."""
-        newest = await self.runtime.store.firings(spec.name, limit=1)
-        latest = newest[0] if newest else None
-        if latest is None or latest.get("pid") is not None or latest.get("skipped"):
-            return False
-        if time.time() - float(latest.get("at", 0)) > REPAIR_AFTER:
-            await self._repair(spec, float(latest["slot"]))
-            return False
-        return True
+        """Repair each of the latest ``RECENT_FIRINGS`` firings of ``spec`` whose kernel died
+        between its claim and its spawn (``REPAIR_AFTER`` seconds ago): a later slot may have
+        fired since, from a kernel started after it. Whether one of them is still unsettled."""
+        unsettled = False
+        for firing in await self.runtime.store.firings(spec.name, limit=RECENT_FIRINGS):
+            if firing.get("pid") is not None or firing.get("skipped"):
+                continue
+            if time.time() - float(firing.get("at", 0)) > REPAIR_AFTER:
+                await self._repair(spec, float(firing["slot"]))
+            else:
+                unsettled = True
+        return unsettled
 
     async def unsettled(self) -> bool:
         """Whether a firing of any schedule, removed ones included, is claimed without its pid:
