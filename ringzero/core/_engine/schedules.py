@@ -200,18 +200,21 @@ class ScheduleFirer:
             try:
                 for data in await self.runtime.store.schedules():
                     spec = ScheduleSpec.from_json(data)
-                    await self.settle(spec)  # a firing claimed is owed, whatever became of its schedule since
+                    recent = await self.runtime.store.firings(spec.name, limit=RECENT_FIRINGS)  # one read for both
+                    await self.settle(spec, recent)  # a firing claimed is owed, whatever became of its schedule
                     if not spec.paused and not spec.removed:
-                        wake = min(wake, await self.fire_due(spec))
+                        wake = min(wake, await self.fire_due(spec, recent[:1]))
             except (RingzeroError, OSError):  # the store failed: looked at again a moment later
                 pass
             await asyncio.sleep(max(0.01, wake - time.time()))
 
-    async def fire_due(self, spec: ScheduleSpec) -> float:
-        """Fire what of ``spec`` is due now; returns when its next slot comes."""
+    async def fire_due(self, spec: ScheduleSpec, newest: Sequence[Mapping[str, Any]] | None = None) -> float:
+        """Fire what of ``spec`` is due now (``newest``: its latest firing, where read already);
+        returns when its next slot comes."""
         store = self.runtime.store
         now = time.time()
-        newest = await store.firings(spec.name, limit=1)
+        if newest is None:
+            newest = await store.firings(spec.name, limit=1)
         done = float(newest[0]["slot"]) if newest else None
         due = spec.next_after(done) if done is not None else spec.start
         while due <= now:
@@ -230,12 +233,15 @@ class ScheduleFirer:
             due = spec.next_after(due)
         return due
 
-    async def settle(self, spec: ScheduleSpec) -> bool:
+    async def settle(self, spec: ScheduleSpec, recent: Sequence[Mapping[str, Any]] | None = None) -> bool:
         """Repair each of the latest ``RECENT_FIRINGS`` firings of ``spec`` whose kernel died
         between its claim and its spawn (``REPAIR_AFTER`` seconds ago): a later slot may have
-        fired since, from a kernel started after it. Whether one of them is still unsettled."""
+        fired since, from a kernel started after it (``recent``: those firings, where read
+        already). Whether one of them is still unsettled."""
+        if recent is None:
+            recent = await self.runtime.store.firings(spec.name, limit=RECENT_FIRINGS)
         unsettled = False
-        for firing in await self.runtime.store.firings(spec.name, limit=RECENT_FIRINGS):
+        for firing in recent:
             if firing.get("pid") is not None or firing.get("skipped"):
                 continue
             if time.time() - float(firing.get("at", 0)) > REPAIR_AFTER:
