@@ -95,6 +95,33 @@ async def careful_publishing_program(ctx: Context) -> str:
         return f"in doubt: {exc.tool}"
 
 
+async def reporting_publishing_program(ctx: Context) -> str:
+    """The crew, whose agent is told about a publish in doubt (``in_doubt="report"``)."""
+    result = await kickoff(publishing_crew(KernelLLM()), in_doubt="report")
+    return str(result.raw)
+
+
+CHARGE_KEYS: list[str] = []
+"""The idempotency key of every real run of ``charge``, in this Python process."""
+
+
+@crewai_tool("charge")
+def charge(amount: str, idempotency_key: str = "") -> str:
+    """Charge the card; the payment API charges once per idempotency key."""
+    CHARGE_KEYS.append(idempotency_key)
+    if amount in HOLD:
+        RELEASE.wait(30)
+    return f"charged {amount} under {idempotency_key}"
+
+
+async def charging_program(ctx: Context) -> str:
+    payer = Agent(role="payer", goal="pay bills", backstory="You pay with your tool.", llm=KernelLLM(),
+                  tools=[charge], max_iter=3)
+    bill = Task(description="use charge with amount=<<12>>", expected_output="a receipt", agent=payer)
+    result = await kickoff(Crew(agents=[payer], tasks=[bill]))
+    return str(result.raw)
+
+
 class Counter(BaseModel):
     id: str = ""
     steps: list[str] = []

@@ -15,7 +15,10 @@ tools, not what the kernel says happened.
 - ``family``: a parent that spawns two children and waits for both;
 - ``approval``: drafts with the model, then waits for a person's approval (``ctx.recv``),
   sent with ``ringzero send`` after the crash, then publishes;
-- ``crew_publishes``: a CrewAI crew whose writer has a plain ``@tool``, run with ``kickoff``;
+- ``crew_publishes``: a CrewAI crew that charges with a keyed ``@tool`` and publishes with a
+  plain one, run with ``kickoff(in_doubt="report")``: a publish in doubt is reported to the agent;
+- ``graph_pays``: a LangGraph agent whose ``KernelToolNode(in_doubt="report")`` charges with a
+  keyed tool and notifies with a plain one, in one turn;
 - ``graph_approval``: a LangGraph agent with ``KernelToolNode`` that stops at an ``interrupt()``
   for approval, answered by a message sent with ``ringzero send`` after the crash.
 """
@@ -60,6 +63,9 @@ async def answer(request: LLMRequest) -> Any:
         return f"all done: {last.content}"
     if last.content == "write the post":
         return {"content": "", "tool_calls": [{"id": "call-1", "name": "post", "arguments": {"text": "hello"}}]}
+    if last.content == "pay the bill":
+        return {"content": "", "tool_calls": [{"id": "call-1", "name": "charge_bill", "arguments": {"amount": 30}},
+                                              {"id": "call-2", "name": "notify", "arguments": {"text": "paid"}}]}
     return f"answer to {last.content}"
 
 
@@ -144,12 +150,20 @@ def publish(text: str, idempotency_key: str = "") -> str:
     return f"published {len(text)} chars"
 
 
-async def crew_publishes(ctx: Context) -> str:
-    """A CrewAI crew whose writer has a plain ``@tool``, run with ``await kickoff(crew)``."""
+async def crew_publishes(ctx: Context) -> list[str]:
+    """A CrewAI crew that charges with a keyed ``@tool`` and publishes with a plain one, run with
+    ``await kickoff(crew, in_doubt="report")``: a publish in doubt is the agent's to hear of."""
     from crewai import Agent, Crew, Task
     from crewai.tools import tool
 
     from ringzero.adapters.crewai import KernelLLM, kickoff
+
+    @tool("charge")
+    def charge_card(amount: str, idempotency_key: str = "") -> str:
+        """Charge the card (once per idempotency key)."""
+        log_line(f"crew-charge {amount} {idempotency_key}")
+        time.sleep(STEP)
+        return f"charged {amount}"
 
     @tool("publish")
     def publish_post(text: str) -> str:
@@ -158,14 +172,52 @@ async def crew_publishes(ctx: Context) -> str:
         time.sleep(STEP)
         return f"published: {text}"
 
-    writer = Agent(role="writer", goal="publish posts", backstory="You publish with your tool.", llm=KernelLLM(),
-                   tools=[publish_post], max_iter=3)
+    writer = Agent(role="writer", goal="bill and publish", backstory="You use your tools.", llm=KernelLLM(),
+                   tools=[charge_card, publish_post], max_iter=3)
+    bill = Task(description="use charge with amount=<<30>>", expected_output="a receipt", agent=writer)
     post = Task(description="use publish with text=<<hello world>>", expected_output="a receipt", agent=writer)
-    try:
-        result = await kickoff(Crew(agents=[writer], tasks=[post]))
-    except ToolInDoubt as exc:  # the publish was running when the host died: a person checks
-        return f"in doubt: {exc.tool}"
-    return str(result.raw)
+    result = await kickoff(Crew(agents=[writer], tasks=[bill, post]), in_doubt="report")
+    return [task.raw for task in result.tasks_output]
+
+
+async def graph_pays(ctx: Context) -> list[str]:
+    """A LangGraph agent: the model asks to charge (a keyed tool) and notify (a plain one) at once;
+    ``KernelToolNode(in_doubt="report")`` runs both; the model sums up."""
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from ringzero.adapters.langchain import KernelChatModel
+    from ringzero.adapters.langgraph import KernelToolNode
+
+    @tool
+    def charge_bill(amount: int, idempotency_key: str = "") -> str:
+        """Charge the bill (once per idempotency key)."""
+        log_line(f"bill-charge {amount} {idempotency_key}")
+        time.sleep(STEP)
+        return f"charged {amount}"
+
+    @tool
+    def notify(text: str) -> str:
+        """Tell the customer."""
+        log_line(f"notify {text}")
+        time.sleep(STEP)
+        return f"notified: {text}"
+
+    tools = KernelToolNode([charge_bill, notify], in_doubt="report")
+    model = KernelChatModel().bind_tools([charge_bill, notify])
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", tools)
+    graph.add_node("sum_up", agent)
+    for a, b in ((START, "agent"), ("agent", "tools"), ("tools", "sum_up"), ("sum_up", END)):
+        graph.add_edge(a, b)
+    result = await graph.compile().ainvoke({"messages": [HumanMessage("pay the bill")]})
+    return [str(m.content) for m in result["messages"]]
 
 
 async def graph_approval(ctx: Context) -> list[str]:
@@ -216,7 +268,7 @@ async def graph_approval(ctx: Context) -> list[str]:
 
 
 PROGRAMS = {p.__name__: p for p in (notes_loop, log_loop, charges_from_code, pays_from_code, family, approval,
-                                    crew_publishes, graph_approval)}
+                                    crew_publishes, graph_pays, graph_approval)}
 WAITS_FOR_APPROVAL = {"approval": {"approved": True}, "graph_approval": {"answer": "yes"}}
 """The programs that wait for a person, and the message that approves."""
 

@@ -335,3 +335,52 @@ async def test_a_crewai_tool_in_flight_at_a_crash_is_in_doubt_for_the_program_an
         [handle] = await kernel.recover()
         assert await handle.wait(timeout=60) == "in doubt: crewai:publish"
     assert crew_programs.PUBLISHED == ["hello world"], "the crew's agent did not get to publish again"
+
+
+async def crash_while_held(db: Path, program: Any, held: str, ran: list[str]) -> None:
+    """Run ``program`` until a tool run holding ``held`` has started, then stop the host."""
+    import threading
+
+    from tests import crew_programs
+
+    crew_programs.HOLD.clear()
+    crew_programs.HOLD.add(held)
+    released = threading.Event()
+    crew_programs.RELEASE = released
+    try:
+        async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(react_script)) as kernel:
+            await kernel.spawn(program, name="writer")
+            while not ran:
+                await asyncio.sleep(0.01)
+    finally:
+        released.set()
+        crew_programs.HOLD.clear()
+
+
+async def test_a_keyed_crewai_tool_gets_the_kernels_key_hidden_from_the_agent_the_same_when_run_again(
+        tmp_path: Path) -> None:
+    from tests import crew_programs
+
+    crew_programs.CHARGE_KEYS.clear()
+    await crash_while_held(tmp_path / "k.db", crew_programs.charging_program, "12", crew_programs.CHARGE_KEYS)
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db"), llm=ScriptedProvider(react_script)) as k:
+        [handle] = await k.recover()
+        answer = await handle.wait(timeout=60)
+    first, again = crew_programs.CHARGE_KEYS
+    assert first == again and first.startswith("rz-1-"), crew_programs.CHARGE_KEYS
+    assert answer == f"charged 12 under {first}"
+    assert "idempotency_key" not in crew_programs.charge.formatted_description
+    assert list(crew_programs.charge.args_schema.model_fields) == ["amount"]
+
+
+async def test_a_crewai_tool_in_doubt_is_reported_to_the_agent_with_in_doubt_report(tmp_path: Path) -> None:
+    from tests import crew_programs
+
+    crew_programs.PUBLISHED.clear()
+    await crash_while_held(tmp_path / "k.db", crew_programs.reporting_publishing_program, "hello world",
+                           crew_programs.PUBLISHED)
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db"), llm=ScriptedProvider(react_script)) as k:
+        [handle] = await k.recover()
+        answer = await handle.wait(timeout=60)
+    assert answer.startswith("Error: the outcome of this publish call is unknown"), answer
+    assert crew_programs.PUBLISHED == ["hello world"], "the agent did not get to publish again"

@@ -198,3 +198,113 @@ async def test_a_sync_graph_in_a_worker_thread_journals_its_calls_in_call_order(
     in_call_order = [fingerprint({"name": "add", "request": {"id": f"call-{i}", "args": {"a": i, "b": 1}}})
                      for i in range(4)]
     assert [e.fingerprint for e in requests] == in_call_order
+
+
+# ------------------------------------------------------- keys and in-doubt calls
+HANG: set[str] = set()
+KEYS_SEEN: list[str] = []
+
+
+@tool
+async def charge(amount: int, idempotency_key: str = "") -> str:
+    """Charge the card once per idempotency key."""
+    KEYS_SEEN.append(idempotency_key)
+    RUNS.append(f"charge {amount}")
+    if "charge" in HANG:
+        await asyncio.sleep(3600)  # the host dies while the payment runs
+    return f"charged {amount} under {idempotency_key}"
+
+
+@tool
+async def notify(text: str) -> str:
+    """Send a message: no key, not safe to repeat."""
+    RUNS.append(f"notify {text}")
+    if "notify" in HANG:
+        await asyncio.sleep(3600)
+    return f"sent {text}"
+
+
+def pays(in_doubt: str) -> Any:
+    async def program(ctx: Context) -> list[str]:
+        node = KernelToolNode([charge, notify], in_doubt=in_doubt)
+        calls = [{"name": "charge", "args": {"amount": 5}}, {"name": "notify", "args": {"text": "paid"}}]
+        result = await graph_with(node, calls).ainvoke({"messages": [HumanMessage("go")]})
+        return summary(result)
+    program.__qualname__ = f"pays_{in_doubt}"
+    return program
+
+
+async def crash_inside(db: Path, tool_name: str, program: Any) -> None:
+    """Run ``program`` until ``tool_name`` hangs in its live call, then stop the host."""
+    HANG.add(tool_name)
+    try:
+        async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+            await kernel.spawn(program, name="pays")
+            while not any(run.startswith(tool_name) for run in RUNS):
+                await asyncio.sleep(0.005)
+    finally:
+        HANG.clear()
+
+
+async def resumed(db: Path, program: Any) -> Any:
+    async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
+        [handle] = await kernel.recover(programs={"pays": program})
+        return await handle.wait(timeout=30)
+
+
+async def test_a_keyed_tool_gets_the_kernels_key_hidden_from_the_model_the_same_when_run_again(
+        tmp_path: Path) -> None:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    RUNS.clear()
+    KEYS_SEEN.clear()
+    program = pays("raise")
+    KernelToolNode([charge])
+    assert list(convert_to_openai_tool(charge)["function"]["parameters"]["properties"]) == ["amount"]
+    await crash_inside(tmp_path / "k.db", "charge", program)
+    got = await resumed(tmp_path / "k.db", program)
+    assert RUNS.count("charge 5") == 2 and len(KEYS_SEEN) == 2
+    assert KEYS_SEEN[0] == KEYS_SEEN[1] and KEYS_SEEN[0].startswith("rz-1-"), KEYS_SEEN
+    assert got == [f"charge:success:charged 5 under {KEYS_SEEN[0]}", "notify:success:sent paid"]
+
+
+async def test_a_key_the_model_passes_is_replaced_by_the_kernels(tmp_path: Path) -> None:
+    KEYS_SEEN.clear()
+
+    async def passes_a_key(ctx: Context) -> list[str]:
+        node = KernelToolNode([charge])
+        calls = [{"name": "charge", "args": {"amount": 1, "idempotency_key": "made-up"}}]
+        return summary(await graph_with(node, calls).ainvoke({"messages": [HumanMessage("go")]}))
+
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db")) as kernel:
+        await (await kernel.spawn(passes_a_key)).wait()
+    assert KEYS_SEEN and KEYS_SEEN[0].startswith("rz-1-")
+
+
+async def test_an_in_doubt_call_raises_tool_in_doubt_out_of_the_graph_by_default(tmp_path: Path) -> None:
+    from ringzero import ProcessFailed
+
+    RUNS.clear()
+    program = pays("raise")
+    await crash_inside(tmp_path / "k.db", "notify", program)
+    with pytest.raises(ProcessFailed, match="ToolInDoubt: pid 1: tool 'notify'"):
+        await resumed(tmp_path / "k.db", program)
+    assert RUNS.count("notify paid") == 1
+
+
+async def test_an_in_doubt_call_is_reported_to_the_model_with_in_doubt_report_and_the_graph_finishes(
+        tmp_path: Path) -> None:
+    RUNS.clear()
+    program = pays("report")
+    await crash_inside(tmp_path / "k.db", "notify", program)
+    got = await resumed(tmp_path / "k.db", program)
+    assert RUNS.count("notify paid") == 1 and RUNS.count("charge 5") == 1, RUNS
+    assert got[0].startswith("charge:success:charged 5")
+    assert got[1].startswith("notify:error:Error: the outcome of this notify call is unknown"), got
+
+
+async def test_in_doubt_takes_raise_or_report_only() -> None:
+    from ringzero.core.contract.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="in_doubt must be one of 'raise', 'report', not 'ignore'"):
+        KernelToolNode([add], in_doubt="ignore")

@@ -11,6 +11,10 @@ the crash, and a second ``ringzero resume`` finishes it). Then:
   the program instead);
 - the counts ``ringzero resume`` printed are the store's.
 
+The kills of the two framework programs (``crew_publishes``, ``graph_pays``) land inside a tool
+run, at a random point of it: a keyed tool runs again under its first key, a plain one is
+reported to the model as in doubt, and the run finishes either way.
+
 5 kills per program on SQLite and 3 on PostgreSQL in ``make test``, two at a time;
 ``NATURAL_TRIALS=20`` and ``NATURAL_PG_TRIALS=10`` for the longer run.
 """
@@ -42,6 +46,22 @@ PG_TRIALS = int(os.environ.get("NATURAL_PG_TRIALS", "3"))
 KERNEL = "tests.natural_programs:make_kernel"
 AT_ONCE = 2
 """Trials of one program that run at once (each in stores, logs and OS processes of its own)."""
+
+
+INSIDE_TOOL = {"crew_publishes": ("crew-charge", "crew-publish"), "graph_pays": ("bill-charge", "notify")}
+"""Programs whose kills land inside a tool run (the seed picks which tool and how far in)."""
+
+
+def in_tool(log: Path, started: str, inside: float) -> Any:
+    """True ``inside`` seconds after the log first shows a run of the tool ``started``."""
+    seen: list[float] = []
+
+    def ready() -> bool:
+        if not seen and any(line.startswith(started) for line in log.read_text().splitlines()):
+            seen.append(time.monotonic())
+        return bool(seen) and time.monotonic() >= seen[0] + inside
+
+    return ready
 
 
 def cli(*args: str, log: Path) -> subprocess.CompletedProcess[str]:
@@ -129,10 +149,16 @@ def doubts(view: dict[str, Any], pids: list[int]) -> tuple[int, int]:
 async def one_trial(store: str, program: str, folder: Path, seed: int, window: float, expected: Any) -> str:
     log = folder / f"{program}-{seed}.log"
     log.write_text("")
-    kill_after = random.Random(f"{program}|{seed}").uniform(0.0, window)
+    draw = random.Random(f"{program}|{seed}")
+    kill_after = draw.uniform(0.0, window)
     host = await asyncio.to_thread(start_host, store, program, log)
     at = time.monotonic() + kill_after
-    killed = await asyncio.to_thread(kill_host_when, host, lambda: time.monotonic() >= at) == -signal.SIGKILL
+    ready = lambda: time.monotonic() >= at  # noqa: E731
+    if program in INSIDE_TOOL:  # at a random point inside one of its tools' runs
+        started, inside = draw.choice(INSIDE_TOOL[program]), draw.uniform(0.0, natural_programs.STEP)
+        kill_after = inside
+        ready = in_tool(log, started, inside)
+    killed = await asyncio.to_thread(kill_host_when, host, ready) == -signal.SIGKILL
     before = await store_view(store)
     prompts_done, calls_done = done_before(before)
     unfinished = [pid for pid, r in before["records"].items() if not r.status.terminal]
@@ -177,10 +203,23 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
             return f"killed after {kill_after:.2f} s, a payment in doubt (reported, not repeated)"
     if program == "approval":
         assert sum(1 for line in effects if line.startswith("publish ")) == 1
-    if program == "crew_publishes":  # a plain @tool, not idempotent: never twice
-        assert effects["crew-publish hello world"] <= 1, effects
-        if root.result == "in doubt: crewai:publish":  # reported to the program, not run again
-            return f"killed after {kill_after:.2f} s, the publish in doubt (reported, not repeated)"
+    if program in ("crew_publishes", "graph_pays"):  # keyed: once per key; plain: never twice, else reported
+        charged = "crew-charge 30 " if program == "crew_publishes" else "bill-charge 30 "
+        keys = {line.split()[2] for line in effects if line.startswith(charged)}
+        assert len(keys) == 1 and keys.pop().startswith("rz-1-"), f"seed {seed}: charged under {keys}"
+        again = sum(n for line, n in effects.items() if line.startswith(charged)) > 1
+        rerun_note = ", the charge in doubt (run again under its key)" if again else ""
+        plain = "crew-publish hello world" if program == "crew_publishes" else "notify paid"
+        assert effects[plain] <= 1, effects
+        told = [text for text in root.result if "the outcome of this" in text]
+        if told:  # in doubt: the model was told, the run finished, the rest as uninterrupted
+            assert len(root.result) == len(expected), root.result
+            pairs = zip(root.result, expected, strict=True)
+            assert all(got == want or "the outcome of this" in got for got, want in pairs), root.result
+            return (f"killed after {kill_after:.2f} s, the {plain.split()[0]} in doubt (the model told, not "
+                    f"repeated){rerun_note}")
+        assert root.result == expected, f"seed {seed}: {root.result} != {expected}"
+        return f"killed after {kill_after:.2f} s{rerun_note}"
     assert root.result == expected, f"seed {seed}: {root.result} != {expected}"
     return f"killed after {kill_after:.2f} s" if killed else "finished before the kill"
 

@@ -21,6 +21,7 @@ set ``CREWAI_DISABLE_TELEMETRY=true`` (and ``OTEL_SDK_DISABLED=true``) before im
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Sequence
@@ -40,13 +41,13 @@ from ringzero.core.contract.outcomes import Outcome, Value, failure
 from ringzero.core.contract.protocols import Executor, Tool
 from ringzero.core.contract.types import ExecResult, json_form, json_problem
 from ringzero.core.routing import route_sync
-from ringzero.core.support.effects import retry_safe, served
-from ringzero.core.support.tool_parameters import schema_tool
+from ringzero.core.support.effects import check_in_doubt, in_doubt_report, retry_safe, served, takes_idempotency_key
+from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY, schema_tool
 
 try:
     from crewai.tools import BaseTool
     from crewai.tools import tool as crewai_tool
-    from pydantic import BaseModel, Field, PrivateAttr
+    from pydantic import BaseModel, Field, PrivateAttr, create_model
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.crewai", "crewai") from exc
 
@@ -282,21 +283,52 @@ def _plain_description(tool: BaseTool) -> str:
 
 
 # ---------------------------------------------------------------- crews and flows as processes
-async def kickoff(crew_or_flow: Any, inputs: dict[str, Any] | None = None) -> Any:
+async def kickoff(crew_or_flow: Any, inputs: dict[str, Any] | None = None, *, in_doubt: str = "raise") -> Any:
     """Run ``crew_or_flow.kickoff(inputs=...)`` from a kernel program and return its result.
 
     It runs in a worker thread that carries the process's Context, so the crew's model calls
     and sandboxed tool runs are the process's syscalls: budgets, pause and kill apply to it,
     and it shows in ``ringzero ps`` as the process.
+
+    A tool that takes an ``idempotency_key`` parameter gets the kernel's key on every live run
+    (the same when an in-doubt run is made again after a crash), and the agent is not shown the
+    parameter. A run in doubt (in flight when the host died, its tool neither keyed nor
+    idempotent) raises ``ToolInDoubt`` out of the crew to the program (``in_doubt="raise"``),
+    or with ``in_doubt="report"`` is the tool's error text telling the agent its outcome is
+    unknown, so the crew goes on.
     """
     if Context.current() is None:
         raise RingzeroError("kickoff() runs a crew inside a kernel process: call it from a program "
                             "started with kernel.spawn(...), or call crew.kickoff() directly")
+    token = _IN_DOUBT.set(check_in_doubt(in_doubt))
     _journal_tool_runs()
+    for agent in getattr(crew_or_flow, "agents", None) or ():
+        for tool in getattr(agent, "tools", None) or ():
+            _hide_key(tool)
     try:
         return await asyncio.to_thread(crew_or_flow.kickoff, inputs=inputs)
     except _CrewStopped as stopped:
         raise stopped.error from None
+    finally:
+        _IN_DOUBT.reset(token)
+
+
+_IN_DOUBT: contextvars.ContextVar[str] = contextvars.ContextVar("ringzero_crew_in_doubt", default="raise")
+"""What the tool runs of the crew that ``kickoff`` runs here do with an in-doubt run."""
+
+
+def _hide_key(tool: Any) -> None:
+    """Leave the ``idempotency_key`` parameter out of what the agent is shown of ``tool`` (its
+    ``args_schema``, from which CrewAI writes the tool's description and function schema): the
+    kernel fills it (``_journaled_run``)."""
+    schema = getattr(tool, "args_schema", None)
+    if not (isinstance(tool, BaseTool) and isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return
+    if IDEMPOTENCY_KEY not in schema.model_fields or not takes_idempotency_key(tool):
+        return
+    fields: Any = {name: (field.annotation, field) for name, field in schema.model_fields.items()
+                   if name != IDEMPOTENCY_KEY}
+    tool.args_schema = create_model(schema.__name__, __doc__=schema.__doc__, **fields)
 
 
 class _CrewStopped(BaseException):
@@ -324,6 +356,7 @@ def _journal_tool_runs() -> None:
     original = BaseTool.to_structured_tool
 
     def to_structured_tool(self: BaseTool) -> Any:
+        _hide_key(self)
         structured = original(self)
         if not isinstance(self, (SandboxedTool, CodeExecutionTool)):  # those run as journaled execs already
             structured.func = _journaled_run(self, structured.func)
@@ -338,6 +371,7 @@ def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any
     if getattr(run, _JOURNALED, False):
         return run
     name = tool.name
+    keyed = takes_idempotency_key(tool)
 
     @functools.wraps(run)
     def journaled(*args: Any, **kwargs: Any) -> Any:
@@ -347,8 +381,10 @@ def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any
         request = json_form({"args": list(args), "kwargs": kwargs})
 
         async def live() -> Outcome:
+            # The kernel's key, the same on a re-run, whatever the agent passed.
+            given = {**kwargs, IDEMPOTENCY_KEY: ctx.idempotency_key()} if keyed else kwargs
             try:
-                result = await asyncio.to_thread(run, *args, **kwargs)
+                result = await asyncio.to_thread(run, *args, **given)
                 if inspect.isawaitable(result):
                     result = await result
             except Exception as exc:
@@ -359,8 +395,10 @@ def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any
             outcome = ctx.call_from_thread(ctx.journaled_tool(f"crewai:{name}", request, live,
                                                               retry_safe=lambda: retry_safe(tool)),
                                            f"the CrewAI tool {name!r}")
-        except ToolInDoubt as exc:  # the program decides, not the agent
-            raise _CrewStopped(exc) from None
+        except ToolInDoubt as exc:
+            if _IN_DOUBT.get() == "report":  # the agent is told, the same on every replay
+                return in_doubt_report(name)
+            raise _CrewStopped(exc) from None  # the program decides, not the agent
         return served(outcome)
 
     setattr(journaled, _JOURNALED, True)

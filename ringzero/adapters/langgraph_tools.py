@@ -18,6 +18,14 @@ What a record cannot carry, it does not pretend to:
 - Sync tool calls (``graph.invoke`` run from a worker thread, or a sync ``wrap_tool_call`` on the
   async path) run one at a time, in call order, so that their journal slots follow program
   order on every run; async calls keep ToolNode's concurrency.
+- A tool that takes an ``idempotency_key`` parameter gets the kernel's key on every live call
+  (the same key when an in-doubt call runs again after a crash), whatever the model passed;
+  the node hides the parameter from the schema the model is shown (build the node before
+  ``bind_tools``, or annotate it ``Annotated[str, InjectedToolArg]`` yourself).
+- An in-doubt call (running when the host died, its tool neither keyed nor idempotent) raises
+  ``ToolInDoubt`` out of the graph to the program (``in_doubt="raise"``, the default), or, with
+  ``in_doubt="report"``, becomes the ``ToolMessage`` of an error (``status="error"``) telling
+  the model the call's outcome is unknown, so the graph goes on.
 - A sync ``invoke`` on the process's own event loop thread is refused with ``WrongEventLoop``:
   it would block the loop that its journal writes need. ``ainvoke`` there, or run the sync
   graph in a worker thread; a graph on a loop of its own in another thread works too.
@@ -30,22 +38,33 @@ import base64
 import contextvars
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 
 from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
 from ringzero.core.context import Context
-from ringzero.core.contract.errors import MissingExtra, NonDeterminismError, NotSerializable, ToolFailed, WrongEventLoop
+from ringzero.core.contract.errors import (
+    MissingExtra,
+    NonDeterminismError,
+    NotSerializable,
+    ToolFailed,
+    ToolInDoubt,
+    WrongEventLoop,
+)
 from ringzero.core.contract.outcomes import Failure, Outcome, Value, failure
-from ringzero.core.support.effects import retry_safe
+from ringzero.core.support.effects import check_in_doubt, in_doubt_report, retry_safe, takes_idempotency_key
 from ringzero.core.support.loops import forward, running_loop
+from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
 
 try:
+    from langchain_core.messages import ToolMessage
     from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool, InjectedToolArg
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.errors import GraphBubbleUp
     from langgraph.prebuilt import ToolNode
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.runtime import Runtime
+    from pydantic import BaseModel, create_model
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.langgraph", "langgraph") from exc
 
@@ -65,10 +84,22 @@ _SERDE = JsonPlusSerializer()
 _SYNC_TURNS: contextvars.ContextVar[asyncio.Lock | None] = contextvars.ContextVar("ringzero_sync_turns", default=None)
 """Within one async run of the node, the turn of each call that a sync interceptor runs."""
 
+_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar("ringzero_idempotency_key", default=None)
+"""The kernel's idempotency key for the tool call running live here, if its tool takes one."""
+
 
 class KernelToolNode(ToolNode):
     """``langgraph.prebuilt.ToolNode`` (same arguments, same behaviour) whose tool calls are
-    journaled, budgeted kernel syscalls when the graph runs inside a kernel process."""
+    journaled, budgeted kernel syscalls when the graph runs inside a kernel process.
+
+    ``in_doubt``: ``"raise"`` (``ToolInDoubt`` leaves the graph) or ``"report"`` (the model is
+    told, in an error ``ToolMessage``, that the call's outcome is unknown); see the module."""
+
+    def __init__(self, tools: Any, *args: Any, in_doubt: str = "raise", **kwargs: Any) -> None:
+        super().__init__(tools, *args, **kwargs)
+        self.in_doubt = check_in_doubt(in_doubt)
+        for tool in self.tools_by_name.values():
+            hide_key(tool)
 
     # ------------------------------------------------------------------ async path
     async def _execute_tool_async(self, request: ToolCallRequest, input_type: Any, config: Any) -> Any:
@@ -76,8 +107,15 @@ class KernelToolNode(ToolNode):
         if ctx is None:
             return await super()._execute_tool_async(request, input_type, config)
         refuse_persistent_checkpointer(ctx.pid, config)
-        run = functools.partial(super()._execute_tool_async, request, input_type, config)
-        return await _journaled(ctx, request, run)
+        run = functools.partial(super()._execute_tool_async, input_type=input_type, config=config)
+        return await _journaled(ctx, request, run, self.in_doubt)
+
+    def _inject_tool_args(self, tool_call: Any, tool_runtime: Any, tool: Any = None) -> Any:
+        injected = super()._inject_tool_args(tool_call, tool_runtime, tool)
+        key = _KEY.get()
+        if key is None:
+            return injected
+        return {**injected, "args": {**injected["args"], IDEMPOTENCY_KEY: key}}
 
     async def _afunc(self, input: Any, config: RunnableConfig, runtime: Runtime) -> Any:
         if Context.current() is None or self._awrap_tool_call is not None or self._wrap_tool_call is None:
@@ -115,11 +153,30 @@ class KernelToolNode(ToolNode):
         if ctx is None:
             return super()._execute_tool_sync(request, input_type, config)
         refuse_persistent_checkpointer(ctx.pid, config)
-        run = functools.partial(asyncio.to_thread, super()._execute_tool_sync, request, input_type, config)
-        return ctx.call_from_thread(_journaled(ctx, request, run), "KernelToolNode's sync tool call")
+        sync = super()._execute_tool_sync
+
+        def run(keyed: ToolCallRequest) -> Coroutine[Any, Any, Any]:
+            return asyncio.to_thread(sync, keyed, input_type, config)
+
+        return ctx.call_from_thread(_journaled(ctx, request, run, self.in_doubt), "KernelToolNode's sync tool call")
 
 
-async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+def hide_key(tool: Any) -> None:
+    """Mark ``tool``'s ``idempotency_key`` parameter as injected (LangChain's ``InjectedToolArg``),
+    so that the schema a model is shown leaves it out: the kernel fills it."""
+    schema = getattr(tool, "args_schema", None)
+    if not (isinstance(tool, BaseTool) and isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return
+    field = schema.model_fields.get(IDEMPOTENCY_KEY)
+    if field is None or InjectedToolArg in field.metadata or not takes_idempotency_key(tool):
+        return
+    default = "" if field.is_required() else field.default
+    hidden: Any = (Annotated[field.annotation, InjectedToolArg], default)
+    tool.args_schema = create_model(schema.__name__, __base__=schema, **{IDEMPOTENCY_KEY: hidden})
+
+
+async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[ToolCallRequest], Coroutine[Any, Any, Any]],
+                     in_doubt: str) -> Any:
     """Run one tool call through the journal: live once, served from the record after.
 
     The journal lives on the process's loop. A graph run on a loop of its own inside the process
@@ -128,14 +185,18 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], C
     """
     here = asyncio.get_running_loop()
     if here is not ctx.loop:
-        return await forward(ctx.loop, _journaled(ctx, request, lambda: forward(here, run())))
+        return await forward(ctx.loop, _journaled(ctx, request, lambda keyed: forward(here, run(keyed)), in_doubt))
     call = request.tool_call
+    keyed = takes_idempotency_key(getattr(request, "tool", None))
     raised: list[BaseException] = []
     fresh: list[Any] = []  # the live result, handed back as itself rather than decoded from its record
 
     async def live() -> Outcome:
+        # The kernel's key, the same on a re-run, whatever the model passed: added where ToolNode
+        # injects what the model may not set (``_inject_tool_args``).
+        token = _KEY.set(ctx.idempotency_key() if keyed else None)
         try:
-            produced = await run()
+            produced = await run(request)
         except GraphBubbleUp:
             raise  # an interrupt: not an outcome, the call runs again when the graph resumes
         except Exception as exc:
@@ -143,6 +204,8 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], C
                 raise  # the resume value is answered again, so the call must run again
             raised.append(exc)
             return failure(exc)
+        finally:
+            _KEY.reset(token)
         try:
             kind, data = _SERDE.dumps_typed(produced)
         except Exception as exc:
@@ -151,8 +214,14 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[], C
         fresh.append(produced)
         return Value({"kind": kind, "data": base64.b64encode(data).decode("ascii")})
 
-    outcome = await ctx.journaled_tool(call["name"], {"id": call.get("id"), "args": call["args"]}, live,
-                                       retry_safe=lambda: retry_safe(getattr(request, "tool", None)))
+    try:
+        outcome = await ctx.journaled_tool(call["name"], {"id": call.get("id"), "args": call["args"]}, live,
+                                           retry_safe=lambda: retry_safe(getattr(request, "tool", None)))
+    except ToolInDoubt:
+        if in_doubt == "raise":
+            raise
+        return ToolMessage(in_doubt_report(call["name"]), tool_call_id=call.get("id") or "", name=call["name"],
+                           status="error")
     if isinstance(outcome, Failure):
         if raised:
             raise raised[0]

@@ -22,12 +22,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.contract.fingerprints import canonical_json
 from ringzero.core.contract.json_data import JSON
 from ringzero.core.contract.outcomes import Failure, Outcome, Value, exception_of
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY, declare, declared
 
-__all__ = ["idempotent", "retry_safe", "served", "takes_idempotency_key", "tool_summary"]
+__all__ = ["IN_DOUBT_CHOICES", "check_in_doubt", "idempotent", "in_doubt_report", "retry_safe", "served",
+           "takes_idempotency_key", "tool_summary"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,14 +42,45 @@ def idempotent(tool: F) -> F:
 
 
 def takes_idempotency_key(tool: Any) -> bool:
-    """Whether ``tool`` has a keyword parameter named ``idempotency_key`` that nobody bound."""
+    """Whether ``tool`` has a keyword parameter named ``idempotency_key`` that nobody bound: a
+    function, or a framework's tool object whose body does (a LangChain tool's ``func`` or
+    ``coroutine``, a CrewAI ``@tool``'s ``func``, a ``BaseTool`` subclass's ``_run``)."""
     if isinstance(tool, functools.partial) and IDEMPOTENCY_KEY in tool.keywords:
         return False
+    if not inspect.isroutine(tool) and not isinstance(tool, functools.partial):
+        bodies = [getattr(tool, name, None) for name in ("func", "coroutine", "_run")]
+        if any(body is not None and _has_key(body) for body in bodies):
+            return True
+    return _has_key(tool)
+
+
+def _has_key(tool: Any) -> bool:
     try:
         parameter = inspect.signature(tool).parameters.get(IDEMPOTENCY_KEY)
     except (TypeError, ValueError):
         return False
     return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+
+
+IN_DOUBT_CHOICES = ("raise", "report")
+"""What a framework's tool node does with an in-doubt call (``KernelToolNode(in_doubt=)``,
+``kickoff(in_doubt=)``): raise ``ToolInDoubt`` out of the graph or crew to the program, or
+report it to the model as the call's error, so that the run goes on."""
+
+
+def check_in_doubt(choice: Any) -> str:
+    """``choice`` if it is one of ``IN_DOUBT_CHOICES``; InvalidArgument naming them otherwise."""
+    if choice not in IN_DOUBT_CHOICES:
+        raise InvalidArgument(f"in_doubt must be one of {', '.join(map(repr, IN_DOUBT_CHOICES))}, not {choice!r}")
+    return str(choice)
+
+
+def in_doubt_report(name: str) -> str:
+    """The text a model is given for an in-doubt call of tool ``name`` (``in_doubt="report"``):
+    the same live and on every replay."""
+    return (f"Error: the outcome of this {name} call is unknown. It was running when its host stopped, so it may "
+            "or may not have taken effect, and it was not run again. Check whether it took effect before you call "
+            "it again.")
 
 
 def retry_safe(tool: Any) -> bool:
