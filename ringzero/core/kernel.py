@@ -32,7 +32,8 @@ from ringzero.core._engine.handles import DEFAULT_PRIORITY, ProcessHandle, handl
 from ringzero.core._engine.keeper import Keeper
 from ringzero.core._engine.monitor import Monitor
 from ringzero.core._engine.pids import PidAllocator
-from ringzero.core._engine.recovery import recover
+from ringzero.core._engine.recovery import fork, recover, retry
+from ringzero.core._engine.replay_check import ReplayReport, check_replays, copy_rows
 from ringzero.core._engine.runtime import NO_LIMITS, Runtime
 from ringzero.core._engine.schedules import Schedule, ScheduleFirer, ScheduleSpec, schedule_spec
 from ringzero.core.contract.errors import InvalidArgument, ProcessStateError, WrongEventLoop
@@ -465,6 +466,31 @@ class Kernel:
         """
         await self.start()
         return await recover(self.runtime, programs, pids=pids, from_node=from_node)
+
+    async def retry(self, pid: int, programs: Mapping[str, Program] | None = None) -> ProcessHandle:
+        """Resume a failed process from its journal: typically one a changed program failed with
+        ``NonDeterminismError``, once the change is rolled back or put under ``ctx.patched``.
+        Its end is taken back and it replays what it recorded, then runs live. InvalidArgument
+        for a pid the store does not hold or a process that did not fail."""
+        return await retry(self.runtime, pid, programs)
+
+    async def fork(self, pid: int, *, at: int, programs: Mapping[str, Program] | None = None) -> ProcessHandle:
+        """A new process that replays process ``pid``'s journal up to slot ``at`` (nothing
+        before it runs again) and runs live from there: its program, arguments and limits, a
+        new pid (so tools get new idempotency keys). The old process is untouched; children it
+        spawned before ``at`` stay its own (the fork sees their recorded pids and results)."""
+        return await fork(self.runtime, pid, at, programs)
+
+    @classmethod
+    async def check_replays(cls, source: Checkpointer, *, programs: Mapping[str, Program] | None = None,
+                            pids: Collection[int] | None = None) -> list[ReplayReport]:
+        """Replay the stored journals of ``source``'s processes (those in ``pids`` where given)
+        against the code importable now, without one live call, and report per process whether
+        it replays clean or where it first diverges (``ringzero replay --check``). The rows are
+        copied into a kernel of its own in memory: nothing is written to ``source``."""
+        async with cls(checkpointer=":memory:", monitor_interval=None) as kernel:
+            await copy_rows(source, kernel.store.checkpointer)
+            return await check_replays(kernel.runtime, programs, pids)
 
 
 def _require(value: Any, protocol: type, what: str, example: str) -> None:

@@ -328,6 +328,26 @@ class Context:
         await process.runtime.flush()  # what the old run did is written before it is let go
         raise ContinueAsNew(new_args, new_state)
 
+    # ------------------------------------------------------------------ versions
+    async def patched(self, change_id: str) -> bool:
+        """Whether this run takes the new code of change ``change_id`` (Temporal's rule): True in
+        a new run, and where a replay reaches this point past its journal, with a marker
+        recorded there; False while replaying a journal written before the change (no marker
+        where the program now asks), taking no slot, so the old code's calls replay as they
+        were. The answer never flips for a process::
+
+            if await ctx.patched("ask-twice"):
+                await ctx.llm("check the draft")  # new processes, and old ones past this point
+        """
+        if not isinstance(change_id, str) or not change_id.strip():
+            raise InvalidArgument(f"patched needs a change id (a non-empty string), not {change_id!r}")
+        args = {"id": change_id}
+        journal = self._process.journal
+        if journal.replaying and not journal.next_holds("patched", fingerprint(args)):
+            return False  # a journal from before the change: its next record is the old code's
+        await syscall(self._process, "patched", args, change_id, _value_of(lambda: True))
+        return True
+
     # ------------------------------------------------------------ time and chance
     async def now(self) -> datetime.datetime:
         """The time now (UTC), journaled: a resumed program gets the time it got the first time."""

@@ -35,7 +35,10 @@ def diverged(pid: int, slot: str, recorded: tuple[str, str, str], asked: tuple[s
         f"pid {pid}: syscall #{slot} was recorded as {kind}({summary}) but the resumed program now asks for "
         f"{now_kind}({now_summary}){detail}. A resumed program runs again from the top and must make the same "
         "syscalls in the same order: keep what it decides on in ctx.state or in syscall results (ctx.now(), "
-        "ctx.random(), ctx.uuid() for time and chance), not in anything outside the journal")
+        "ctx.random(), ctx.uuid() for time and chance), not in anything outside the journal. To change a program "
+        "while processes of it are in flight, put the new code under `if await ctx.patched(\"change-id\"):` and "
+        f"keep the old in the else branch; the journal is kept: after a fix, `ringzero retry {pid}` (or "
+        f"kernel.retry({pid})) resumes it")
 
 
 class Journal:
@@ -104,6 +107,12 @@ class Journal:
     def entries(self) -> tuple[JournalEntry, ...]:
         """The recorded outcomes not yet served, in program order."""
         return tuple(self._by_seq[seq] for seq in sorted(self._by_seq))
+
+    def next_holds(self, kind: str, fp: str) -> bool:
+        """Whether the next slot's record is a ``kind`` syscall with fingerprint ``fp`` (what
+        ``ctx.patched`` asks before it takes a slot)."""
+        entry = self._by_seq.get(self._cursor + 1)
+        return entry is not None and entry.kind == kind and entry.fingerprint == fp
 
     def take_slot(self, kind: str, fp: str, summary: str) -> tuple[int, Outcome | None]:
         """The next slot in program order, and its recorded outcome (None: run it live)."""

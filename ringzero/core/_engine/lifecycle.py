@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ringzero.core._engine.context import Context, enter
 from ringzero.core._engine.new_run import ContinueAsNew, begin_new_run
-from ringzero.core.contract.errors import CheckpointerError, NonDeterminismError, NotSerializable
+from ringzero.core.contract.errors import CheckpointerError, NonDeterminismError, NotSerializable, ReplayEnded
 from ringzero.core.contract.types import ProcessStatus, StopReason, ensure_json, json_form, json_problem
 
 if TYPE_CHECKING:
@@ -63,6 +63,8 @@ async def run(process: Process) -> None:
             raise
     except NonDeterminismError as exc:
         status, reason, error = ProcessStatus.FAILED, StopReason.NON_DETERMINISM, _error_info(exc)
+    except ReplayEnded as exc:  # a replay check's process, stopped at the end of its journal
+        status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(exc)
     except Exception as exc:
         status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(exc)
     finally:

@@ -58,6 +58,7 @@ class Host(Protocol):
     cluster: Cluster
     telemetry: NoTelemetry
     listeners: list[Callable[[Event], None]]
+    replay_only: bool
 
     def gate(self, name: str = "default") -> LLMGate:
         """The LLM gate of provider ``name`` (``NoProvider`` where there is none)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Collection, Mapping
 
 from ringzero.core._engine.handles import ProcessHandle
@@ -21,12 +22,12 @@ from ringzero.core._engine.new_run import RunStart
 from ringzero.core._engine.process import Process
 from ringzero.core._engine.runtime import Runtime, missing_program
 from ringzero.core.contract.errors import InvalidArgument, NotResumed, ProgramNotFound
-from ringzero.core.contract.records import received_seq
+from ringzero.core.contract.records import Ending, received_seq
 from ringzero.core.contract.store import ProcessRecord
-from ringzero.core.contract.types import Program
+from ringzero.core.contract.types import JSON, ProcessStatus, Program
 from ringzero.core.support.references import import_reference
 
-__all__ = ["load", "recover"]
+__all__ = ["fork", "load", "recover", "retry"]
 
 
 async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
@@ -64,6 +65,71 @@ async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
     for process in to_start:  # only now: a parent's replayed spawn finds every child loaded
         launch(process)
     return [ProcessHandle(runtime, process) for process in [*to_start, *unfinished]]
+
+
+async def retry(runtime: Runtime, pid: int, programs: Mapping[str, Program] | None) -> ProcessHandle:
+    """Resume failed process ``pid`` from its journal (``Kernel.retry``): its end is taken back
+    (a transition ``failed -> ready`` says so) and it is recovered like an unfinished one, its
+    recorded syscalls served, so that a program fixed since (or rolled back) goes on from there."""
+    await runtime.start()
+    store = runtime.store
+    record = await store.load_process(pid)
+    if record is None:
+        raise InvalidArgument(f"no process {pid} in the store")
+    if record.status is not ProcessStatus.FAILED:
+        raise InvalidArgument(f"pid {pid} is {record.status.value}: only a failed process can be retried (an "
+                              "unfinished one is resumed by ringzero resume; an exited or killed one is over)")
+    why = record.stop_reason.value if record.stop_reason is not None else "failed"
+    record.undo_end(Ending(None, None, None, record.state))
+    record.move_to(ProcessStatus.READY)
+    step: dict[str, JSON] = {"from": ProcessStatus.FAILED.value, "to": ProcessStatus.READY.value, "at": time.time(),
+            "detail": f"retried after {why}"}
+    await store.put_rows([store.transitions_row(pid, [(await store.last_seq(pid, "transitions") + 1, step)]),
+                          store.state_row(record), store.status_row(record)])
+    handles = await recover(runtime, programs, pids=[pid])
+    if not handles:
+        raise InvalidArgument(f"pid {pid} could not be taken: another node runs it")
+    return handles[0]
+
+
+async def fork(runtime: Runtime, pid: int, at: int, programs: Mapping[str, Program] | None) -> ProcessHandle:
+    """A new process that is process ``pid`` up to slot ``at`` (``Kernel.fork``): its program,
+    arguments and limits, and a copy of the journal before ``at``, which it replays (nothing
+    before ``at`` runs again); from ``at`` on it runs live. The old process is not touched."""
+    if isinstance(at, bool) or not isinstance(at, int) or at < 1:
+        raise InvalidArgument(f"fork at a slot: a syscall's number (1 or more), not {at!r}")
+    await runtime.start()
+    store = runtime.store
+    record = await store.load_process(pid, as_spawned=True)
+    if record is None:
+        raise InvalidArgument(f"no process {pid} in the store")
+    if record.run_start is not None:
+        raise InvalidArgument(f"pid {pid} started a new run (ctx.continue_as_new): fork it from that run's "
+                              "record is not supported; fork a process that never continued as new")
+    journal = {entry.seq: entry for entry in await store.journal(pid)}
+    kept = [journal[seq] for seq in range(1, at) if seq in journal]
+    if len(kept) != at - 1:
+        missing = next(seq for seq in range(1, at) if seq not in journal)
+        raise InvalidArgument(f"pid {pid} has no record of slot {missing}, so it cannot be forked at {at}: every "
+                              f"slot before the fork point must be recorded (ringzero show {pid} lists them)")
+    copy = ProcessRecord(pid=await runtime.pids.take() if runtime.pids.taken_first else 0, name=record.name,
+                         program=record.program, args=record.args, priority=record.priority, limits=record.limits,
+                         state=dict(record.state))
+    await runtime.pids.write_new(copy)
+    calls = (await store.effects(pid)).calls
+    for entry in kept:
+        await store.append_journal(copy.pid, entry)
+    for key, call in calls.items():
+        if int(key.partition(".")[0]) < at:
+            await store.record_call(copy.pid, key, call.kind, call.fingerprint, call.summary, call.outcome)
+    step: dict[str, JSON] = {"from": ProcessStatus.CREATED.value, "to": ProcessStatus.READY.value, "at": time.time(),
+            "detail": f"forked from pid {pid} at slot {at}"}
+    copy.move_to(ProcessStatus.READY)
+    await store.put_rows([store.transitions_row(copy.pid, [(1, step)]), store.status_row(copy)])
+    handles = await recover(runtime, programs, pids=[copy.pid])
+    if not handles:
+        raise InvalidArgument(f"the fork of pid {pid} (pid {copy.pid}) could not be taken: another node runs it")
+    return handles[0]
 
 
 async def load(runtime: Runtime, record: ProcessRecord, programs: Mapping[str, Program],

@@ -80,9 +80,16 @@ class Runtime:
         """Spans and metrics, set at ``start`` (``NO_TELEMETRY`` where there are no OpenTelemetry
         providers)."""
         self.closed = False
+        self.replay_only = False
+        """A replay check's kernel: a syscall past its journal raises ``ReplayEnded`` instead of
+        running (``ringzero.core._engine.replay_check``)."""
         self._started = False
         self._telemetry_from = telemetry_from
         self._children_by_spawn: dict[str, int] = {}
+
+    def only_replay(self) -> None:
+        """From now on, a syscall past its journal raises ``ReplayEnded`` (a replay check)."""
+        self.replay_only = True
 
     def close(self) -> None:
         """The kernel is closing: no new process is taken."""

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core._engine.effect import perform
-from ringzero.core.contract.errors import CheckpointerError, Fenced
+from ringzero.core.contract.errors import CheckpointerError, Fenced, ReplayEnded
 from ringzero.core.contract.fingerprints import fingerprint
 from ringzero.core.contract.outcomes import Outcome
 from ringzero.core.contract.types import ProcessStatus
@@ -81,6 +81,8 @@ async def syscall(
     journal = process.journal
     seq, outcome = journal.take_slot(kind, fp, summary)
     if outcome is None:
+        if process.runtime.replay_only:
+            raise ReplayEnded(process.pid, seq, kind)
         if process.pause_pending or process.runtime.scheduler.should_yield(process.pid, process.record.priority):
             await _boundary(process)
         current = process.syscall_began(kind, summary)

@@ -232,6 +232,8 @@ class JournalEntry:
     summary: str
     outcome: Outcome
     """What happened (``ringzero.core.contract.outcomes``)."""
+    at: float | None = None
+    """When it was recorded (wall clock); None in a record written before records were timed."""
 
 
 def effect_id(key: str) -> str:

@@ -253,7 +253,7 @@ class KernelStore:
         claim) and returns False if another kernel recorded that slot first: the fence that
         keeps two kernels from both recording one process."""
         body = {"kind": entry.kind, "fp": entry.fingerprint, "summary": entry.summary,
-                "outcome": entry.outcome.to_json()}
+                "outcome": entry.outcome.to_json(), "at": entry.at if entry.at is not None else round(time.time(), 3)}
         # No metadata: nothing filters journal rows, and encoding it cost a few µs a syscall.
         if not exclusive:
             await self.checkpointer.put(self._row(pid, "journal", entry.seq, body, NO_METADATA))
@@ -265,7 +265,8 @@ class KernelStore:
         it runs at every syscall."""
         await self._append_row(new_row(
             f"ringzero/process/{pid}", "journal", f"{seq:012d}", f"{seq - 1:012d}" if seq > 1 else None,
-            strict_json({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome.to_json()}).encode(),
+            strict_json({"kind": kind, "fp": fp, "summary": summary, "outcome": outcome.to_json(),
+                         "at": round(time.time(), 3)}).encode(),
             NO_METADATA))
 
     async def journal_entry(self, pid: int, seq: int) -> JournalEntry | None:
@@ -307,12 +308,30 @@ class KernelStore:
 
     async def record_intent(self, pid: int, key: str, kind: str, fp: str, summary: str) -> None:
         """Record that effect ``key`` is about to run: durable before it starts."""
-        body = {"kind": kind, "fp": fp, "summary": summary}
+        body = {"kind": kind, "fp": fp, "summary": summary, "at": round(time.time(), 3)}
         await self._append_row(new_row(process_thread(pid), "intents", effect_id(key), None, dumps(body), NO_METADATA))
+
+    async def intents(self, pid: int) -> dict[str, dict[str, Any]]:
+        """Every intent recorded for ``pid`` by key (``{"kind", "fp", "summary", "at"}``, and
+        ``"run_again": true`` where an operator released it: ``release_intent``)."""
+        return {effect_key(cp.id): loads(cp.payload, f"intents of pid {pid}")
+                async for cp in self.checkpointer.list(process_thread(pid), "intents")}
+
+    async def release_intent(self, pid: int, key: str, body: Mapping[str, Any]) -> None:
+        """Mark intent ``key`` (``body`` as ``intents`` read it) as released by an operator: the
+        call is not in doubt any more, and a resume runs it again (``ringzero settle --run-again``)."""
+        await self.checkpointer.put(new_row(process_thread(pid), "intents", effect_id(key), None,
+                                            dumps({**body, "run_again": True}), NO_METADATA))
+
+    async def drop_journal_entry(self, pid: int, seq: int) -> None:
+        """Delete the journal record of slot ``seq`` (an operator's decision about a failed
+        process's in-doubt call: its next resume runs that slot again). Needs
+        ``capabilities.delete_checkpoints``."""
+        await self.checkpointer.delete_checkpoints(process_thread(pid), "journal", [row_key(seq)])
 
     async def record_call(self, pid: int, key: str, kind: str, fp: str, summary: str, outcome: Outcome) -> None:
         """Record the outcome of a tool call made by sandboxed code (``key``: ``<slot>.<n>``)."""
-        body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome.to_json()}
+        body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome.to_json(), "at": round(time.time(), 3)}
         await self._append_row(new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA))
 
     async def record_timer(self, pid: int, seq: int, fp: str, summary: str, deadline: float) -> None:
@@ -321,9 +340,10 @@ class KernelStore:
         await self.record_call(pid, f"{seq}.0", "timer", fp, summary, Value(deadline))
 
     async def effects(self, pid: int) -> Effects:
-        """The intents, nested tool-call results and timers recorded for ``pid`` (two reads: a
-        resumed process makes them once, at its first live effect or timer)."""
-        intents = frozenset([effect_key(cp.id) async for cp in self.checkpointer.list(process_thread(pid), "intents")])
+        """The intents (but those an operator released), nested tool-call results and timers
+        recorded for ``pid`` (two reads: a resumed process makes them once, at its first live
+        effect or timer)."""
+        intents = frozenset(key for key, body in (await self.intents(pid)).items() if not body.get("run_again"))
         calls: dict[str, JournalEntry] = {}
         timers: dict[int, JournalEntry] = {}
         async for cp in self.checkpointer.list(process_thread(pid), "calls"):
@@ -455,4 +475,4 @@ class KernelStore:
 
 def _entry(seq: int, body: Mapping[str, Any]) -> JournalEntry:
     """A journal record read back: its outcome decoded (``ringzero.core.contract.outcomes``)."""
-    return JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), decode(body["outcome"]))
+    return JournalEntry(seq, body["kind"], body["fp"], body.get("summary", ""), decode(body["outcome"]), body.get("at"))
