@@ -1,5 +1,5 @@
-"""The ``ringzero`` command: ``demo``, ``doctor``, ``ps``, ``top``, ``resume``, ``serve``, ``send``, ``mcp``
-and ``--version``."""
+"""The ``ringzero`` command: ``demo``, ``doctor``, ``ps``, ``top``, ``resume``, ``serve``, ``send``,
+``show``, ``settle``, ``retry``, ``fork``, ``replay --check``, ``mcp`` and ``--version``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 
 import ringzero
 from ringzero.checkpointers import SqliteCheckpointer
@@ -25,10 +26,13 @@ from ringzero.top import SORT_KEYS
 
 if TYPE_CHECKING:
     from ringzero import Kernel
+    from ringzero.resuming import Start
 
 __all__ = ["main"]
 
 DEFAULT_DB = Path(".ringzero") / "state.db"
+STORE_COMMANDS = ("ps", "top", "resume", "serve", "send", "show", "settle", "retry", "fork", "replay")
+"""The commands that read or write a state database (``--db``)."""
 
 
 def _port(text: str) -> int:
@@ -98,6 +102,40 @@ def _parser() -> argparse.ArgumentParser:
     send.add_argument("--priority", type=int, default=10, help="lower numbers are received first (default: 10)")
     send.add_argument("pid", type=int, help="the process to send to")
     send.add_argument("message", help="the message as JSON, e.g. '{\"approved\": true}' or '\"yes\"'")
+    show = commands.add_parser("show", help="a process's journal: each syscall and tool call, its outcome, when, "
+                                           "and whether it is in doubt")
+    show.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    show.add_argument("--json", action="store_true", help="one JSON document, for machines")
+    show.add_argument("pid", type=int, help="the process")
+    settle = commands.add_parser("settle", help="decide a call in doubt (its host died while it ran): the decision "
+                                                "is journaled, and the next resume (or retry) goes on from it")
+    settle.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    settle.add_argument("pid", type=int, help="the process")
+    settle.add_argument("slot", help="the slot in doubt, as ringzero show lists it (7, or 7.3 for a tool call "
+                                     "made by the code of exec 7)")
+    decision = settle.add_mutually_exclusive_group(required=True)
+    decision.add_argument("--result", metavar="JSON", help="what the call returned (it took effect)")
+    decision.add_argument("--error", metavar="MESSAGE", help="it failed: the program sees this error raised")
+    decision.add_argument("--run-again", action="store_true", help="it did not take effect: run it again")
+    kernel_of = {}
+    for name, text in (("retry", "resume a failed process from its journal (after a fix to its program, or a "
+                                 "rollback: a NonDeterminismError keeps the journal)"),
+                       ("fork", "a new process that replays a process's journal up to a slot and runs live from "
+                                "there; the old one is untouched")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+        command.add_argument("--kernel", metavar="MODULE:FUNCTION", help=kernel_help)
+        command.add_argument("pid", type=int, help="the process")
+        kernel_of[name] = command
+    kernel_of["fork"].add_argument("--at", type=int, required=True, metavar="SLOT",
+                                   help="the first slot that runs live (ringzero show lists them)")
+    replay = commands.add_parser("replay", help="replay stored journals against the current code, with no live "
+                                                "call at all: exit 1 where one diverges (before you deploy)")
+    replay.add_argument("--check", action="store_true", required=True, help="check only (nothing is written)")
+    replay.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    replay.add_argument("--kernel", metavar="MODULE:FUNCTION",
+                        help="imported (not called) so that programs beside it import as they do in production")
+    replay.add_argument("pids", type=int, nargs="*", help="the processes to check (default: all)")
     postgres = commands.add_parser("postgres", help="a PostgreSQL server of your own on 127.0.0.1, for "
                                                     "PostgresCheckpointer and demo --ray: start prints its DSN")
     postgres.add_argument("action", choices=("start", "stop", "status"))
@@ -162,8 +200,18 @@ def _is_dsn(db: str) -> bool:
 
 
 def _database(db: str) -> Path | str:
-    """What ``--db`` names: a PostgreSQL DSN as it is, a SQLite file as a Path."""
-    return db if _is_dsn(db) else Path(db)
+    """What ``--db`` names: a PostgreSQL DSN as it is, a SQLite file as a Path (also written as
+    SQLAlchemy writes one: ``sqlite:///relative.db``, ``sqlite:////absolute.db``). Any other
+    scheme is refused by name, not looked for as a file."""
+    if _is_dsn(db):
+        return db
+    if db.startswith("sqlite:///"):
+        return Path(db[len("sqlite:///"):])
+    scheme, found, _ = db.partition("://")
+    if found and scheme.replace("+", "").isalnum():
+        raise InvalidArgument(f"--db takes a SQLite file (a path, or sqlite:///path) or a postgresql:// DSN; "
+                              f"{scheme}:// is not a store ringzero has")
+    return Path(db)
 
 
 def _store(db: Path | str) -> Checkpointer:
@@ -184,6 +232,7 @@ async def _ps(db: Path | str, console: Console) -> int:
     from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import ProcessInfo
     from ringzero.core.schedules import ScheduleSpec
+    from ringzero.core.support.monitor import read_activity
     from ringzero.demo import process_table, schedule_table
 
     store = _store(db)
@@ -195,6 +244,15 @@ async def _ps(db: Path | str, console: Console) -> int:
                 recorded = spend_in_journal(await kernel_store.journal(record.pid))
                 record.count({key: max(number(record.spent.get(key)), amount) for key, amount in recorded.items()},
                              record.wall_seconds)
+        live: dict[int, dict[str, Any]] = {}  # a running process's kernel knows newer counts than its row
+        for kernel in sorted((k for k in await read_activity(store) if k.fresh()), key=lambda k: k.at):
+            live.update(kernel.processes)
+        for record in records:
+            activity = live.get(record.pid)
+            if activity is not None and not record.status.terminal:
+                spent = {**record.spent, "tokens": activity["tokens"], "cost": activity["cost"],
+                         "llm_calls": activity["llm_calls"]}
+                record.count(spent, max(record.wall_seconds, float(activity["wall_s"])))
         rows = [ProcessInfo.of(r) for r in records]
         nodes = {pid: node for pid, (_, node) in (await kernel_store.owners()).items()}
         ended = {r.pid for r in records if r.status.terminal}
@@ -247,14 +305,32 @@ def _resumer(db: Path | str, factory: Callable[[Path | str], Kernel], spec: str 
 
 
 async def _resume(db: Path | str, factory: Callable[[Path | str], Kernel], console: Console, *,
-                  spec: str | None, serving: bool) -> int:
-    from ringzero.resuming import resume, serve
+                  spec: str | None, serving: bool, start: Start | None = None) -> int:
+    from ringzero.resuming import recover_all, resume, serve
 
     make = _resumer(db, factory, spec)
     if serving:
         return await serve(make, console, db=str(db), kernel_spec=spec)
-    code, _ = await resume(make(), console, db=str(db), kernel_spec=spec)
+    code, _ = await resume(make(), console, db=str(db), kernel_spec=spec, start=start or recover_all)
     return code
+
+
+async def _on_store(db: Path | str, command: Callable[[Checkpointer], Awaitable[int]]) -> int:
+    """Run ``command`` on the store ``db`` names, closed after."""
+    store = _store(db)
+    try:
+        return await command(store)
+    finally:
+        await store.aclose()
+
+
+async def _operate(store: Checkpointer, args: argparse.Namespace, console: Console) -> int:
+    from ringzero.operator_commands import settle_slot, show
+
+    if args.command == "show":
+        return await show(store, args.pid, console, as_json=args.json)
+    return await settle_slot(store, args.pid, args.slot, console, result=args.result, error=args.error,
+                             run_again=args.run_again)
 
 
 def _postgres(action: str, folder: Path) -> int:
@@ -279,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not console.is_terminal:
         console.width = max(console.width, 110)  # a log or pipe gets the whole table, not 80 columns
     try:
-        db = _database(args.db) if args.command in ("ps", "top", "resume", "serve", "send") else None
+        db = _database(args.db) if args.command in STORE_COMMANDS else None
         if isinstance(db, Path) and not db.exists():
             console.print(f"no state database at {db}")
             return 1
@@ -320,14 +396,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = parse_message(args.message)
             return asyncio.run(send(Kernel(checkpointer=_store(db), monitor_interval=None), args.pid, message,
                                     args.priority, console))
+        if args.command in ("show", "settle"):
+            return asyncio.run(_on_store(db, lambda store: _operate(store, args, console)))
         # As `python -m` and uvicorn do: `--kernel app:make_kernel` and the programs it journaled
         # import from the folder the command is run in.
         sys.path.insert(0, os.getcwd())
+        if args.command == "replay":
+            if args.kernel:
+                import_reference(args.kernel, "--kernel")
+            from ringzero.operator_commands import replay_check
+
+            return asyncio.run(_on_store(db, lambda store: replay_check(store, args.pids, console)))
+        start = None
+        if args.command in ("retry", "fork"):
+            from ringzero.resuming import fork_one, retry_one
+
+            start = retry_one(args.pid) if args.command == "retry" else fork_one(args.pid, args.at)
         return asyncio.run(_resume(db, _kernel_factory(args.kernel), console, spec=args.kernel,
-                                   serving=args.command == "serve" or args.serve))
+                                   serving=args.command == "serve" or getattr(args, "serve", False), start=start))
     except RingzeroError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
-        return 2
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        return 1
 
 
 if __name__ == "__main__":

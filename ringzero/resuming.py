@@ -19,7 +19,7 @@ import contextlib
 import datetime
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import Event, Kernel, ProcessHandle
 
-__all__ = ["FACTORY_SIGNATURE", "KernelFactory", "StoreCounts", "build_kernel", "check_factory", "parse_message",
-           "resume", "send", "serve"]
+__all__ = ["FACTORY_SIGNATURE", "KernelFactory", "Start", "StoreCounts", "build_kernel", "check_factory", "fork_one",
+           "parse_message", "recover_all", "resume", "retry_one", "send", "serve"]
 
 KernelFactory = Callable[[Any], "Kernel"]
 
@@ -73,7 +73,12 @@ def check_factory(factory: Any, spec: str) -> KernelFactory:
 def build_kernel(factory: KernelFactory, db: Path | str, spec: str | None) -> Kernel:
     from ringzero.core.kernel import Kernel
 
-    kernel = factory(db)
+    try:
+        kernel = factory(db)
+    except RingzeroError:
+        raise
+    except Exception as exc:  # the user's factory: its error, in one line, not a traceback of ours
+        raise InvalidArgument(f"--kernel {spec!r} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(kernel, Kernel):
         raise InvalidArgument(f"--kernel {spec!r} returned {type(kernel).__name__}, not a ringzero Kernel; it must be "
                               f"a function like\n{FACTORY_SIGNATURE}")
@@ -90,21 +95,28 @@ class StoreCounts:
     in_doubt_raised: int = 0
     in_doubt_rerun: int = 0
 
+    def __add__(self, other: StoreCounts) -> StoreCounts:
+        return StoreCounts(self.syscalls + other.syscalls, self.code_calls + other.code_calls,
+                           self.in_doubt_raised + other.in_doubt_raised, self.in_doubt_rerun + other.in_doubt_rerun)
+
     def __sub__(self, other: StoreCounts) -> StoreCounts:
         return StoreCounts(self.syscalls - other.syscalls, self.code_calls - other.code_calls,
                            self.in_doubt_raised - other.in_doubt_raised, self.in_doubt_rerun - other.in_doubt_rerun)
 
     @classmethod
-    async def read(cls, store: KernelStore, pids: Sequence[int]) -> StoreCounts:
+    async def read(cls, store: KernelStore, pids: Sequence[int], *, below: int | None = None) -> StoreCounts:
+        """The counts of ``pids``' records (of slots before ``below`` only, where given)."""
         counts = cls()
         for pid in pids:
             for entry in await store.journal(pid):
-                counts.syscalls += 1
-                counts.in_doubt_raised += isinstance(entry.outcome, InDoubt)
-                counts.in_doubt_rerun += "rerun" in entry.outcome.beside
+                if below is None or entry.seq < below:
+                    counts.syscalls += 1
+                    counts.in_doubt_raised += isinstance(entry.outcome, InDoubt)
+                    counts.in_doubt_rerun += "rerun" in entry.outcome.beside
             for call in (await store.effects(pid)).calls.values():
-                counts.code_calls += 1
-                counts.in_doubt_rerun += "rerun" in call.outcome.beside
+                if below is None or call.seq < below:
+                    counts.code_calls += 1
+                    counts.in_doubt_rerun += "rerun" in call.outcome.beside
         return counts
 
 
@@ -123,17 +135,47 @@ class Ends:
     """What the resume recorded, counted from the store."""
 
 
-async def resume(kernel: Kernel, console: Console, *, db: str, kernel_spec: str | None) -> tuple[int, Ends]:
-    """One resume: every unfinished process, until each has ended or waits on the outside.
-    Returns the exit code (1 where something failed or could not be resumed) and the ends."""
+Start = Callable[["Kernel"], Awaitable[tuple[list["ProcessHandle"], StoreCounts]]]
+"""What a resume starts: the handles of the processes it runs, and what their records held
+before (the ``StoreCounts`` the report subtracts)."""
+
+
+async def recover_all(kernel: Kernel) -> tuple[list[ProcessHandle], StoreCounts]:
+    """``ringzero resume``: every unfinished process."""
+    unfinished = [r.pid for r in await kernel.store.load_processes() if not r.status.terminal]
+    before = {pid: await StoreCounts.read(kernel.store, [pid]) for pid in unfinished}
+    handles = await kernel.recover()
+    return handles, sum((before.get(h.pid, StoreCounts()) for h in handles), StoreCounts())
+
+
+def retry_one(pid: int) -> Start:
+    """``ringzero retry PID``: the failed process ``pid``, from its journal."""
+    async def start(kernel: Kernel) -> tuple[list[ProcessHandle], StoreCounts]:
+        before = await StoreCounts.read(kernel.store, [pid])
+        return [await kernel.retry(pid)], before
+    return start
+
+
+def fork_one(pid: int, at: int) -> Start:
+    """``ringzero fork PID --at SLOT``: a new process, ``pid``'s journal up to ``at`` copied."""
+    async def start(kernel: Kernel) -> tuple[list[ProcessHandle], StoreCounts]:
+        before = await StoreCounts.read(kernel.store, [pid], below=at)  # what the copy holds
+        return [await kernel.fork(pid, at=at)], before
+    return start
+
+
+async def resume(kernel: Kernel, console: Console, *, db: str, kernel_spec: str | None,
+                 start: Start = recover_all) -> tuple[int, Ends]:
+    """One resume: every unfinished process (or what ``start`` starts), until each has ended or
+    waits on the outside. Returns the exit code (1 where something failed or could not be
+    resumed) and the ends."""
     async with kernel:
-        unfinished = [r.pid for r in await kernel.store.load_processes() if not r.status.terminal]
-        before = await StoreCounts.read(kernel.store, unfinished)
-        handles = await kernel.recover()
-        console.print(f"found {len(handles)} unfinished process(es)")
+        handles, before = await start(kernel)
+        console.print(f"found {len(handles)} unfinished process(es)" if start is recover_all else
+                      "started " + ", ".join(f"pid {h.pid}" for h in handles))
         ends = await _follow(kernel, handles, console)
         await kernel.flush()
-        done = ends.done = await StoreCounts.read(kernel.store, unfinished) - before
+        done = ends.done = await StoreCounts.read(kernel.store, [h.pid for h in handles]) - before
     replayed = sum(h.replayed_syscalls for h in handles)
     _report(console, handles, ends, done, replayed, db=db, kernel_spec=kernel_spec)
     return (1 if ends.failed or ends.unfinished else 0), ends
@@ -286,18 +328,29 @@ def _when(deadline: float) -> str:
     return f"{at.isoformat(timespec='seconds')} ({off})" if left > 0 else f"{at.isoformat(timespec='seconds')} (due)"
 
 
-def parse_message(text: str) -> Any:
-    """The JSON a ``ringzero send`` command line gives; InvalidArgument naming what is wrong."""
+def parse_message(text: str, what: str = "the message") -> Any:
+    """The JSON a command line gives (``ringzero send``'s message, ``settle --result``);
+    InvalidArgument naming what is wrong."""
     import json
 
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise InvalidArgument(f"the message must be JSON (quote a string: '\"yes\"'), not {text!r}: {exc}") from None
+        raise InvalidArgument(f"{what} must be JSON (quote a string: '\"yes\"'), not {text!r}: {exc}") from None
 
 
 async def send(kernel: Kernel, pid: int, message: Any, priority: int, console: Console) -> int:
+    """Send, and say what becomes of the message: read now by a process waiting for one, or at
+    its next ``ctx.recv``."""
     async with kernel:
         await kernel.send(pid, message, priority=priority)
-    console.print(f"sent to pid {pid}")
+        record = await kernel.store.load_process(pid)
+    waiting = record is not None and record.waiting is not None and record.waiting[0] == "message"
+    if waiting:
+        console.print(f"sent to pid {pid}, which waits for it: its host reads it now (none hosts it? ringzero resume "
+                      "or ringzero serve delivers it)")
+    else:
+        status = record.status.value if record is not None else "unknown"
+        console.print(f"sent to pid {pid}, which does not wait for a message now ({status}): it reads it at its "
+                      "next ctx.recv()")
     return 0

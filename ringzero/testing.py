@@ -1,4 +1,5 @@
-"""Public test doubles: a scripted LLM, an in-process executor, an in-memory checkpointer.
+"""Public test doubles (a scripted LLM, an in-process executor, an in-memory checkpointer) and
+``assert_replays_clean``, which a team's CI runs on stores kept in its test fixtures.
 
 They implement the real protocols, so code tested against them runs unchanged against the
 real backends. None of them isolates anything: never run untrusted code with them.
@@ -8,13 +9,17 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import concurrent.futures
 import inspect
 import io
 import re
+import shutil
+import tempfile
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Union
+from pathlib import Path
+from typing import Any, TypeVar, Union
 
 from ringzero.checkpointers.memory import MemoryCheckpointer
 from ringzero.core.contract.errors import BadRequest, InvalidArgument, ProviderError
@@ -30,11 +35,15 @@ from ringzero.core.contract.types import (
     Usage,
     ensure_json,
 )
+from ringzero.core.operations import ReplayReport
 from ringzero.core.support.loops import run_on
 from ringzero.core.support.timeouts import fail_after
 from ringzero.providers.executors.boundary import HostTools
 
-__all__ = ["InProcessExecutor", "ManualClock", "MemoryCheckpointer", "ScriptedProvider", "count_tokens"]
+T = TypeVar("T")
+
+__all__ = ["InProcessExecutor", "ManualClock", "MemoryCheckpointer", "ScriptedProvider", "assert_replays_clean",
+           "count_tokens", "replay_reports"]
 
 Reply = Union[str, Message, LLMResponse, Mapping[str, Any], ProviderError]
 Script = Union[Sequence[Reply], Callable[[LLMRequest], Union[Reply, Awaitable[Reply]]]]
@@ -258,3 +267,59 @@ class ManualClock:
             setter.cancel()
             timer.cancel()
         return event.is_set()
+
+
+async def replay_reports(store: str | Path, *, programs: Mapping[str, Any] | None = None,
+                         pids: Sequence[int] | None = None) -> list[ReplayReport]:
+    """How the journals of the store at ``store`` (a SQLite file, or a postgresql:// DSN) replay
+    against the code importable now, without one live call (``Kernel.check_replays``). A SQLite
+    file is copied first: a store kept in a test's fixtures is read, never written."""
+    from ringzero.checkpointers import open_checkpointer
+    from ringzero.core.kernel import Kernel
+
+    with tempfile.TemporaryDirectory() as folder:
+        where = str(store)
+        if not where.startswith(("postgresql://", "postgres://")):
+            where = await asyncio.to_thread(_copy_store, Path(store), Path(folder))
+        checkpointer = open_checkpointer(where)
+        try:
+            return await Kernel.check_replays(checkpointer, programs=programs, pids=pids)
+        finally:
+            await checkpointer.aclose()
+
+
+def _copy_store(source: Path, folder: Path) -> str:
+    """A copy of SQLite store ``source`` (with its write-ahead log) in ``folder``: its path."""
+    if not source.is_file():
+        raise InvalidArgument(f"no store at {source}")
+    where = str(folder / source.name)
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{source}{suffix}").exists():
+            shutil.copyfile(f"{source}{suffix}", f"{where}{suffix}")
+    return where
+
+
+def assert_replays_clean(store: str | Path, *, programs: Mapping[str, Any] | None = None,
+                         pids: Sequence[int] | None = None) -> None:
+    """Fail (AssertionError listing each) where a stored journal does not replay against the
+    current code: the check a team runs in CI on a store of real processes kept in its test
+    fixtures, so that a change that would fail in-flight processes (``NonDeterminismError``)
+    is caught before it is deployed. Runs on a loop of its own (from a sync or an async test)."""
+    reports = run_on_own_loop(replay_reports(store, programs=programs, pids=pids))
+    bad = [report for report in reports if not report.clean]
+    if bad:
+        raise AssertionError("stored journals that do not replay against the current code:\n" + "\n".join(
+            f"pid {r.pid} {r.name}: {r.detail}" for r in bad))
+
+
+def run_on_own_loop(coro: Awaitable[T]) -> T:
+    """``coro``'s result, run on a new event loop (in a worker thread where one already runs here)."""
+    async def main() -> T:
+        return await coro
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()

@@ -92,7 +92,7 @@ async def test_resume_finishes_a_process_whose_host_was_killed(tmp_path: Path, m
 def test_resume_with_a_bad_kernel_factory_names_it(tmp_path: Path) -> None:
     (tmp_path / "state.db").touch()
     out = ringzero_cli("resume", "--db", "state.db", "--kernel", "no_such_module:make", cwd=tmp_path)
-    assert out.returncode == 2 and "cannot import --kernel 'no_such_module:make'" in out.stdout
+    assert out.returncode == 1 and "cannot import --kernel 'no_such_module:make'" in out.stdout
 
 
 def test_doctor_reports_each_executor_as_probed(tmp_path: Path) -> None:
@@ -180,7 +180,7 @@ def test_ringzero_postgres_without_the_server_programs_says_what_to_install(
     from ringzero import cli, local_postgres
 
     monkeypatch.setattr(local_postgres, "server_programs", lambda: None)
-    assert cli.main(["postgres", "start", "--dir", "unused"]) == 2
+    assert cli.main(["postgres", "start", "--dir", "unused"]) == 1
     said = " ".join(capsys.readouterr().out.split())
     assert "PostgreSQL's server programs (initdb, pg_ctl) are not on this machine" in said
     assert "apt-get install postgresql" in said and "brew install postgresql" in said

@@ -174,6 +174,10 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
     (rerun_before, raised_before), (rerun, raised) = doubts(before, unfinished), doubts(middle, unfinished)
     assert (counts["rerun"], counts["raised"]) == (rerun - rerun_before, raised - raised_before), out.stdout
     assert counts["in_doubt"] == counts["rerun"] + counts["raised"]
+    lines = [(int(a), int(b)) for a, b in re.findall(r"\(replayed (\d+), made live (\d+)\)", out.stdout)]
+    assert (sum(a for a, _ in lines), sum(b for _, b in lines)) == (counts["replayed"], counts["live"]), out.stdout
+    keyed = Counter(line for line in log.read_text().splitlines() if line.split()[-1].startswith("rz-"))
+    assert counts["rerun"] == sum(n - 1 for n in keyed.values()), f"the tools' own log: {keyed}\n{out.stdout}"
     if program in natural_programs.WAITS_FOR_APPROVAL:
         assert "waits for a message: ringzero send" in out.stdout, out.stdout
         approval = json.dumps(natural_programs.WAITS_FOR_APPROVAL[program])

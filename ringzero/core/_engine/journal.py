@@ -70,6 +70,8 @@ class Journal:
         self._base = base
         self._earlier = (0, 0)
         """(replayed, made live) by the earlier runs this process made here (``carry_counts``)."""
+        self._recorded_live = 0
+        """Syscalls of this run recorded live here (what the store gained: ``made_live``)."""
         self.resumed = resumed
         """A recovered process's journal: an effect without a result may have been in flight."""
         self._effects: Effects | None = None
@@ -91,8 +93,10 @@ class Journal:
 
     @property
     def made_live(self) -> int:
-        """How many syscalls took a slot past the journal (run live, or running now)."""
-        return self._cursor - self._base - (self._loaded - len(self._by_seq)) + self._earlier[1]
+        """How many syscalls were run live and recorded (by every run made here): what the store
+        gained, so a call that was never made (a divergence, a provider this kernel lacks) or
+        one still running is not counted."""
+        return self._recorded_live + self._earlier[1]
 
     def carry_counts(self, earlier: Journal) -> None:
         """Count what the journal of the run before this one replayed and made live."""
@@ -116,13 +120,13 @@ class Journal:
 
     def take_slot(self, kind: str, fp: str, summary: str) -> tuple[int, Outcome | None]:
         """The next slot in program order, and its recorded outcome (None: run it live)."""
-        self._cursor += 1
-        seq = self._cursor
+        seq = self._cursor + 1
         entry = self._by_seq.get(seq)
+        if entry is not None and (entry.kind != kind or entry.fingerprint != fp):
+            raise diverged(self._pid, str(seq), (entry.kind, entry.fingerprint, entry.summary), (kind, fp, summary))
+        self._cursor = seq
         if entry is None:
             return seq, None
-        if entry.kind != kind or entry.fingerprint != fp:
-            raise diverged(self._pid, str(seq), (entry.kind, entry.fingerprint, entry.summary), (kind, fp, summary))
         del self._by_seq[seq]
         return seq, entry.outcome
 
@@ -210,10 +214,12 @@ class Journal:
         if self.owner is None:  # one machine: the common case, without the entry on the way
             await self._store.record_outcome(self._pid, seq, kind, fp, summary, outcome)
             self._last_recorded = max(self._last_recorded, seq)
+            self._recorded_live += 1
             return outcome
         entry = JournalEntry(seq, kind, fp, summary, outcome)
         if await self._store.append_journal(self._pid, entry, exclusive=True):
             self._last_recorded = max(self._last_recorded, seq)
+            self._recorded_live += 1
             return outcome
         await self.check_owner(force=True)
         recorded = await self._store.journal_entry(self._pid, seq)

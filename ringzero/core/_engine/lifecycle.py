@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 
 from ringzero.core._engine.context import Context, enter
 from ringzero.core._engine.new_run import ContinueAsNew, begin_new_run
-from ringzero.core.contract.errors import CheckpointerError, NonDeterminismError, NotSerializable, ReplayEnded
+from ringzero.core.contract.errors import (
+    CheckpointerError,
+    NonDeterminismError,
+    NotResumed,
+    NotSerializable,
+    ReplayEnded,
+)
 from ringzero.core.contract.types import ProcessStatus, StopReason, ensure_json, json_form, json_problem
 
 if TYPE_CHECKING:
@@ -74,6 +80,8 @@ async def run(process: Process) -> None:
         # Fenced: the new owner finishes it; this kernel lets go, silently. Left unfinished:
         # recover() finishes it, once the kernel has what it needs or the store is back.
         if process.left_unfinished is not None:
+            if isinstance(process.left_unfinished, NotResumed):
+                await process.back_as_loaded()
             await process.runtime.flush()  # its transitions so far, as a shutdown leaves them
         process.end_unfinished()
         return

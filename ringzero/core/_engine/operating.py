@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ringzero.core.contract.errors import InvalidArgument
-from ringzero.core.contract.fingerprints import canonical_json, trimmed
+from ringzero.core.contract.fingerprints import canonical_json
 from ringzero.core.contract.json_data import JSON
 from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Stopped, Value, with_beside
 from ringzero.core.contract.records import JournalEntry
@@ -25,9 +25,10 @@ from ringzero.core.contract.types import ProcessStatus, ensure_json
 
 __all__ = ["SETTLED_ERROR", "JournalLine", "journal_lines", "settle"]
 
-SETTLED_ERROR = "SettledAsFailed"
+SETTLED_ERROR = "ToolError"
 """The error type of a call an operator settled with ``error``: the program sees it raised (a
-``ctx.tool`` call as ``ToolFailed`` naming it)."""
+``ctx.tool`` call as ``ToolFailed`` naming it, sandboxed code as itself), its message saying an
+operator settled it."""
 
 _SLOT = re.compile(r"^[1-9][0-9]*(\.[1-9][0-9]*)?$")
 
@@ -63,9 +64,9 @@ def outcome_words(stored: dict[str, JSON]) -> str:
 
     outcome = decode(stored)
     if isinstance(outcome, Value):
-        said = "-> " + trimmed(canonical_json(outcome.value), 60)
+        said = "-> " + _short(canonical_json(outcome.value))
     elif isinstance(outcome, Failure):
-        said = f"raised {outcome.type}: {trimmed(outcome.message, 60)}"
+        said = f"raised {outcome.type}: {_short(outcome.message)}"
     elif isinstance(outcome, Stopped):
         said = f"child {outcome.status} ({outcome.reason})"
     else:
@@ -134,13 +135,18 @@ async def settle(store: KernelStore, pid: int, slot: str, *, result: Any = None,
         await store.release_intent(pid, slot, intent)
         return JournalLine(slot, line.kind, line.summary, None, None, False)
     kind, fp = line.kind, str(intent.get("fp", ""))
-    outcome: Outcome = Value(result) if has_result else Failure(SETTLED_ERROR, str(error))
+    outcome: Outcome = Value(result) if has_result else Failure(SETTLED_ERROR, f"{error} (settled by an operator)")
     outcome = with_beside(outcome, settled="operator")
     if "." in slot:
         await store.record_call(pid, slot, kind, fp, line.summary, outcome)
     else:
         await store.append_journal(pid, JournalEntry(int(slot), kind, fp, line.summary, outcome))
     return JournalLine(slot, kind, line.summary, outcome.to_json(), None, False)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _time(value: Any) -> float | None:

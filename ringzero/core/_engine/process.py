@@ -131,6 +131,7 @@ class Process:
         "in_syscall",
         "journal",
         "left_unfinished",
+        "loaded_as",
         "mailbox",
         "meter",
         "offspring",
@@ -231,6 +232,8 @@ class Process:
         """Resumed by ``recover()``: what this kernel lacks leaves it unfinished (``leave_unfinished``)."""
         self.left_unfinished: RingzeroError | None = None
         """Why the process stopped without ending (``leave_unfinished``): what ``wait`` raises."""
+        self.loaded_as = (record.status, record.waiting) if recovered else None
+        """Where a recovered process stood in the store when it was loaded (``back_as_loaded``)."""
 
     # ----------------------------------------------------------------- identity
     @property
@@ -331,6 +334,20 @@ class Process:
         failed to record a syscall: the program never saw its result)."""
         self.left_unfinished = error
         raise asyncio.CancelledError("left unfinished")
+
+    async def back_as_loaded(self) -> None:
+        """A recovered process this kernel could not resume (``NotResumed``) does not stay
+        ``running``, as its replay left it: it goes back to the status it had in the store
+        (waiting for a message, say) where it recorded nothing since, else to ``ready`` (its
+        next step is the call it could not make). What ``ps`` shows and ``send`` reads stay true
+        until a resume that can."""
+        if self.loaded_as is None:
+            return
+        status, waiting = self.loaded_as if not self.journal.made_live else (ProcessStatus.READY, None)
+        if status is self.record.status:
+            return
+        self.record.waits_on(waiting)
+        await self.move_to(status, "not resumed")
 
     def end_unfinished(self) -> None:
         """What a process that stops without ending leaves (``Fenced``; ``NotResumed`` or a

@@ -91,6 +91,9 @@ async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSO
     """``Context.tool`` (see there), for ``process``."""
     name, fn = (tool, None) if isinstance(tool, str) else resolve_tool(tool)
     ensure_json([list(args), kwargs], f"arguments of tool {name!r}")
+    if fn is None and name not in process.runtime.tools and not process.journal.replaying \
+            and not process.runtime.replay_only:
+        kernel_tool(process, name)  # a kernel without the tool stops here, before an intent says it ran
 
     def target() -> Tool:
         return fn if fn is not None else kernel_tool(process, name)  # a replay needs no tool

@@ -1,0 +1,109 @@
+"""Programs for the operator tools' tests (``show``, ``settle``, ``retry``, ``fork``, ``replay
+--check`` and ``ctx.patched``), importable by module so that the command line resumes them.
+
+``VERSION`` stands for the code deployed now: each number is an edit of ``agent`` a team might
+ship while processes of it are in flight (see ``agent``). ``HANG`` names the tools whose next
+run hangs, where a test stops the host as a crash would; ``RUNS`` counts the model calls and
+tool runs that really happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ringzero import Context, Kernel, idempotent
+from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.contract.types import LLMRequest
+from ringzero.testing import ScriptedProvider
+
+VERSION = 1
+HANG: set[str] = set()
+RUNS: Counter[str] = Counter()
+
+
+def answer(request: LLMRequest) -> str:
+    prompt = request.messages[-1].content
+    RUNS[f"llm {prompt}"] += 1
+    return f"re: {prompt}"
+
+
+async def _maybe_hang(name: str) -> None:
+    if name in HANG:
+        await asyncio.sleep(3600)  # the host dies while the call runs
+
+
+@idempotent
+async def charge(amount: int) -> str:
+    RUNS[f"charge {amount}"] += 1
+    await _maybe_hang(f"charge {amount}")
+    return f"charged {amount}"
+
+
+async def pay(amount: int) -> str:
+    """A payment without a key: in doubt after a crash, for an operator to settle."""
+    RUNS[f"pay {amount}"] += 1
+    await _maybe_hang(f"pay {amount}")
+    return f"paid {amount}"
+
+
+async def agent(ctx: Context) -> list[Any]:
+    """Version 1, and the edits of it: 2 asks the model once more between its calls (breaking),
+    3 does so under ``ctx.patched`` (safe), 4 changes its first prompt (breaking), 5 drops its
+    second call (breaking), 6 adds a step after its last (harmless), 7 renames a local and adds
+    a comment (harmless)."""
+    first = await ctx.llm("A!" if VERSION == 4 else "a")
+    if VERSION == 2:
+        await ctx.llm("x")
+    if VERSION == 3 and await ctx.patched("ask-x"):
+        await ctx.llm("x")
+    if VERSION == 7:
+        # the second question, asked as before
+        renamed = await ctx.llm("b")
+        second = renamed
+    elif VERSION != 5:
+        second = await ctx.llm("b")
+    receipt = await ctx.tool("charge", 5)
+    if VERSION == 6:
+        await ctx.llm("extra")
+    return [first.content, second.content if VERSION != 5 else None, receipt]
+
+
+async def pays(ctx: Context) -> str:
+    """Pays; a payment in doubt is not caught: the process fails of it (settle, then retry)."""
+    await ctx.llm("plan")
+    return str(await ctx.tool("pay", 7))
+
+
+async def pays_from_code(ctx: Context) -> Any:
+    out = await ctx.exec("receipts = [pay(1), pay(2), pay(3)]\nreceipts", tools={"pay": pay})
+    return out.value if out.ok else out.for_model()
+
+
+def make_kernel(db: Any) -> Kernel:
+    return Kernel(checkpointer=SqliteCheckpointer(Path(db)), llm=ScriptedProvider(answer),
+                  tools={"charge": charge, "pay": pay})
+
+
+async def crash_in(db: Path, program: Any, hang: str) -> int:
+    """Run ``program`` until the tool run ``hang`` names has started, then stop the host as a
+    crash would (the run never ends); the pid."""
+    HANG.add(hang)
+    ran = RUNS[hang]
+    try:
+        async with make_kernel(db) as kernel:
+            handle = await kernel.spawn(program)
+            while RUNS[hang] == ran:
+                await asyncio.sleep(0.005)
+            return handle.pid
+    finally:
+        HANG.discard(hang)
+
+
+async def run_to_end(db: Path, program: Any) -> int:
+    async with make_kernel(db) as kernel:
+        handle = await kernel.spawn(program)
+        await handle.wait(timeout=30)
+        return handle.pid
