@@ -303,6 +303,13 @@ def _on_self(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id in ("self", "cls")
 
 
+FRAMEWORK_FIELDS = frozenset({"args_schema"})
+"""Fields of LangChain's and CrewAI's tool classes (pydantic models: assignment is their API),
+which a ringzero class overrides as those frameworks' subclasses do: not ringzero state. The
+adapters set them on the user's tool objects to hide the ``idempotency_key`` parameter from the
+model; the frameworks offer no other way to change an existing tool's schema."""
+
+
 def foreign_attribute_writes(trees: Trees) -> list[str]:
     """No module writes an attribute of an object whose class another ringzero module defines: not
     by assignment (``process.in_syscall = ...``), nor by ``setattr``/``object.__setattr__`` with the
@@ -316,6 +323,8 @@ def foreign_attribute_writes(trees: Trees) -> list[str]:
             defined_by[attribute].add(name)
 
     def foreign(module: str, attribute: str) -> bool:
+        if attribute in FRAMEWORK_FIELDS:
+            return False
         return attribute not in own[module] and bool(defined_by.get(attribute, set()) - {module})
 
     writes = []

@@ -174,8 +174,11 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
     (rerun_before, raised_before), (rerun, raised) = doubts(before, unfinished), doubts(middle, unfinished)
     assert (counts["rerun"], counts["raised"]) == (rerun - rerun_before, raised - raised_before), out.stdout
     assert counts["in_doubt"] == counts["rerun"] + counts["raised"]
-    lines = [(int(a), int(b)) for a, b in re.findall(r"\(replayed (\d+), made live (\d+)\)", out.stdout)]
-    assert (sum(a for a, _ in lines), sum(b for _, b in lines)) == (counts["replayed"], counts["live"]), out.stdout
+    said = " ".join(out.stdout.split())
+    for pid, replayed, live in re.findall(r"pid (\d+) \w[\w-]*: .*?\(replayed (\d+), made live (\d+)\)", said):
+        # each ended process's own line says what the store shows of it
+        grew = len(middle["journals"][int(pid)]) - journal_sizes[int(pid)]
+        assert (int(replayed), int(live)) == (journal_sizes[int(pid)], grew), f"pid {pid}: {out.stdout}"
     keyed = Counter(line for line in log.read_text().splitlines() if line.split()[-1].startswith("rz-"))
     assert counts["rerun"] == sum(n - 1 for n in keyed.values()), f"the tools' own log: {keyed}\n{out.stdout}"
     if program in natural_programs.WAITS_FOR_APPROVAL:

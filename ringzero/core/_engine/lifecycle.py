@@ -14,9 +14,9 @@ from ringzero.core.contract.errors import (
     NonDeterminismError,
     NotResumed,
     NotSerializable,
-    ReplayEnded,
 )
 from ringzero.core.contract.types import ProcessStatus, StopReason, ensure_json, json_form, json_problem
+from ringzero.core.support.live import ReplayEnded
 
 if TYPE_CHECKING:
     from ringzero.core._engine.process import Process

@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core._engine.effect import perform
-from ringzero.core.contract.errors import CheckpointerError, Fenced, ReplayEnded
+from ringzero.core.contract.errors import CheckpointerError, Fenced
 from ringzero.core.contract.fingerprints import fingerprint
 from ringzero.core.contract.outcomes import Outcome
 from ringzero.core.contract.types import ProcessStatus
-from ringzero.core.support.live import RUNNING_LIVE
+from ringzero.core.support.live import RUNNING_LIVE, ReplayEnded
 
 if TYPE_CHECKING:
     from ringzero.core._engine.process import Process

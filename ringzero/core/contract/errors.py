@@ -128,16 +128,6 @@ class ProgramNotFound(RingzeroError):
     """A journaled program cannot be imported, so its process cannot be resumed."""
 
 
-class ReplayEnded(BaseException):
-    """A replay check (``ringzero replay --check``) reached a syscall past the journal: the
-    program replayed what was recorded, and stops here without making the call. A
-    BaseException, like a cancellation, so that a program's ``except Exception`` lets it by."""
-
-    def __init__(self, pid: int, slot: int, kind: str) -> None:
-        super().__init__(f"pid {pid}: replayed up to syscall #{slot} ({kind}), the first past its journal")
-        self.pid, self.slot, self.kind = pid, slot, kind
-
-
 class NotResumed(RingzeroError):
     """A recovered process needs what this kernel lacks: its program cannot be imported
     (``ProgramNotFound``), or its next live call needs an LLM provider or a tool the kernel was
