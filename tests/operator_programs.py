@@ -82,6 +82,23 @@ async def pays_from_code(ctx: Context) -> Any:
     return out.value if out.ok else out.for_model()
 
 
+async def approves(ctx: Context) -> str:
+    """Drafts, waits for a person's approval, then pays."""
+    draft = await ctx.llm("draft")
+    if await ctx.recv() != "yes":
+        return "not approved"
+    return f"{draft.content}: {await ctx.tool('pay', 1)}"
+
+
+async def waiting_in(db: Path, program: Any) -> int:
+    """Run ``program`` until it waits for a message, then stop the host as a crash would."""
+    async with make_kernel(db) as kernel:
+        handle = await kernel.spawn(program)
+        while handle.status.value != "waiting":
+            await asyncio.sleep(0.005)
+        return handle.pid
+
+
 def make_kernel(db: Any) -> Kernel:
     return Kernel(checkpointer=SqliteCheckpointer(Path(db)), llm=ScriptedProvider(answer),
                   tools={"charge": charge, "pay": pay})

@@ -15,7 +15,7 @@ from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.cli import main
 from ringzero.core.contract.store import KernelStore
 from tests import operator_programs as programs
-from tests.operator_programs import crash_in, run_to_end
+from tests.operator_programs import crash_in, run_to_end, waiting_in
 
 KERNEL = "tests.operator_programs:make_kernel"
 
@@ -175,6 +175,7 @@ def test_an_unpatched_change_fails_and_retry_after_a_rollback_finishes_it(
     assert code == 1 and "syscall #2 was recorded as llm(1 messages to default, last user 'b')" in out, out
     assert "now asks for llm(1 messages to default, last user 'x')" in out
     assert 'if await ctx.patched("change-id"):' in out and "ringzero retry 1" in out
+    assert "(replayed 1, made live 0)" in out and "0 made live" in out, "the diverging call was never made"
     before = journal(db, 1)
     programs.VERSION = 1  # rolled back
     code, out = cli(capsys, "retry", "--db", str(db), "--kernel", KERNEL, "1")
@@ -235,3 +236,69 @@ def test_assert_replays_clean_checks_a_store_kept_in_the_fixtures(tmp_path: Path
     with pytest.raises(AssertionError, match=r"pid 1 agent: diverges: pid 1: syscall #2 was recorded as llm"):
         assert_replays_clean(db)
     assert store_rows(db) == rows
+
+
+# ------------------------------------------------- what a resume says and leaves
+def test_a_resume_without_what_a_process_needs_counts_no_call_it_did_not_make(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "state.db"
+    asyncio.run(crash_in(db, programs.agent, "charge 5"))
+    code, out = cli(capsys, "resume", "--db", str(db))  # no --kernel: no provider, no tools
+    assert code == 1 and "not resumed: no tool named 'charge'" in out, out
+    assert "(replayed 2, made live 0)" in out and "0 made live" in out, out
+    code, out = cli(capsys, "resume", "--db", str(db), "--kernel", KERNEL)
+    assert code == 0 and "pid 1 agent: ['re: a', 're: b', 'charged 5']" in out, out
+
+
+def test_a_resume_that_cannot_finish_leaves_the_process_as_it_stood_and_send_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "state.db"
+    asyncio.run(waiting_in(db, programs.approves))
+    code, out = cli(capsys, "send", "--db", str(db), "1", '"yes"')
+    assert code == 0 and "sent to pid 1, which waits for it" in out, out
+    code, out = cli(capsys, "resume", "--db", str(db))  # no --kernel: the approval is read, pay is missing
+    assert code == 1 and "(replayed 1, made live 1)" in out and "1 made live" in out, out
+    code, out = cli(capsys, "ps", "--db", str(db))
+    assert "│ ready │" in out.replace("  ", " ") or " ready " in out, out
+    assert " running " not in out, "a process nobody runs is not shown running"
+    code, out = cli(capsys, "send", "--db", str(db), "1", '"again"')
+    assert code == 0 and "which does not wait for a message now (ready)" in out, out
+    main(["show", "--db", str(db), "--json", "1"])
+    slots = json.loads(capsys.readouterr().out)["slots"]
+    assert [(s["kind"], s["in_doubt"]) for s in slots] == [("llm", False), ("recv", False)], \
+        "the call the kernel lacked never started: no intent says it did"
+    code, out = cli(capsys, "resume", "--db", str(db), "--kernel", KERNEL)
+    assert code == 0 and "pid 1 approves: 're: draft: paid 1'" in out and "0 call(s) in doubt" in out, out
+    assert programs.RUNS["pay 1"] == 1
+
+
+def test_db_takes_a_sqlite_url_and_refuses_a_scheme_it_has_not(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "state.db"
+    asyncio.run(run_to_end(db, programs.agent))
+    code, out = cli(capsys, "ps", "--db", f"sqlite:///{db}")  # sqlite:////abs/state.db
+    assert code == 0 and "agent" in out and "exited" in out, out
+    code, out = cli(capsys, "ps", "--db", "mysql://u@db/agents")
+    assert code == 1 and "mysql:// is not a store ringzero has" in out, out
+
+
+async def test_ps_shows_a_running_process_s_wall_time_as_top_does(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from ringzero import Kernel
+
+    async def thinker(ctx: Any) -> None:
+        await ctx.sleep(5)
+
+    db = tmp_path / "state.db"
+    async with Kernel(checkpointer=SqliteCheckpointer(db), monitor_interval=0.1) as kernel:
+        await kernel.spawn(thinker, name="thinker")
+        await asyncio.sleep(1.5)
+        out = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "ringzero.cli", "ps", "--db", str(db)],
+                                      capture_output=True, text=True, timeout=60)
+    header = next(line for line in out.stdout.splitlines() if "wall s" in line)
+    row = next(line for line in out.stdout.splitlines() if "thinker" in line)
+    column = [cell.strip() for cell in header.split("┃")].index("wall s")
+    wall = float(row.split("│")[column])
+    assert 1.0 <= wall < 5, out.stdout
