@@ -156,3 +156,113 @@ async def test_fifty_processes_behind_a_rate_limited_provider_have_zero_failures
     assert server.accepted == 100 and gate.stats.failures == 0
     if gate_knows_the_limit:
         assert server.refused <= 5  # the gate paces; the odd 429 comes from timer jitter only
+
+
+# ------------------------------------------------------------ the line's order
+async def one_at_a_time(order: str, starvation_after: float = 60.0) -> tuple[LLMGate, list[str], ManualClock]:
+    """A gate that lets one call through per second (the clock moves when the test says), and
+    the order in which calls reached the provider."""
+    served: list[str] = []
+    clock = ManualClock()
+
+    def answer(req: LLMRequest) -> str:
+        served.append(req.messages[0].content)
+        return "ok"
+
+    gate = LLMGate(ScriptedProvider(answer), RateLimit(requests_per_minute=60, burst_requests=1), clock=clock,
+                   order=order, starvation_after=starvation_after)
+    return gate, served, clock
+
+
+async def drain(clock: ManualClock, calls: list[asyncio.Future[object]], step: float = 1.0) -> None:
+    while not all(call.done() for call in calls):
+        clock.advance(step)
+        await settle()
+
+
+async def test_least_attained_service_serves_the_program_that_has_had_least_first() -> None:
+    for order, expected in (("las", ["a0", "b0", "a1", "a2", "a3"]), ("fifo", ["a0", "a1", "a2", "a3", "b0"])):
+        gate, served, clock = await one_at_a_time(order)
+        calls = [asyncio.ensure_future(gate.complete(request(f"a{i}"), pid=7, program=1)) for i in range(4)]
+        await settle()  # a0 goes at once; a1..a3 wait, program 1 having had one call
+        calls.append(asyncio.ensure_future(gate.complete(request("b0"), pid=9, program=2)))
+        await settle()
+        await drain(clock, calls)
+        assert served == expected, order
+
+
+async def test_a_child_s_calls_count_toward_its_top_level_program() -> None:
+    gate, served, clock = await one_at_a_time("las")
+    calls = [asyncio.ensure_future(gate.complete(request("parent"), pid=1, program=1))]
+    await settle()
+    calls += [asyncio.ensure_future(gate.complete(request(f"child{i}"), pid=10 + i, program=1)) for i in range(2)]
+    calls.append(asyncio.ensure_future(gate.complete(request("other"), pid=20, program=20)))
+    await settle()
+    await drain(clock, calls)
+    assert served == ["parent", "other", "child0", "child1"]
+
+
+async def test_explicit_priorities_come_before_attained_service() -> None:
+    gate, served, clock = await one_at_a_time("las")
+    calls = [asyncio.ensure_future(gate.complete(request(f"busy{i}"), program=1, priority=0)) for i in range(3)]
+    await settle()
+    calls.append(asyncio.ensure_future(gate.complete(request("fresh"), program=2, priority=10)))
+    await settle()
+    await drain(clock, calls)
+    assert served == ["busy0", "busy1", "busy2", "fresh"]
+
+
+async def test_a_call_that_waited_past_the_bound_goes_next() -> None:
+    gate, served, clock = await one_at_a_time("las", starvation_after=2.5)
+    calls = [asyncio.ensure_future(gate.complete(request("long0"), program=1))]
+    await settle()
+    calls.append(asyncio.ensure_future(gate.complete(request("long1"), program=1)))  # behind: program 1 has had 1
+    await settle()
+    for i in range(4):  # newcomers that have had nothing would keep long1 waiting for ever
+        calls.append(asyncio.ensure_future(gate.complete(request(f"new{i}"), program=100 + i)))
+        await settle()
+        clock.advance(1.0)
+        await settle()
+    await drain(clock, calls)
+    assert served.index("long1") < served.index("new3"), served
+    assert served[:3] == ["long0", "new0", "new1"], served
+
+
+async def test_the_order_is_checked_by_name() -> None:
+    with pytest.raises(InvalidArgument, match="order is one of 'las', 'fifo', not 'lifo'"):
+        LLMGate(ScriptedProvider(lambda r: "ok"), order="lifo")
+    with pytest.raises(InvalidArgument, match="starvation_after is a positive number of seconds"):
+        LLMGate(ScriptedProvider(lambda r: "ok"), starvation_after=0)
+
+
+async def test_processes_of_one_program_share_its_service_in_the_kernel() -> None:
+    served: list[str] = []
+
+    async def answer(req: LLMRequest) -> str:
+        served.append(req.messages[-1].content)
+        await asyncio.sleep(0.02)
+        return "ok"
+
+    async def child(ctx: Context, i: int) -> None:
+        await ctx.llm(f"child {i}")
+
+    async def fans_out(ctx: Context) -> None:
+        await ctx.llm("parent")
+        kids = [await ctx.spawn(child, i) for i in range(3)]
+        for kid in kids:
+            await ctx.wait(kid)
+
+    async def short(ctx: Context) -> None:
+        await ctx.llm("short")
+
+    for order, place in (("las", 2), ("fifo", 4)):
+        served.clear()
+        gate = LLMGate(ScriptedProvider(answer), RateLimit(max_concurrency=1), order=order)
+        async with Kernel(checkpointer=MemoryCheckpointer(), llm=gate) as kernel:
+            parent = await kernel.spawn(fans_out)
+            while "child 0" not in served:  # children 1 and 2 are in line behind it
+                await asyncio.sleep(0.001)
+            other = await kernel.spawn(short)
+            await parent.wait(timeout=10)
+            await other.wait(timeout=10)
+        assert served.index("short") == place, (order, served)  # las: next, having had nothing

@@ -185,7 +185,7 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[Tool
     """
     here = asyncio.get_running_loop()
     if here is not ctx.loop:
-        return await forward(ctx.loop, _journaled(ctx, request, lambda keyed: forward(here, run(keyed)), in_doubt))
+        return await forward(ctx.loop, _journaled(ctx, request, lambda call: forward(here, run(call)), in_doubt))
     call = request.tool_call
     keyed = takes_idempotency_key(getattr(request, "tool", None))
     raised: list[BaseException] = []

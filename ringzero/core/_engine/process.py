@@ -23,7 +23,15 @@ from ringzero.core._engine.budget import Meter, Spend
 from ringzero.core._engine.cluster import Cluster
 from ringzero.core._engine.journal import Journal
 from ringzero.core._engine.mailbox import Mail, Mailbox
-from ringzero.core.contract.errors import Fenced, NoProvider, NotResumed, ProcessStateError, RingzeroError, ToolNotFound
+from ringzero.core.contract.errors import (
+    Fenced,
+    NoProvider,
+    NotResumed,
+    ProcessNotFound,
+    ProcessStateError,
+    RingzeroError,
+    ToolNotFound,
+)
 from ringzero.core.contract.records import Ending, Event
 from ringzero.core.contract.store import KernelStore, ProcessRecord
 from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, Program, StopReason
@@ -81,6 +89,9 @@ class Host(Protocol):
     def runs(self, pid: int) -> bool:
         """Whether ``pid`` is live in this kernel."""
 
+    def process(self, pid: int) -> Process:
+        """The live process ``pid``, or an ended one something still holds (ProcessNotFound)."""
+
     async def held(self, pid: int) -> Process:
         """The process ``pid``: live here, held by something, or read from the store."""
 
@@ -120,6 +131,7 @@ class Process:
         "_mail_seq",
         "_over",
         "_over_error",
+        "_root",
         "_started",
         "_watchdog",
         "children",
@@ -232,6 +244,7 @@ class Process:
         """Resumed by ``recover()``: what this kernel lacks leaves it unfinished (``leave_unfinished``)."""
         self.left_unfinished: RingzeroError | None = None
         """Why the process stopped without ending (``leave_unfinished``): what ``wait`` raises."""
+        self._root: int | None = None
         self.loaded_as = (record.status, record.waiting) if recovered else None
         """Where a recovered process stood in the store when it was loaded (``back_as_loaded``)."""
 
@@ -334,6 +347,22 @@ class Process:
         failed to record a syscall: the program never saw its result)."""
         self.left_unfinished = error
         raise asyncio.CancelledError("left unfinished")
+
+    @property
+    def program_root(self) -> int:
+        """The pid of the top-level process this one descends from (itself, for a top-level
+        one): the program whose model calls the LLM gate counts together. Found once, through the
+        ancestors this kernel holds (an ancestor it does not hold ends the search there)."""
+        if self._root is None:
+            root, parent, hops = self.pid, self.record.parent, 0
+            while parent is not None and hops < 1000:
+                root, hops = parent, hops + 1
+                try:
+                    parent = self.runtime.process(parent).record.parent
+                except ProcessNotFound:
+                    break
+            self._root = root
+        return self._root
 
     async def back_as_loaded(self) -> None:
         """A recovered process this kernel could not resume (``NotResumed``) does not stay

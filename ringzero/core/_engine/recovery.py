@@ -82,8 +82,8 @@ async def retry(runtime: Runtime, pid: int, programs: Mapping[str, Program] | No
     why = record.stop_reason.value if record.stop_reason is not None else "failed"
     record.undo_end(Ending(None, None, None, record.state))
     record.move_to(ProcessStatus.READY)
-    step: dict[str, JSON] = {"from": ProcessStatus.FAILED.value, "to": ProcessStatus.READY.value, "at": time.time(),
-            "detail": f"retried after {why}"}
+    step: dict[str, JSON] = {"from": ProcessStatus.FAILED.value, "to": ProcessStatus.READY.value,
+                             "at": time.time(), "detail": f"retried after {why}"}
     await store.put_rows([store.transitions_row(pid, [(await store.last_seq(pid, "transitions") + 1, step)]),
                           store.state_row(record), store.status_row(record)])
     handles = await recover(runtime, programs, pids=[pid])
@@ -122,8 +122,8 @@ async def fork(runtime: Runtime, pid: int, at: int, programs: Mapping[str, Progr
     for key, call in calls.items():
         if int(key.partition(".")[0]) < at:
             await store.record_call(copy.pid, key, call.kind, call.fingerprint, call.summary, call.outcome)
-    step: dict[str, JSON] = {"from": ProcessStatus.CREATED.value, "to": ProcessStatus.READY.value, "at": time.time(),
-            "detail": f"forked from pid {pid} at slot {at}"}
+    step: dict[str, JSON] = {"from": ProcessStatus.CREATED.value, "to": ProcessStatus.READY.value,
+                             "at": time.time(), "detail": f"forked from pid {pid} at slot {at}"}
     copy.move_to(ProcessStatus.READY)
     await store.put_rows([store.transitions_row(copy.pid, [(1, step)]), store.status_row(copy)])
     handles = await recover(runtime, programs, pids=[copy.pid])

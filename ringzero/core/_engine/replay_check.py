@@ -36,9 +36,9 @@ class ReplayReport:
     name: str
     clean: bool
     detail: str
+    """What it replayed (clean), or the first divergence, or why it could not be replayed."""
     slot: str | None = None
     """The first diverging slot, where it diverges."""
-    """What it replayed (clean), or the first divergence, or why it could not be replayed."""
 
 
 async def copy_rows(source: Checkpointer, target: Checkpointer) -> None:
@@ -73,8 +73,8 @@ async def check_replays(runtime: Runtime, programs: Mapping[str, Program] | None
         journal = len(await store.journal(handle.pid))
         try:
             await handle.wait(timeout=PER_PROCESS)
-            reports.append(ReplayReport(handle.pid, handle.name, True, f"replays clean: {journal} syscall(s), to its "
-                                                                       "end"))
+            reports.append(ReplayReport(handle.pid, handle.name, True,
+                                        f"replays clean: {journal} syscall(s), to its end"))
         except NotResumed as exc:
             reports.append(ReplayReport(handle.pid, handle.name, False, f"cannot be replayed: {exc.cause}"))
         except ProcessFailed as exc:

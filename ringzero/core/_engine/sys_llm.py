@@ -51,7 +51,7 @@ async def llm(
         gate = gate_of(process, provider)  # only a live call needs the provider: a replay does not
         try:
             response = await gate.complete(request, pid=process.pid, priority=process.record.priority,
-                                           on_text=on_text)
+                                           on_text=on_text, program=process.program_root)
         except ProviderError as exc:
             return failure(exc, retry_after=getattr(exc, "retry_after", None))
         recorded = Value(response.to_dict())
@@ -86,7 +86,8 @@ async def nested_llm(process: Process, messages: Sequence[Message | Mapping[str,
                      provider: str = "default", max_tokens: int | None = None) -> LLMResponse:
     """``Context.nested_llm`` (see there), for ``process``."""
     request = LLMRequest(messages=coerce_messages(messages), max_tokens=max_tokens)
-    response = await gate_of(process, provider).complete(request, pid=process.pid, priority=process.record.priority)
+    response = await gate_of(process, provider).complete(request, pid=process.pid, priority=process.record.priority,
+                                                         program=process.program_root)
     charge = {"tokens": float(response.usage.total_tokens), "llm_calls": 1.0, "cost": response.usage.cost or 0.0}
     process.meter.charge(**charge)
     nested = NESTED_COST.get()

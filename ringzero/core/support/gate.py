@@ -1,8 +1,18 @@
 """The LLM gate: one per provider, shared by every process that calls it.
 
-A call passes the gate when it is at the head of the waiting line (lower priority numbers
-first, then arrival order), a concurrency slot is free, and the requests-per-minute and
-tokens-per-minute buckets hold enough. A 429 closes the gate for everyone until its
+A call passes the gate when it is at the head of the waiting line, a concurrency slot is free,
+and the requests-per-minute and tokens-per-minute buckets hold enough. The line is ordered by
+explicit priority (lower numbers first), then by the gate's ``order``:
+
+- ``"las"`` (the default): least attained service first. The call whose program has had the
+  least service from this gate goes first: a program is a top-level process with every process
+  it spawned, and its service is counted in what the limit counts (tokens under a token limit,
+  else requests), as of when the call joined the line. Short programs finish without waiting
+  behind the waves of a long one (Autellix's program-level scheduling). A call that has waited
+  ``starvation_after`` seconds goes next among its priority, so no program starves.
+- ``"fifo"``: arrival order.
+
+ A 429 closes the gate for everyone until its
 ``Retry-After`` has passed, so fifty agents back off together instead of hammering the
 server; the failed call is retried with exponential backoff and full jitter. Usage is
 accounted per process and in total.
@@ -11,6 +21,7 @@ accounted per process and in total.
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 from dataclasses import dataclass, replace
 from typing import cast
@@ -29,11 +40,17 @@ from ringzero.core.contract.types import LLMRequest, LLMResponse, Usage
 from ringzero.core.support.loops import LoopHome, forward, on_this_loop
 from ringzero.core.support.telemetry import gate_failed, gate_waited
 from ringzero.core.support.timeouts import Clock, MonotonicClock, SharedTimeout
-from ringzero.core.support.waitline import PriorityLine
+from ringzero.core.support.waitline import Entry, PriorityLine
 
 __all__ = [
-    "GateStats", "LLMGate", "PermitSource", "Pricing", "RateLimit", "RetryPolicy", "TokenBucket", "estimate_tokens",
+    "ORDERS", "STARVATION_AFTER", "GateStats", "LLMGate", "PermitSource", "Pricing", "RateLimit", "RetryPolicy",
+    "TokenBucket", "estimate_tokens",
 ]
+
+ORDERS = ("las", "fifo")
+"""The orders a gate's line may keep among calls of one priority (see the module)."""
+STARVATION_AFTER = 20.0
+"""Seconds a call waits in a least-attained-service line before it goes next among its priority."""
 
 
 class _Waiter:
@@ -65,7 +82,14 @@ class LLMGate:
         pricing: Pricing | None = None,
         *,
         clock: Clock | None = None,
+        order: str = "las",
+        starvation_after: float = STARVATION_AFTER,
     ) -> None:
+        if order not in ORDERS:
+            raise InvalidArgument(f"an LLMGate's order is one of {', '.join(map(repr, ORDERS))}, not {order!r}")
+        if isinstance(starvation_after, bool) or not isinstance(starvation_after, (int, float)) \
+                or not starvation_after > 0:
+            raise InvalidArgument(f"starvation_after is a positive number of seconds, not {starvation_after!r}")
         if not callable(getattr(provider, "complete", None)):
             raise InvalidArgument(f"LLMGate needs an LLMProvider (an object with async complete(request)), not "
                                   f"{type(provider).__name__} {provider!r:.60}")
@@ -90,6 +114,14 @@ class LLMGate:
         self._in_flight = 0
         self._closed_until = 0.0
         self._line: PriorityLine[_Waiter] = PriorityLine()
+        self.order = order
+        self.starvation_after = float(starvation_after)
+        self._attained: dict[int, float] = {}
+        """Service each program has had (``order="las"``): tokens under a token limit, else calls."""
+        self._by_tokens = self.rate_limit.tokens_per_minute is not None
+        self._arrived: dict[int, collections.deque[tuple[float, Entry[_Waiter]]]] = {}
+        """Per priority, the calls in line in arrival order, with when each came (``"las"``): the
+        oldest is served next once it has waited ``starvation_after`` seconds."""
         self._timeouts: SharedTimeout | None = None
         """The attempts' timeout (``retry.timeout``), one loop timer for all of them."""
         self.permits: PermitSource | None = None
@@ -139,10 +171,14 @@ class LLMGate:
         process ends, so a long-lived gate does not grow with every process it served. The
         process's spend stays on its own record."""
         self._usage_by_pid.pop(pid, None)
+        self._attained.pop(pid, None)
 
     async def complete(self, request: LLMRequest, *, pid: int = 0, priority: int = 10,
-                       on_text: TextSink | None = None) -> LLMResponse:
+                       on_text: TextSink | None = None, program: int | None = None) -> LLMResponse:
         """Send ``request`` when the gate allows, retrying what is worth retrying.
+
+        ``program``: the top-level process ``pid`` descends from (``pid`` itself where not
+        given), whose service the line's order counts (``order="las"``).
 
         With ``on_text``, a provider that streams (``capabilities.streaming``) hands the answer's
         text to it as it arrives, on the caller's loop; one that does not answers whole, and
@@ -157,18 +193,20 @@ class LLMGate:
             home = self.home.target()
             if home is not None:
                 return await forward(home, self.complete(request, pid=pid, priority=priority,
-                                                         on_text=on_text and on_this_loop(on_text)))
+                                                         on_text=on_text and on_this_loop(on_text), program=program))
         self.stats.calls += 1
         # The estimate paces only a tokens bucket (this gate's or the cluster's): skipped without one.
         estimate = estimate_tokens(request) if self._tokens is not None or self.permits is not None else 0
         policy = self.retry
+        if program is None:
+            program = pid
         for attempt in range(policy.max_retries + 1):
             if self._line or self._delay(estimate) != 0.0:
                 waiting_since = self._clock()
-                await self._admit(priority, estimate)
+                await self._admit(priority, estimate, program)
                 gate_waited(self._clock() - waiting_since, priority)
             else:  # nobody waiting and room now: the common case, without a coroutine
-                self._grant(estimate)
+                self._grant(estimate, program)
             permits = self.permits
             try:
                 if permits is not None:
@@ -189,7 +227,7 @@ class LLMGate:
                     raise
                 self.stats.retries += 1
             else:
-                return self._account(response, pid, estimate)
+                return self._account(response, pid, estimate, program)
             finally:
                 self._in_flight -= 1
                 if self._line:  # someone waits for this slot
@@ -232,13 +270,15 @@ class LLMGate:
             self.permits.hold_back(closed_for)
         return delay
 
-    def _account(self, response: LLMResponse, pid: int, estimate: int) -> LLMResponse:
+    def _account(self, response: LLMResponse, pid: int, estimate: int, program: int) -> LLMResponse:
         usage = response.usage
         if usage.cost is None and self.pricing is not None:
             usage = replace(usage, cost=self.pricing.cost(usage))
             response = replace(response, usage=usage)
         if self._tokens is not None and usage.total_tokens:
             self._tokens.take(usage.total_tokens - estimate)
+            if self.order == "las":  # the estimate counted at admission, corrected
+                self._attained[program] = self._attained.get(program, 0.0) + usage.total_tokens - estimate
         if self.permits is not None and usage.total_tokens:
             self.permits.settle(usage.total_tokens - estimate)
         total = self._total
@@ -251,21 +291,28 @@ class LLMGate:
         self._usage_by_pid[pid] = usage if before is None else before + usage
         return response
 
-    async def _admit(self, priority: int, estimate: int) -> None:
+    async def _admit(self, priority: int, estimate: int, program: int) -> None:
         """Wait in line until this call may go (``complete`` lets one through at once when
         nobody waits and there is room)."""
         me = _Waiter()
-        entry = self._line.push(priority, me)
+        if self.order == "las":
+            entry = self._line.push(priority, me, self._attained.get(program, 0.0))
+            self._arrived.setdefault(priority, collections.deque()).append((self._clock(), entry))
+        else:
+            entry = self._line.push(priority, me)
         self._wake_head()
         try:
             while True:
                 delay: float | None = None
-                if self._line.head() is entry:
+                head = self._head()
+                if head is entry:
                     delay = self._delay(estimate)
                     if delay == 0.0:
-                        self._line.pop()
-                        self._grant(estimate)
+                        self._line.leave(entry)
+                        self._grant(estimate, program)
                         return
+                elif head is not None:  # the head may have changed meanwhile (a call waited past the bound)
+                    head.item.wake.set()
                 me.wake.clear()
                 await self.clock.wait(me.wake, delay)
         except BaseException:
@@ -286,12 +333,28 @@ class LLMGate:
             delay = max(delay, self._tokens.wait_time(estimate))
         return delay
 
-    def _grant(self, estimate: int) -> None:
+    def _grant(self, estimate: int, program: int) -> None:
         self._in_flight += 1
         if self._requests is not None:
             self._requests.take(1)
         if self._tokens is not None:
             self._tokens.take(estimate)
+        if self.order == "las":
+            self._attained[program] = self._attained.get(program, 0.0) + (estimate if self._by_tokens else 1.0)
+
+    def _head(self) -> Entry[_Waiter] | None:
+        """The call that goes next: the line's head, or, in a least-attained-service line, the
+        oldest call of the head's priority once it has waited ``starvation_after`` seconds."""
+        head = self._line.head()
+        if head is None or self.order != "las":
+            return head
+        arrived = self._arrived.get(head.priority)
+        while arrived and not arrived[0][1].live:
+            arrived.popleft()
+        if not arrived:
+            return head
+        since, oldest = arrived[0]
+        return oldest if self._clock() - since >= self.starvation_after else head
 
     def close(self) -> None:
         """``aclose()`` for sync callers: closes the provider's connections on the gate's private
@@ -314,6 +377,6 @@ class LLMGate:
         await self.home.aclose()
 
     def _wake_head(self) -> None:
-        head = self._line.head()
+        head = self._head()
         if head is not None:
             head.item.wake.set()
