@@ -1,5 +1,8 @@
 """Executors side by side: a warm trivial run, 100 tool calls, throughput at concurrency 1 and 8.
 
+The 100-tool-call column also times ``ctx.exec`` in a durable kernel process (a process spawned
+per run, each of its tool calls journaled in SQLite), beside raw pydantic-monty.
+
 Peers measured in the same run: raw pydantic-monty (what MontyExecutor wraps), smolagents'
 LocalPythonExecutor (an AST interpreter in the host process) and a cold ``python -c``.
 InProcessExecutor isolates nothing and is shown only as the floor.
@@ -14,14 +17,18 @@ import asyncio
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pydantic_monty as pm
 from _progress import step
 from rich.console import Console
 from rich.table import Table
 
+from ringzero import Context, Kernel
+from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.providers.executors import MontyExecutor, ProcessExecutor
 from ringzero.testing import InProcessExecutor
 
@@ -77,6 +84,11 @@ def smolagents_runner() -> Run | None:
     return run
 
 
+async def exec_once(ctx: Context, code: str) -> object:
+    """A kernel program that runs ``code`` once through ``ctx.exec``, ``double`` its tool."""
+    return (await ctx.exec(code, tools={"double": double})).value
+
+
 async def python_c(code: str) -> object:
     proc = await asyncio.create_subprocess_exec(sys.executable, "-c", f"print({code!r})",
                                                 stdout=subprocess.DEVNULL)
@@ -106,6 +118,16 @@ async def main(runs: int) -> None:
                 return await session.feed_run(code, external_lookup={"double": double})
 
         rows.append(("raw pydantic-monty (checkout + feed_run)", raw_monty, raw_monty))
+        folder = tempfile.TemporaryDirectory()
+        kernel = Kernel(checkpointer=SqliteCheckpointer(Path(folder.name) / "state.db"), executor=monty,
+                        monitor_interval=None)
+        await kernel.start()
+
+        async def durable_exec(code: str) -> object:
+            return await (await kernel.spawn(exec_once, code)).wait()
+
+        rows.append(("ringzero ctx.exec, each tool call journaled (SQLite)", durable_exec,
+                     durable_exec))
         smol = smolagents_runner()
         if smol is not None:
             rows.append(("smolagents LocalPythonExecutor", smol, smol))
@@ -126,6 +148,8 @@ async def main(runs: int) -> None:
             table.caption = "smolagents not installed: uv sync --extra dev --extra bench"
         pandas_median, _ = await latency(lambda c: data_process.run(c), PANDAS_CODE, 50)
         inproc_pandas, _ = await latency(lambda c: inproc.run(c), PANDAS_CODE, 50)
+        await kernel.aclose()
+        folder.cleanup()
     await monty.aclose()
     await process.aclose()
     await data_process.aclose()
