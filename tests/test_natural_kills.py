@@ -179,8 +179,10 @@ async def one_trial(store: str, program: str, folder: Path, seed: int, window: f
         # each ended process's own line says what the store shows of it
         grew = len(middle["journals"][int(pid)]) - journal_sizes[int(pid)]
         assert (int(replayed), int(live)) == (journal_sizes[int(pid)], grew), f"pid {pid}: {out.stdout}"
+    # A keyed tool that ran twice was reported run again (an in-doubt call whose host died
+    # between its intent and the tool's first line ran once, and is reported all the same).
     keyed = Counter(line for line in log.read_text().splitlines() if line.split()[-1].startswith("rz-"))
-    assert counts["rerun"] == sum(n - 1 for n in keyed.values()), f"the tools' own log: {keyed}\n{out.stdout}"
+    assert sum(n - 1 for n in keyed.values()) <= counts["rerun"], f"the tools' own log: {keyed}\n{out.stdout}"
     if program in natural_programs.WAITS_FOR_APPROVAL:
         assert "waits for a message: ringzero send" in out.stdout, out.stdout
         approval = json.dumps(natural_programs.WAITS_FOR_APPROVAL[program])
