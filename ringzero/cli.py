@@ -11,7 +11,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -232,8 +232,8 @@ async def _ps(db: Path | str, console: Console) -> int:
     from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import ProcessInfo
     from ringzero.core.schedules import ScheduleSpec
-    from ringzero.core.support.monitor import read_activity
     from ringzero.demo import process_table, schedule_table
+    from ringzero.top import live_activity
 
     store = _store(db)
     try:
@@ -244,9 +244,7 @@ async def _ps(db: Path | str, console: Console) -> int:
                 recorded = spend_in_journal(await kernel_store.journal(record.pid))
                 record.count({key: max(number(record.spent.get(key)), amount) for key, amount in recorded.items()},
                              record.wall_seconds)
-        live: dict[int, dict[str, Any]] = {}  # a running process's kernel knows newer counts than its row
-        for kernel in sorted((k for k in await read_activity(store) if k.fresh()), key=lambda k: k.at):
-            live.update(kernel.processes)
+        _, live = await live_activity(store)  # a running process's kernel knows newer counts than its row
         for record in records:
             activity = live.get(record.pid)
             if activity is not None and not record.status.terminal:

@@ -24,7 +24,8 @@ __all__ = ["replay_check", "settle_slot", "show"]
 
 async def show(checkpointer: Checkpointer, pid: int, console: Console, *, as_json: bool) -> int:
     """Print process ``pid``'s journal: one line per slot (``--json``: one JSON document)."""
-    record, lines = await journal_lines(KernelStore(checkpointer), pid)
+    journal = await journal_lines(KernelStore(checkpointer), pid)
+    record, lines = journal.record, journal.lines
     if as_json:
         console.print_json(json.dumps({"pid": pid, "name": record.name, "program": record.program,
                                        "status": record.status.value,
@@ -51,10 +52,9 @@ async def settle_slot(checkpointer: Checkpointer, pid: int, slot: str, console: 
     from ringzero.resuming import parse_message
 
     value: Any = None if result is None else parse_message(result, "the result")
-    line = await settle(KernelStore(checkpointer), pid, slot, result=value, error=error, run_again=run_again,
-                        has_result=result is not None)
-    record = await KernelStore(checkpointer).load_process(pid)
-    failed = record is not None and record.status.value == "failed"
+    record, line = await settle(KernelStore(checkpointer), pid, slot, result=value, error=error, run_again=run_again,
+                                has_result=result is not None)
+    failed = record.status.value == "failed"
     nxt = f"ringzero retry {pid}" if failed else "ringzero resume"
     done = "will run again" if run_again else f"is settled: {line.said}"
     console.print(f"pid {pid} slot {slot} ({escape(line.summary)}) {escape(done)}; {nxt} goes on from it")

@@ -20,7 +20,7 @@ import datetime
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,12 +96,10 @@ class StoreCounts:
     in_doubt_rerun: int = 0
 
     def __add__(self, other: StoreCounts) -> StoreCounts:
-        return StoreCounts(self.syscalls + other.syscalls, self.code_calls + other.code_calls,
-                           self.in_doubt_raised + other.in_doubt_raised, self.in_doubt_rerun + other.in_doubt_rerun)
+        return StoreCounts(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def __sub__(self, other: StoreCounts) -> StoreCounts:
-        return StoreCounts(self.syscalls - other.syscalls, self.code_calls - other.code_calls,
-                           self.in_doubt_raised - other.in_doubt_raised, self.in_doubt_rerun - other.in_doubt_rerun)
+        return StoreCounts(*(a - b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     @classmethod
     async def read(cls, store: KernelStore, pids: Sequence[int], *, below: int | None = None) -> StoreCounts:

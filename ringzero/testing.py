@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import concurrent.futures
 import inspect
 import io
 import re
@@ -19,7 +18,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, Union
 
 from ringzero.checkpointers.memory import MemoryCheckpointer
 from ringzero.core.contract.errors import BadRequest, InvalidArgument, ProviderError
@@ -36,11 +35,9 @@ from ringzero.core.contract.types import (
     ensure_json,
 )
 from ringzero.core.operations import ReplayReport
-from ringzero.core.support.loops import run_on
+from ringzero.core.support.loops import RUNTIME_LOOP, run_on
 from ringzero.core.support.timeouts import fail_after
 from ringzero.providers.executors.boundary import HostTools
-
-T = TypeVar("T")
 
 __all__ = ["InProcessExecutor", "ManualClock", "MemoryCheckpointer", "ScriptedProvider", "assert_replays_clean",
            "count_tokens", "replay_reports"]
@@ -304,22 +301,14 @@ def assert_replays_clean(store: str | Path, *, programs: Mapping[str, Any] | Non
     """Fail (AssertionError listing each) where a stored journal does not replay against the
     current code: the check a team runs in CI on a store of real processes kept in its test
     fixtures, so that a change that would fail in-flight processes (``NonDeterminismError``)
-    is caught before it is deployed. Runs on a loop of its own (from a sync or an async test)."""
-    reports = run_on_own_loop(replay_reports(store, programs=programs, pids=pids))
+    is caught before it is deployed. Runs on ringzero's runtime loop, so a sync test and an
+    async one (whose loop it blocks meanwhile) call it alike."""
+    loop = RUNTIME_LOOP.acquire()
+    try:
+        reports = run_on(loop, replay_reports(store, programs=programs, pids=pids), "assert_replays_clean")
+    finally:
+        RUNTIME_LOOP.release()
     bad = [report for report in reports if not report.clean]
     if bad:
         raise AssertionError("stored journals that do not replay against the current code:\n" + "\n".join(
             f"pid {r.pid} {r.name}: {r.detail}" for r in bad))
-
-
-def run_on_own_loop(coro: Awaitable[T]) -> T:
-    """``coro``'s result, run on a new event loop (in a worker thread where one already runs here)."""
-    async def main() -> T:
-        return await coro
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(main())
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, main()).result()

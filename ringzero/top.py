@@ -102,13 +102,20 @@ class Snapshot:
     at: float
 
 
-async def read_snapshot(checkpointer: Checkpointer) -> Snapshot:
-    """The process table and the live kernels' activity, merged: three queries and one."""
-    records = await KernelStore(checkpointer).load_processes()
+async def live_activity(checkpointer: Checkpointer) -> tuple[list[KernelActivity], dict[int, dict[str, Any]]]:
+    """The kernels that wrote an activity row lately, and what each says of the processes it
+    runs now, by pid (the newest row's word where two name one pid): one query."""
     kernels = [k for k in await read_activity(checkpointer) if k.fresh()]
     live: dict[int, dict[str, Any]] = {}
     for kernel in sorted(kernels, key=lambda k: k.at):
         live.update(kernel.processes)
+    return kernels, live
+
+
+async def read_snapshot(checkpointer: Checkpointer) -> Snapshot:
+    """The process table and the live kernels' activity, merged: three queries and one."""
+    records = await KernelStore(checkpointer).load_processes()
+    kernels, live = await live_activity(checkpointer)
     return Snapshot([Row.of(r, live.get(r.pid)) for r in records], kernels, time.time())
 
 

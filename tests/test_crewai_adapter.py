@@ -337,8 +337,9 @@ async def test_a_crewai_tool_in_flight_at_a_crash_is_in_doubt_for_the_program_an
     assert crew_programs.PUBLISHED == ["hello world"], "the crew's agent did not get to publish again"
 
 
-async def crash_while_held(db: Path, program: Any, held: str, ran: list[str]) -> None:
-    """Run ``program`` until a tool run holding ``held`` has started, then stop the host."""
+async def crash_while_held(db: Path, program: Any, held: str, ran: list[str], prompts: list[str] | None = None) -> None:
+    """Run ``program`` until a tool run holding ``held`` has started, then stop the host;
+    ``prompts`` gets what the model was shown."""
     import threading
 
     from tests import crew_programs
@@ -348,7 +349,12 @@ async def crash_while_held(db: Path, program: Any, held: str, ran: list[str]) ->
     released = threading.Event()
     crew_programs.RELEASE = released
     try:
-        async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(react_script)) as kernel:
+        def model(request: LLMRequest) -> str:
+            if prompts is not None:
+                prompts.append("\n".join(m.content for m in request.messages))
+            return react_script(request)
+
+        async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(model)) as kernel:
             await kernel.spawn(program, name="writer")
             while not ran:
                 await asyncio.sleep(0.01)
@@ -362,7 +368,10 @@ async def test_a_keyed_crewai_tool_gets_the_kernels_key_hidden_from_the_agent_th
     from tests import crew_programs
 
     crew_programs.CHARGE_KEYS.clear()
-    await crash_while_held(tmp_path / "k.db", crew_programs.charging_program, "12", crew_programs.CHARGE_KEYS)
+    prompts: list[str] = []
+    await crash_while_held(tmp_path / "k.db", crew_programs.charging_program, "12", crew_programs.CHARGE_KEYS,
+                           prompts)
+    assert prompts and all("charge" in p and "idempotency_key" not in p for p in prompts), prompts
     async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "k.db"), llm=ScriptedProvider(react_script)) as k:
         [handle] = await k.recover()
         answer = await handle.wait(timeout=60)

@@ -235,12 +235,14 @@ def pays(in_doubt: str) -> Any:
 
 
 async def crash_inside(db: Path, tool_name: str, program: Any) -> None:
-    """Run ``program`` until ``tool_name`` hangs in its live call, then stop the host."""
+    """Run ``program`` until ``tool_name`` hangs in its live call and the other tool call of its
+    turn is recorded (the two run at once), then stop the host."""
     HANG.add(tool_name)
     try:
         async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
-            await kernel.spawn(program, name="pays")
-            while not any(run.startswith(tool_name) for run in RUNS):
+            handle = await kernel.spawn(program, name="pays")
+            while not any(run.startswith(tool_name) for run in RUNS) or \
+                    sum(e.kind == "tool" for e in await kernel.store.journal(handle.pid)) < 1:
                 await asyncio.sleep(0.005)
     finally:
         HANG.clear()

@@ -302,9 +302,6 @@ async def kickoff(crew_or_flow: Any, inputs: dict[str, Any] | None = None, *, in
                             "started with kernel.spawn(...), or call crew.kickoff() directly")
     token = _IN_DOUBT.set(check_in_doubt(in_doubt))
     _journal_tool_runs()
-    for agent in getattr(crew_or_flow, "agents", None) or ():
-        for tool in getattr(agent, "tools", None) or ():
-            _hide_key(tool)
     try:
         return await asyncio.to_thread(crew_or_flow.kickoff, inputs=inputs)
     except _CrewStopped as stopped:

@@ -187,13 +187,13 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[Tool
     if here is not ctx.loop:
         return await forward(ctx.loop, _journaled(ctx, request, lambda call: forward(here, run(call)), in_doubt))
     call = request.tool_call
-    keyed = takes_idempotency_key(getattr(request, "tool", None))
     raised: list[BaseException] = []
     fresh: list[Any] = []  # the live result, handed back as itself rather than decoded from its record
 
     async def live() -> Outcome:
         # The kernel's key, the same on a re-run, whatever the model passed: added where ToolNode
         # injects what the model may not set (``_inject_tool_args``).
+        keyed = takes_idempotency_key(getattr(request, "tool", None))  # asked only of a live call
         token = _KEY.set(ctx.idempotency_key() if keyed else None)
         try:
             produced = await run(request)

@@ -67,7 +67,6 @@ class Journal:
         self._cursor = base
         """The last slot taken; ``base``: the last slot of the runs before this one
         (``ringzero.core._engine.new_run``), whose entries are not among ``entries``."""
-        self._base = base
         self._earlier = (0, 0)
         """(replayed, made live) by the earlier runs this process made here (``carry_counts``)."""
         self._recorded_live = 0

@@ -18,12 +18,12 @@ from typing import Any
 from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.contract.fingerprints import canonical_json
 from ringzero.core.contract.json_data import JSON
-from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Stopped, Value, with_beside
+from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Stopped, Value, decode, with_beside
 from ringzero.core.contract.records import JournalEntry
 from ringzero.core.contract.store import KernelStore, ProcessRecord
 from ringzero.core.contract.types import ProcessStatus, ensure_json
 
-__all__ = ["SETTLED_ERROR", "JournalLine", "journal_lines", "settle"]
+__all__ = ["SETTLED_ERROR", "JournalLine", "JournalView", "journal_lines", "outcome_words", "settle"]
 
 SETTLED_ERROR = "ToolError"
 """The error type of a call an operator settled with ``error``: the program sees it raised (a
@@ -60,8 +60,6 @@ class JournalLine:
 
 def outcome_words(stored: dict[str, JSON]) -> str:
     """A stored outcome in a few words: its value or error, and how it came to be."""
-    from ringzero.core.contract.outcomes import decode
-
     outcome = decode(stored)
     if isinstance(outcome, Value):
         said = "-> " + _short(canonical_json(outcome.value))
@@ -76,32 +74,48 @@ def outcome_words(stored: dict[str, JSON]) -> str:
     return said + "".join(f" [{note}]" for note in notes)
 
 
-async def journal_lines(store: KernelStore, pid: int) -> tuple[ProcessRecord, list[JournalLine]]:
-    """The record of ``pid`` and its journal, one line per slot in program order: each syscall,
-    each tool call its code made, and each effect started with no outcome (in doubt)."""
+@dataclass(frozen=True)
+class JournalView:
+    """What the store holds of one process's journal, read once: its record, one line per slot
+    in program order (each syscall, each tool call its code made, each effect started with no
+    outcome: in doubt), and its intents by key (what ``settle`` writes from)."""
+
+    record: ProcessRecord
+    lines: list[JournalLine]
+    intents: dict[str, dict[str, Any]]
+
+    def line(self, slot: str) -> JournalLine | None:
+        return next((line for line in self.lines if line.slot == slot), None)
+
+
+async def journal_lines(store: KernelStore, pid: int) -> JournalView:
+    """Process ``pid``'s journal as ``ringzero show`` prints it (four reads)."""
     record = await store.load_process(pid)
     if record is None:
         raise InvalidArgument(f"no process {pid} in the store")
     lines: dict[str, JournalLine] = {}
     for entry in await store.journal(pid):
-        stored = entry.outcome.to_json()
-        lines[str(entry.seq)] = JournalLine(str(entry.seq), entry.kind, entry.summary, stored, entry.at,
-                                            isinstance(entry.outcome, InDoubt))
-    for key, call in (await store.effects(pid)).calls.items():
+        lines[str(entry.seq)] = JournalLine(str(entry.seq), entry.kind, entry.summary, entry.outcome.to_json(),
+                                            entry.at, isinstance(entry.outcome, InDoubt))
+    calls, _ = await store.calls(pid)
+    for key, call in calls.items():
         lines[key] = JournalLine(key, call.kind, call.summary, call.outcome.to_json(), call.at,
                                  isinstance(call.outcome, InDoubt))
-    for key, intent in (await store.intents(pid)).items():
+    intents = await store.intents(pid)
+    for key, intent in intents.items():
         if key not in lines and not intent.get("run_again"):
             lines[key] = JournalLine(key, str(intent.get("kind", "")), str(intent.get("summary", "")), None,
                                      _time(intent.get("at")), True)
-    return record, sorted(lines.values(), key=lambda line: tuple(int(part) for part in line.slot.split(".")))
+    ordered = sorted(lines.values(), key=lambda line: tuple(int(part) for part in line.slot.split(".")))
+    return JournalView(record, ordered, intents)
 
 
 async def settle(store: KernelStore, pid: int, slot: str, *, result: Any = None, error: str | None = None,
-                 run_again: bool = False, has_result: bool = False) -> JournalLine:
+                 run_again: bool = False, has_result: bool = False) -> tuple[ProcessRecord, JournalLine]:
     """Decide in-doubt call ``slot`` of process ``pid`` (see the module): exactly one of
     ``result`` (with ``has_result``: None is a result), ``error`` or ``run_again``. Everything is
-    checked before anything is written; InvalidArgument names what was wrong."""
+    checked before anything is written; InvalidArgument names what was wrong. Returns the
+    process's record and the slot as it now stands."""
     if sum((has_result, error is not None, run_again)) != 1:
         raise InvalidArgument("settle takes exactly one decision: a result, an error, or run again")
     if not isinstance(slot, str) or not _SLOT.match(slot):
@@ -110,30 +124,31 @@ async def settle(store: KernelStore, pid: int, slot: str, *, result: Any = None,
         ensure_json(result, "the settled result")
     if error is not None and (not isinstance(error, str) or not error.strip()):
         raise InvalidArgument("the settled error needs a message")
-    record, lines = await journal_lines(store, pid)
-    line = next((line for line in lines if line.slot == slot), None)
+    journal = await journal_lines(store, pid)
+    record, line = journal.record, journal.line(slot)
     if line is None or not line.in_doubt:
         shown = "it holds no such slot" if line is None else f"it is {line.said}"
         raise InvalidArgument(f"slot {slot} of pid {pid} is not in doubt ({shown}): only a call started without "
                               "an outcome, or one whose in-doubt record failed its process, can be settled")
-    intent = (await store.intents(pid)).get(slot)
+    intent = journal.intents.get(slot)
     if intent is None:  # an exec whose tool call was in doubt: that call is what is decided
-        under = [other.slot for other in lines if other.slot.startswith(f"{slot}.") and other.in_doubt]
+        under = [other.slot for other in journal.lines if other.slot.startswith(f"{slot}.") and other.in_doubt]
         raise InvalidArgument(f"slot {slot} of pid {pid} is an exec that stopped at a tool call in doubt: settle "
                               f"that call ({', '.join(under) or 'none is recorded'})")
     top = slot.partition(".")[0]
-    holder = next((line for line in lines if line.slot == top), None) if "." in slot else line
+    holder = journal.line(top)
     told = holder is not None and holder.outcome is not None  # the program got this slot's record
     if told and record.status is not ProcessStatus.FAILED:
         raise InvalidArgument(f"slot {slot} of pid {pid} was already reported in doubt to its program, which went on "
                               f"({record.status.value}): settling it now would change what the program saw")
-    if run_again and not store.checkpointer.capabilities.delete_checkpoints and told:
-        raise InvalidArgument("this store cannot delete a record, which running the call again needs")
+    if told and not store.checkpointer.capabilities.delete_checkpoints:
+        raise InvalidArgument("this store cannot delete a record, which settling a failed process's in-doubt call "
+                              "needs (its record goes, for the retry to read the decision)")
     if told:  # a failed process's in-doubt record: it goes, and a retry runs that slot again
         await store.drop_journal_entry(pid, int(top))
     if run_again:
         await store.release_intent(pid, slot, intent)
-        return JournalLine(slot, line.kind, line.summary, None, None, False)
+        return record, JournalLine(slot, line.kind, line.summary, None, None, False)
     kind, fp = line.kind, str(intent.get("fp", ""))
     outcome: Outcome = Value(result) if has_result else Failure(SETTLED_ERROR, f"{error} (settled by an operator)")
     outcome = with_beside(outcome, settled="operator")
@@ -141,7 +156,7 @@ async def settle(store: KernelStore, pid: int, slot: str, *, result: Any = None,
         await store.record_call(pid, slot, kind, fp, line.summary, outcome)
     else:
         await store.append_journal(pid, JournalEntry(int(slot), kind, fp, line.summary, outcome))
-    return JournalLine(slot, kind, line.summary, outcome.to_json(), None, False)
+    return record, JournalLine(slot, kind, line.summary, outcome.to_json(), None, False)
 
 
 def _short(text: str, limit: int = 60) -> str:

@@ -344,6 +344,11 @@ class KernelStore:
         recorded for ``pid`` (two reads: a resumed process makes them once, at its first live
         effect or timer)."""
         intents = frozenset(key for key, body in (await self.intents(pid)).items() if not body.get("run_again"))
+        return Effects(intents, *await self.calls(pid))
+
+    async def calls(self, pid: int) -> tuple[dict[str, JournalEntry], dict[int, JournalEntry]]:
+        """The results of the tool calls ``pid``'s code made, by key (``<slot>.<n>``), and the
+        deadlines of its timers, by slot: one read."""
         calls: dict[str, JournalEntry] = {}
         timers: dict[int, JournalEntry] = {}
         async for cp in self.checkpointer.list(process_thread(pid), "calls"):
@@ -353,7 +358,7 @@ class KernelStore:
                 timers[slot] = _entry(slot, body)
             else:
                 calls[effect_key(cp.id)] = _entry(slot, body)
-        return Effects(intents, calls, timers)
+        return calls, timers
 
     async def note_placement(self, pid: int, resources: Mapping[str, float], waiting: str = "") -> None:
         """Record what a cluster node must have to run ``pid`` and, where no live node has it,
