@@ -7,7 +7,11 @@ Peers measured in the same run: raw pydantic-monty (what MontyExecutor wraps), s
 LocalPythonExecutor (an AST interpreter in the host process) and a cold ``python -c``.
 InProcessExecutor isolates nothing and is shown only as the floor.
 
-    .venv/bin/python benchmarks/executors.py [--runs 500]      # needs: uv sync --extra bench
+    .venv/bin/python benchmarks/executors.py [--runs 500] [--tool-call-rounds 10]   # needs: uv sync --extra bench
+
+The 100-tool-call column is one pass; the paired table after it runs raw pydantic-monty,
+``MontyExecutor`` and durable ``ctx.exec`` in turn, round after round, and gives each one's
+median ratio to raw in the same round (this machine's speed drifts by half within a minute).
 """
 
 from __future__ import annotations
@@ -89,13 +93,35 @@ async def exec_once(ctx: Context, code: str) -> object:
     return (await ctx.exec(code, tools={"double": double})).value
 
 
+async def paired_tool_calls(paths: list[tuple[str, Run]], rounds: int, runs: int = 30) -> Table:
+    """The 100-tool-call run on each path in turn, ``rounds`` times (this machine's speed drifts
+    within a minute): each path's median latency, and its median ratio to the first path's in the
+    same round."""
+    for _, run in paths:
+        for _ in range(10):
+            await run(TOOL_CODE)
+    medians: dict[str, list[float]] = {name: [] for name, _ in paths}
+    for done in range(rounds):
+        step(f"100 tool calls, paired round {done + 1}/{rounds}")
+        for name, run in paths:
+            medians[name].append((await latency(run, TOOL_CODE, runs))[0])
+    base = medians[paths[0][0]]
+    table = Table(title=f"100 tool calls from one run, {rounds} paired rounds ({runs} runs a path a round)")
+    for column in ("path", "median µs", f"vs {paths[0][0]} (median of rounds)"):
+        table.add_column(column, justify="left" if column == "path" else "right")
+    for name, values in medians.items():
+        ratio = statistics.median(v / b for v, b in zip(values, base, strict=True))
+        table.add_row(name, f"{statistics.median(values) * 1e6:,.0f}", f"{ratio:.2f}x")
+    return table
+
+
 async def python_c(code: str) -> object:
     proc = await asyncio.create_subprocess_exec(sys.executable, "-c", f"print({code!r})",
                                                 stdout=subprocess.DEVNULL)
     return await proc.wait()
 
 
-async def main(runs: int) -> None:
+async def main(runs: int, tool_rounds: int) -> None:
     monty = MontyExecutor(max_workers=8)
     process = ProcessExecutor(warm=8)
     await process.start()
@@ -146,6 +172,9 @@ async def main(runs: int) -> None:
                           f"{await throughput(run, 1):,.0f}", f"{await throughput(run, 8):,.0f}")
         if smol is None:
             table.caption = "smolagents not installed: uv sync --extra dev --extra bench"
+        paired = await paired_tool_calls([("raw pydantic-monty", raw_monty),
+                                          ("ringzero MontyExecutor", lambda c: monty.run(c, tools={"double": double})),
+                                          ("ringzero ctx.exec, durable", durable_exec)], tool_rounds)
         pandas_median, _ = await latency(lambda c: data_process.run(c), PANDAS_CODE, 50)
         inproc_pandas, _ = await latency(lambda c: inproc.run(c), PANDAS_CODE, 50)
         await kernel.aclose()
@@ -154,6 +183,7 @@ async def main(runs: int) -> None:
     await process.aclose()
     await data_process.aclose()
     Console(width=140).print(table)
+    Console(width=140).print(paired)
     Console(width=140).print(f"pandas groupby over 10,000 rows (pandas preloaded by the fork server): "
                              f"ProcessExecutor {pandas_median * 1e3:.1f} ms median, "
                              f"InProcessExecutor {inproc_pandas * 1e3:.1f} ms; Monty cannot import pandas.")
@@ -162,4 +192,6 @@ async def main(runs: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=500)
-    asyncio.run(main(parser.parse_args().runs))
+    parser.add_argument("--tool-call-rounds", type=int, default=10, help="paired rounds of the 100-tool-call run")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.runs, arguments.tool_call_rounds))

@@ -20,6 +20,30 @@ def _monty() -> Executor:
     return MontyExecutor(max_workers=2)
 
 
+def _monty_quick_tools() -> Executor:
+    """Monty with every tool taken as quick from its first call: each run is answered in Monty's
+    own thread (the way quick sync tools take once they have been seen), not only from a tool's
+    second run on."""
+    from ringzero.providers.executors import MontyExecutor
+    from ringzero.providers.executors.monty_run import ToolSpeeds
+
+    class QuickUntilSeenSlow(ToolSpeeds):
+        def __init__(self, park_after: float) -> None:
+            super().__init__(park_after)
+            self.seen_slow: list[object] = []
+
+        def quick(self, tool: object) -> bool:
+            return all(slow is not tool for slow in self.seen_slow)
+
+        def took(self, tool: object, seconds: float) -> None:
+            if seconds > self.park_after:
+                self.seen_slow.append(tool)
+
+    executor = MontyExecutor(max_workers=2)
+    executor.tool_speeds = QuickUntilSeenSlow(executor.park_after)
+    return executor
+
+
 def _process() -> Executor:
     from ringzero.providers.executors import ProcessExecutor
 
@@ -42,8 +66,15 @@ def _microsandbox() -> Executor:
     return MicrosandboxExecutor(rootfs, pool_size=1)
 
 
-FACTORIES = {"in-process": InProcessExecutor, "monty": _monty, "process": _process, "microsandbox": _microsandbox}
-ISOLATING = ["monty", "process", "microsandbox"]  # the hostile-code suite runs only where isolation is promised
+FACTORIES = {"in-process": InProcessExecutor, "monty": _monty, "monty-quick-tools": _monty_quick_tools,
+             "process": _process, "microsandbox": _microsandbox}
+ISOLATING = ["monty", "monty-quick-tools", "process", "microsandbox"]
+"""The hostile-code suite runs only where isolation is promised."""
+KERNEL_BACKENDS = ["monty", "process", "microsandbox"]
+"""The isolating executors a kernel process runs code in: a kernel journals every tool call, so
+Monty never answers one in its own thread there (``monty-quick-tools`` would add nothing)."""
+in_kernel_processes = pytest.mark.parametrize("sandbox", KERNEL_BACKENDS, indirect=True)
+"""A test of ``sandbox`` under a kernel: each executor a kernel process may run code in."""
 FULL_CPYTHON = ["process", "microsandbox"]
 """The isolating executors that run full CPython (fork, files, ctypes, their channel to the host)."""
 full_cpython_only = pytest.mark.parametrize("sandbox", FULL_CPYTHON, indirect=True)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from ringzero.core.contract.errors import Closed
 from ringzero.core.contract.types import ExecLimits
+from ringzero.core.support.tool_pool import TOOL_THREAD_NAME
 from ringzero.providers.executors import MontyExecutor
 
 
@@ -130,3 +132,90 @@ def test_the_interpreter_exits_cleanly_after_monty_runs_closed_or_not() -> None:
         assert "reached the end" in done.stdout, done.stderr
         outcomes.append((close, done.returncode))
     assert all(rc == 0 for _, rc in outcomes), outcomes
+
+
+async def test_a_quick_sync_tool_is_answered_in_montys_own_thread_from_its_second_run() -> None:
+    """The first run drives snapshots and its sync tool runs in the tool pool; once the tool has
+    answered within park_after, a run calling it is one feed, each call answered in the thread
+    Monty calls host functions from: same value, same record of calls."""
+    executor = MontyExecutor(max_workers=1)
+    threads: list[str] = []
+
+    def double(i: int) -> int:
+        threads.append(threading.current_thread().name)
+        return 2 * i
+
+    try:
+        first = await executor.run("[double(i) for i in range(3)]", tools={"double": double})
+        second = await executor.run("[double(i) for i in range(3)]", tools={"double": double})
+    finally:
+        await executor.aclose()
+    assert first.value == second.value == [0, 2, 4] and first.tool_calls == second.tool_calls
+    assert threads[:3] == [TOOL_THREAD_NAME] * 3
+    assert TOOL_THREAD_NAME not in threads[3:] and threading.main_thread().name not in threads[3:]
+    assert executor.tool_pool.stats()["running"] == 0
+
+
+async def test_a_quick_tool_that_turns_slow_holds_its_worker_once_then_parks() -> None:
+    """A call answered in Monty's thread holds the run's worker while it runs: the one that ran
+    past park_after makes its tool slow, and from then on a run waiting on it gives the worker
+    back (a quick run goes ahead on the only worker: were it queued, the test would never end)."""
+    executor = MontyExecutor(max_workers=1, park_after=0.02)
+    slow = threading.Event()
+    entered, release = threading.Event(), threading.Event()
+
+    def lookup(key: str) -> str:
+        if slow.is_set():
+            entered.set()
+            release.wait(10)
+        return key.upper()
+
+    try:
+        assert (await executor.run("lookup('a')", tools={"lookup": lookup})).value == "A"  # quick now
+        slow.set()
+        held = asyncio.create_task(executor.run("lookup('b')", tools={"lookup": lookup}))
+        await asyncio.to_thread(entered.wait, 10)
+        quick = asyncio.create_task(executor.run("sum(range(10))"))
+        await asyncio.sleep(0.2)
+        assert not quick.done()  # the worker is held by the call in Monty's thread
+        release.set()
+        assert (await held).value == "B" and (await quick).value == 45
+        entered.clear()
+        release.clear()
+        parking = asyncio.create_task(executor.run("lookup('c')", tools={"lookup": lookup}))
+        await asyncio.to_thread(entered.wait, 10)
+        assert (await executor.run("sum(range(10))")).value == 45  # the slow call parked its run
+        release.set()
+        assert (await parking).value == "C"
+    finally:
+        release.set()
+        await executor.aclose()
+
+
+async def test_a_stuck_call_in_montys_thread_is_cut_short_recorded_and_counted_until_it_returns() -> None:
+    executor = MontyExecutor(max_workers=1)
+    stuck, release = threading.Event(), threading.Event()
+
+    def fetch(n: int) -> int:
+        if stuck.is_set():
+            release.wait(10)
+        return n
+
+    try:
+        assert (await executor.run("fetch(1)", tools={"fetch": fetch})).value == 1
+        stuck.set()
+        result = await executor.run("fetch(2)", tools={"fetch": fetch}, limits=ExecLimits(wall_seconds=0.3))
+        assert result.error is not None and result.error.type == "TimeoutError", result
+        assert [c.error for c in result.tool_calls] == ["Cancelled: the run ended before the tool returned"]
+        assert executor.tool_pool.stats()["overrunning"] == 1
+        assert (await executor.run("21 * 2")).value == 42  # the next run has a worker
+        release.set()
+        for _ in range(200):
+            if executor.tool_pool.stats()["overrunning"] == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert executor.tool_pool.stats() == {"threads": executor.tool_pool.threads, "running": 0,
+                                              "overrunning": 0, "stalls": 0}
+    finally:
+        release.set()
+        await executor.aclose()

@@ -711,8 +711,11 @@ HOST_SIDE_ATTACKS = [
                    and [c.error is None for c in r.tool_calls] == [False, True], {"fetch": fetch}),
 ]
 def _host_side_cases() -> list[object]:
+    """Each row on each of its executors; a row Monty runs with tools also on Monty answering
+    them in its own thread (``monty-quick-tools``)."""
     return [pytest.param(name, attack, id=f"{name}: {attack.row}") for attack in HOST_SIDE_ATTACKS
-            for name in attack.executors]
+            for name in (*attack.executors, *(("monty-quick-tools",) if "monty" in attack.executors and attack.tools
+                                               else ()))]
 
 
 @pytest.mark.parametrize(("sandbox", "attack"), _host_side_cases(), indirect=["sandbox"])

@@ -11,6 +11,7 @@ on its own, by the ``ToolCallJournal`` the executor was handed (``ringzero.core.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
@@ -19,9 +20,9 @@ from typing import Any
 
 from ringzero.core.contract.protocols import Tool, ToolCallJournal
 from ringzero.core.support.telemetry import exec_tool_span
-from ringzero.core.support.tool_pool import as_exception, shared_pool
+from ringzero.core.support.tool_pool import CallHere, ToolPool, as_exception, is_cpu_bound, shared_pool
 
-__all__ = ["ResultCheck", "SyncRunner", "call_tool"]
+__all__ = ["ResultCheck", "SyncRunner", "call_tool", "call_tool_here", "runs_here"]
 
 
 SyncRunner = Callable[[Tool, list[Any], dict[str, Any]], Awaitable[Any]]
@@ -50,6 +51,43 @@ async def call_tool(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, name
     return await _live(tool, args, kwargs, run, name, check)
 
 
+def runs_here(tool: Tool) -> bool:
+    """True for a tool ``call_tool_here`` may run: a plain sync callable (not a coroutine
+    function, not declared ``cpu_bound``)."""
+    return not (_is_async(tool) or is_cpu_bound(tool))
+
+
+def _is_async(tool: Tool) -> bool:
+    """A coroutine function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None))  # noqa: B004
+
+
+def call_tool_here(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, pool: ToolPool, call: CallHere,
+                   loop: asyncio.AbstractEventLoop) -> Any:
+    """``call_tool`` for a tool ``runs_here`` in the calling thread, which is not ``loop``'s
+    (``pool.run_here``): what an engine that calls host functions from a thread of its own uses
+    (Monty's ``feed_run``), with no hop to a pool thread. An awaitable the tool returns is
+    awaited on ``loop``. Never journaled: a journaled call's intent and record are written on
+    the loop, so it goes through ``call_tool``."""
+    span = exec_tool_span(tool, call.name)
+    if span is None:
+        result = pool.run_here(tool, args, kwargs, call)
+    else:
+        with span:
+            result = pool.run_here(tool, args, kwargs, call)
+    if type(result) not in _PLAIN and inspect.isawaitable(result):
+        result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+    return result
+
+
+_PLAIN = frozenset({int, float, str, bool, list, dict, type(None)})
+"""What most tools return: never awaitable (``inspect.isawaitable`` costs more than the call)."""
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
 async def _live(tool: Tool, args: list[Any], kwargs: dict[str, Any], run: SyncRunner | None = None,
                 name: str | None = None, check: ResultCheck | None = None) -> Any:
     span = exec_tool_span(tool, name)
@@ -62,7 +100,7 @@ async def _live(tool: Tool, args: list[Any], kwargs: dict[str, Any], run: SyncRu
 
 async def _call(tool: Tool, args: list[Any], kwargs: dict[str, Any], run: SyncRunner | None) -> Any:
     try:
-        if inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None)):  # noqa: B004
+        if _is_async(tool):
             return await tool(*args, **kwargs)
         result = await (run or shared_pool().run)(tool, args, kwargs)
         if inspect.isawaitable(result):

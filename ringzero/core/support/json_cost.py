@@ -24,7 +24,7 @@ from typing import Any
 
 from ringzero.core.contract.json_data import strict_json
 
-__all__ = ["CHUNK", "MAX_DEPTH", "NOT_JSON", "check_value", "measure", "measure_async", "too_large"]
+__all__ = ["CHUNK", "MAX_DEPTH", "NOT_JSON", "cheap", "check_value", "measure", "measure_async", "too_large"]
 
 MAX_DEPTH = 100
 """How deeply lists and dicts may nest in anything that crosses the sandbox boundary (the
@@ -88,6 +88,51 @@ def _walk(value: Any, what: str, max_bytes: int | None,
     return total, None
 
 
+_SMALL_ITEMS = 16
+_SMALL_TEXT = 1024
+_SMALL_INT = 1 << 64
+
+
+def _small(value: Any, depth: int) -> bool:
+    """True for a value whose JSON costs next to nothing to make, so that the walk can be
+    skipped: a short string, a finite float, an int of at most 64 bits, a bool or None, or a
+    list, tuple or dict of at most ``_SMALL_ITEMS`` such items (string keys), ``depth`` deep."""
+    kind = type(value)
+    if kind is int:  # the commonest first
+        return bool(-_SMALL_INT < value < _SMALL_INT)
+    if kind is str:
+        return len(value) <= _SMALL_TEXT
+    if kind is float:
+        return math.isfinite(value)
+    if value is None or kind is bool:
+        return True
+    if depth == 0:
+        return False
+    if kind is list or kind is tuple:
+        if len(value) > _SMALL_ITEMS:
+            return False
+        for item in value:
+            if type(item) is not int and not _small(item, depth - 1):
+                return False
+            if type(item) is int and not -_SMALL_INT < item < _SMALL_INT:
+                return False
+        return True
+    if kind is dict:
+        if len(value) > _SMALL_ITEMS:
+            return False
+        for key, item in value.items():
+            if type(key) is not str or len(key) > _SMALL_TEXT or not _small(item, depth - 1):
+                return False
+        return True
+    return False
+
+
+def cheap(value: Any) -> bool:
+    """True for a value whose JSON costs next to nothing to make (a few short plain items, two
+    levels deep at most): it needs no walk, and may be made JSON on the event loop itself."""
+    return _small(value, 2)
+
+
 def _exact(value: Any, what: str, max_bytes: int | None) -> tuple[int, str | None]:
     """The size of ``value``'s JSON as the journal stores it (compact, ASCII), once the walk
     found it within the limit: this conversion now costs little."""
@@ -119,6 +164,8 @@ def measure(value: Any, what: str, max_bytes: int | None) -> tuple[int, str | No
     """The bytes of ``value``'s JSON as the journal stores it, and why it may not cross the
     boundary (too deep, too large, not JSON) or None. For a caller off the event loop (a thread
     gives the GIL up during the walk), or one whose value is the host's own."""
+    if cheap(value):  # a few short plain items (a tool call's usual arguments): JSON at once
+        return _exact(value, what, max_bytes)
     size, problem = _finish(_walk(value, what, max_bytes))
     return (size, problem) if problem is not None else _exact(value, what, max_bytes)
 

@@ -80,6 +80,27 @@ def code_may_set(*names: str) -> Callable[[F], F]:
     return mark
 
 
+def _plain_call(signature: inspect.Signature | None) -> int | None:
+    """How many positional arguments, and nothing else, always make an allowed call: the
+    tool's leading positional parameters without a default, where every later parameter has
+    a default or is ``*args``/``**kwargs`` (those stay the host's); None where no such count."""
+    if signature is None:
+        return None
+    count, leading = 0, True
+    for parameter in signature.parameters.values():
+        plain = parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) \
+            and parameter.default is inspect.Parameter.empty
+        if leading and plain:
+            count += 1
+            continue
+        leading = False
+        required = parameter.default is inspect.Parameter.empty and parameter.kind not in (
+            inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        if required:
+            return None
+    return count
+
+
 class ToolParameters:
     """One tool's rule, read once (a run reads it at the tool's first call): ``refusal`` says
     why a call may not be made, or None."""
@@ -92,6 +113,7 @@ class ToolParameters:
             self.signature: inspect.Signature | None = inspect.signature(tool)
         except (TypeError, ValueError):  # a C function without a text signature
             self.signature = None
+        self._plain_call = _plain_call(self.signature)
 
     def _host_keeps(self, parameter: str) -> TypeError:
         if parameter in self.fixed:
@@ -104,6 +126,8 @@ class ToolParameters:
     def refusal(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> TypeError | None:
         """Why the code may not make this call (a ``TypeError`` naming the parameter, never a
         value), or None."""
+        if not kwargs and len(args) == self._plain_call:  # the common call: nothing to bind
+            return None
         for key in kwargs:
             if key in self.fixed or key == IDEMPOTENCY_KEY:
                 return self._host_keeps(key)

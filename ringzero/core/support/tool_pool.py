@@ -44,8 +44,8 @@ from ringzero.core.support.loop_stalls import StallWatch, Watched, watch_stalls
 from ringzero.core.support.tool_parameters import declare, declared
 from ringzero.core.support.tool_workers import ToolWorkers, as_exception
 
-__all__ = ["DEFAULT_TOOL_THREADS", "TOOL_THREAD_NAME", "ToolPool", "as_exception", "cpu_bound", "is_cpu_bound",
-           "pools_in_use", "shared_pool"]
+__all__ = ["DEFAULT_TOOL_THREADS", "TOOL_THREAD_NAME", "CallHere", "ToolPool", "as_exception", "cpu_bound",
+           "is_cpu_bound", "pools_in_use", "shared_pool"]
 
 log = logging.getLogger("ringzero.tools")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,6 +83,15 @@ class _Job:
     outcome: tuple[bool, Any] = field(default=(False, None))
 
 
+@dataclass(eq=False)
+class CallHere:
+    """One ``ToolPool.run_here`` call, as its caller holds it."""
+
+    name: str
+    finished: bool = False
+    abandoned: bool = False
+
+
 class ToolPool:
     """Runs sync host tools in at most ``threads`` daemon threads, shared fairly among their
     owners (and tools declared :func:`cpu_bound` in at most ``processes`` worker processes).
@@ -110,6 +119,9 @@ class ToolPool:
         all, an owner with nothing running waits in line like the others."""
         self.stalls = StallWatch()
         """Stalls of the event loop caught while this pool's tools ran (``loop_stalls``)."""
+        self._here_lock = threading.Lock()
+        self._running_here = 0  # tools run_here runs now
+        self._overrunning_here = 0  # of those, the ones whose caller stopped waiting
 
     async def run(self, tool: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], *,
                   owner: Hashable | None = None, result_bytes: int | None = None) -> Any:
@@ -146,6 +158,42 @@ class ToolPool:
         except asyncio.CancelledError:
             self._abandon(job)
             raise
+
+    def run_here(self, tool: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], call: CallHere) -> Any:
+        """Call a plain sync ``tool`` in the calling thread, which must not be an event loop's:
+        an engine that calls host functions from a thread of its own (Monty's ``feed_run``)
+        answers each call there, without two hops to a pool thread and back. The call counts in
+        ``running`` and is watched for loop stalls as the pool's own calls are (the caller has
+        ``watch_stalls`` on its loop); it takes no thread of the pool, so neither its bound nor
+        its fair shares count it (the engine bounds its threads: one per run). ``call`` lets the
+        caller say it stopped waiting (``abandon_here``): the tool then counts in
+        ``overrunning`` until it returns. A tool's exit (``SystemExit``) comes back as an
+        Exception of the same name."""
+        watched = Watched(call.name)
+        with self._here_lock:
+            self._running_here += 1
+        self.stalls.start(watched)
+        try:
+            return tool(*args, **kwargs)
+        except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+            raise as_exception(exc) from None
+        finally:
+            self.stalls.end(watched)
+            with self._here_lock:
+                call.finished = True
+                self._running_here -= 1
+                self._overrunning_here -= call.abandoned
+
+    def abandon_here(self, call: CallHere) -> None:
+        """The caller of a ``run_here`` stopped waiting for it (its run's wall limit ended): a
+        tool still running counts in ``overrunning`` until it returns, and is logged."""
+        with self._here_lock:
+            if call.finished or call.abandoned:
+                return
+            call.abandoned = True
+            self._overrunning_here += 1
+        log.warning("host tool %s still runs after its caller stopped waiting (a run's wall limit); it holds the "
+                    "thread that called it until it returns", call.name)
 
     def _abandon(self, job: _Job) -> None:
         with self._lock:
@@ -233,8 +281,8 @@ class ToolPool:
     def stats(self) -> dict[str, Any]:
         """What ``ringzero top`` shows: threads, tools running, tools past their caller's wait,
         and the event loop's stalls caught while tools ran."""
-        return {"threads": self.threads, "running": self.running, "overrunning": self.overrunning,
-                **self.stalls.stats()}
+        return {"threads": self.threads, "running": self.running + self._running_here,
+                "overrunning": self.overrunning + self._overrunning_here, **self.stalls.stats()}
 
 
 def _settle(job: _Job) -> None:

@@ -26,10 +26,10 @@ from ringzero.core.contract.errors import ResultRefused, ToolError
 from ringzero.core.contract.outcomes import ERROR_CHARS, clip
 from ringzero.core.contract.protocols import Tool, ToolCallJournal
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ToolCallRecord
-from ringzero.core.support.host_tools import call_tool
+from ringzero.core.support.host_tools import call_tool, call_tool_here, runs_here
 from ringzero.core.support.json_cost import NOT_JSON, check_value, measure, measure_async
 from ringzero.core.support.tool_parameters import ToolParameters
-from ringzero.core.support.tool_pool import ToolPool, shared_pool
+from ringzero.core.support.tool_pool import CallHere, ToolPool, shared_pool
 from ringzero.providers.executors._runner import CONTROL_BYTES, HEADER, MAX_DEPTH, deeper_than
 
 __all__ = ["MAX_DEPTH", "NOT_JSON", "FrameBuffer", "HostTools", "ProtocolViolation", "ShownError", "check_value",
@@ -238,6 +238,8 @@ class HostTools:
         self.unrecorded = 0
         """Calls refused once the budget had no room left even for their record."""
         self._parameters: dict[str, ToolParameters] = {}
+        self.running_here: tuple[str, list[Any], dict[str, Any], CallHere] | None = None
+        """The call ``call_here`` runs now, if any."""
 
     def _room(self) -> int | None:
         return None if self.budget is None else max(0, self.budget - self.spent)
@@ -271,23 +273,43 @@ class HostTools:
         return (f"{what} would take this run's tool calls to {self.spent + size} bytes of JSON, over the "
                 f"limit of {self.budget} for the whole run")
 
-    async def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
-        """``(True, result)``, or ``(False, ShownError)`` for a call refused, a tool that raised
-        or a result that may not cross the boundary."""
+    def _admit(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[Tool | None, Exception | None]:
+        """The tool a call names and why it is refused before its arguments are measured."""
         tool = self.tools.get(name)
         if tool is None:
-            return self._refuse(name, NameError(f"no host tool named {name!r}"))
+            return None, NameError(f"no host tool named {name!r}")
         parameters = self._parameters.get(name)
         if parameters is None:
             parameters = self._parameters[name] = ToolParameters(tool, name)
-        refusal = parameters.refusal(args, kwargs)
-        if refusal is not None:
-            return self._refuse(name, refusal)
-        size, refused = await measure_async([args, kwargs], f"the arguments to {name}()", self.tool_bytes)
+        return tool, parameters.refusal(args, kwargs)
+
+    def _charge_arguments(self, name: str, size: int, refused: str | None) -> Exception | None:
+        """Charge a call's measured arguments to the budget, or say why it is refused."""
         refused = refused or self._over(size + CALL_BYTES + _ERROR_ROOM, f"the arguments to {name}()")
         if refused is not None:
-            return self._refuse(name, ValueError(refused))
+            return ValueError(refused)
         self.spent += size + CALL_BYTES
+        return None
+
+    def _outcome(self, name: str, args: list[Any], kwargs: dict[str, Any], exc: Exception) -> tuple[bool, ShownError]:
+        """A call admitted whose tool raised, or whose result may not cross."""
+        if isinstance(exc, ResultRefused):  # too large, not JSON, or no room left: judged before anything kept it
+            self._failed(name, args, kwargs, f"ValueError: {exc}")
+            return False, ShownError("ValueError", str(exc), ValueError(str(exc)))
+        self._failed(name, args, kwargs, clip(f"{type(exc).__name__}: {_text(exc)}"))
+        shown = isinstance(exc, ToolError) or self.show_errors
+        return False, ShownError(type(exc).__name__, clip(_text(exc)) if shown else None, exc)
+
+    async def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+        """``(True, result)``, or ``(False, ShownError)`` for a call refused, a tool that raised
+        or a result that may not cross the boundary."""
+        tool, refusal = self._admit(name, args, kwargs)
+        if tool is None or refusal is not None:
+            return self._refuse(name, refusal or NameError(name))
+        refusal = self._charge_arguments(name, *await measure_async([args, kwargs], f"the arguments to {name}()",
+                                                                    self.tool_bytes))
+        if refusal is not None:
+            return self._refuse(name, refusal)
         try:
             run = functools.partial((self.pool or shared_pool()).run, owner=self.owner, result_bytes=self.tool_bytes)
             result = await call_tool(tool, args, kwargs, name=name, run=run,
@@ -295,20 +317,58 @@ class HostTools:
         except asyncio.CancelledError:
             self._failed(name, args, kwargs, "Cancelled: the run ended before the tool returned")
             raise
-        except ResultRefused as exc:  # too large, not JSON, or no room left: judged before anything kept it
-            self._failed(name, args, kwargs, f"ValueError: {exc}")
-            return False, ShownError("ValueError", str(exc), ValueError(str(exc)))
         except Exception as exc:
-            self._failed(name, args, kwargs, clip(f"{type(exc).__name__}: {_text(exc)}"))
-            shown = isinstance(exc, ToolError) or self.show_errors
-            return False, ShownError(type(exc).__name__, clip(_text(exc)) if shown else None, exc)
+            return self._outcome(name, args, kwargs, exc)
         self.calls.append(ToolCallRecord(name, args, kwargs, result))
         return True, result
+
+    def runs_here(self, name: str) -> bool:
+        """True where ``call_here`` may answer calls to ``name``: a plain sync tool, in a run
+        outside a kernel process (a journaled call is written on the event loop)."""
+        tool = self.tools.get(name)
+        return self.journal is None and tool is not None and runs_here(tool)
+
+    def call_here(self, name: str, args: list[Any], kwargs: dict[str, Any],
+                  loop: asyncio.AbstractEventLoop) -> tuple[bool, Any]:
+        """``call`` in the calling thread, which is not ``loop``'s (Monty's thread that calls
+        host functions), for a tool ``runs_here``: the same checks, the same record, the tool
+        run right here. Calls in one run come one at a time (sync-style code)."""
+        tool, refusal = self._admit(name, args, kwargs)
+        if tool is None or refusal is not None:
+            return self._refuse(name, refusal or NameError(name))
+        refusal = self._charge_arguments(name, *measure([args, kwargs], f"the arguments to {name}()", self.tool_bytes))
+        if refusal is not None:
+            return self._refuse(name, refusal)
+        handle = CallHere(name)
+        self.running_here = (name, args, kwargs, handle)
+        try:
+            result = call_tool_here(tool, args, kwargs, pool=self.pool or shared_pool(), call=handle, loop=loop)
+            size, refused = measure(result, f"the result of {name}()", self.tool_bytes)
+            self._charge_result(name, size, refused)
+        except Exception as exc:
+            return self._outcome(name, args, kwargs, exc)
+        finally:
+            self.running_here = None
+        self.calls.append(ToolCallRecord(name, args, kwargs, result))
+        return True, result
+
+    def cut_short(self) -> None:
+        """The run ended while ``call_here`` ran a tool: that call's record says so, and the
+        tool, in a thread the run no longer waits for, counts in its pool's ``overrunning``
+        until it returns."""
+        running = self.running_here
+        if running is not None:
+            name, args, kwargs, handle = running
+            self._failed(name, args, kwargs, "Cancelled: the run ended before the tool returned")
+            (self.pool or shared_pool()).abandon_here(handle)
 
     async def _admit_result(self, name: str, result: Any) -> None:
         """A result may cross where it is JSON within ``tool_bytes`` and the budget has room for
         it twice: judged as the tool returns, before the journal keeps anything of it."""
         size, refused = await measure_async(result, f"the result of {name}()", self.tool_bytes)
+        self._charge_result(name, size, refused)
+
+    def _charge_result(self, name: str, size: int, refused: str | None) -> None:
         refused = refused or self._over(2 * size, f"the result of {name}()")
         if refused is not None:
             raise ResultRefused(refused)

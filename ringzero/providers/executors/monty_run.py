@@ -6,6 +6,7 @@ import ast
 import asyncio
 import inspect
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -14,18 +15,53 @@ import pydantic_monty as pm
 from ringzero.core.contract.errors import ExecutorError, RingzeroError
 from ringzero.core.contract.protocols import Tool, ToolCallJournal
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
-from ringzero.core.support.json_cost import too_large
+from ringzero.core.support.json_cost import cheap, too_large
+from ringzero.core.support.loop_stalls import watch_stalls
 from ringzero.core.support.timeouts import cancel_and_wait, fail_after
 from ringzero.core.support.tool_pool import ToolPool
 from ringzero.providers.executors._runner import CappedOutput
 from ringzero.providers.executors.boundary import NOT_JSON, HostTools, check_value, clip, executor_error
 
-__all__ = ["MontyRun", "RunSettings"]
+__all__ = ["MontyRun", "RunSettings", "ToolSpeeds"]
 
 UNSUPPORTED_HINT = (
     " (Monty runs a subset of Python; for this, use ringzero.providers.executors.ProcessExecutor, "
     "which runs full CPython with any installed package)"
 )
+
+
+class ToolSpeeds:
+    """Which sync tools are quick: answered within ``park_after`` at least once, and never past
+    it since. A run whose tools are all quick is answered in Monty's own thread (it holds its
+    worker while a tool runs); a call past ``park_after`` makes its tool slow, and a run that
+    may call a slow tool is driven by snapshots, parking while such a call runs."""
+
+    def __init__(self, park_after: float) -> None:
+        self.park_after = park_after
+        self._quick: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._quick_ids: set[int] = set()  # tools that cannot be weakly referred to (builtins live on)
+
+    def quick(self, tool: Tool) -> bool:
+        key = _key(tool)
+        try:
+            return key in self._quick
+        except TypeError:
+            return id(key) in self._quick_ids
+
+    def took(self, tool: Tool, seconds: float) -> None:
+        """One call of ``tool`` took ``seconds`` (or at least that long, where it parked)."""
+        key = _key(tool)
+        quick = seconds <= self.park_after
+        try:
+            (self._quick.add if quick else self._quick.discard)(key)
+        except TypeError:
+            (self._quick_ids.add if quick else self._quick_ids.discard)(id(key))
+
+
+def _key(tool: Tool) -> Any:
+    """What stays the same from run to run of one tool: a bound method's function (each
+    ``obj.method`` is a new object)."""
+    return getattr(tool, "__func__", tool)
 
 
 class RunSettings(Protocol):
@@ -44,6 +80,9 @@ class RunSettings(Protocol):
 
     def resource_limits(self, limits: ExecLimits) -> pm.ResourceLimits:
         """``limits`` as pydantic-monty's own, for one run."""
+
+    tool_speeds: ToolSpeeds
+    """Which sync tools have answered within ``park_after``."""
 
 
 class MontyRun:
@@ -86,7 +125,7 @@ class MontyRun:
                     error = await convert.run(_exec_error, [exc], {})
                     self.session_broken = error.type in ("TimeoutError", "MemoryError")
                 else:
-                    value = await convert.run(self._final, [value], {})
+                    value = self._final(value) if cheap(value) else await convert.run(self._final, [value], {})
         except pm.MontyCrashedError as exc:
             refused = self.executor.wall_failure()
             if refused is not None:  # it failed closed: the executor cannot run code as it promised
@@ -140,6 +179,9 @@ class MontyRun:
         try:
             if not self.tools:  # nothing to answer: one round trip
                 return await lease.feed_run(code, inputs=inputs, print_callback=self._print)
+            if self._answers_here():  # Monty calls the tools from its own thread: one feed, no snapshot per call
+                return await lease.feed_run(code, inputs=inputs, print_callback=self._print,
+                                            external_lookup=self._called_here(asyncio.get_running_loop()))
             snap = await lease.feed_start(code, inputs=inputs, print_callback=self._print)
             while not isinstance(snap, pm.MontyComplete):
                 snap, parked = await self._answer(snap, lease, may_park=True)
@@ -147,8 +189,36 @@ class MontyRun:
                     lease = parked
             return snap.output
         finally:
+            self.host.cut_short()
             await self._settle_pending()
             await lease.__aexit__(None, None, None)
+
+    def _answers_here(self) -> bool:
+        """Whether each tool call can be answered in the thread Monty calls host functions from:
+        sync-style code, every tool plain and sync (``HostTools.runs_here``) and quick
+        (``ToolSpeeds``)."""
+        speeds = self.executor.tool_speeds
+        return not self.async_style and all(self.host.runs_here(name) and speeds.quick(tool)
+                                            for name, tool in self.tools.items())
+
+    def _called_here(self, loop: asyncio.AbstractEventLoop) -> dict[str, Any]:
+        """The host functions Monty calls from its own thread, one per tool."""
+        watch_stalls(loop, self.executor.tool_pool.stalls)
+        speeds, park_after = self.executor.tool_speeds, self.executor.park_after
+
+        def function(name: str) -> Any:
+            def called(*args: Any, **kwargs: Any) -> Any:
+                started = time.monotonic()
+                ok, outcome = self.host.call_here(name, list(args), kwargs, loop)
+                took = time.monotonic() - started
+                if took > park_after:  # it held the worker: its later runs park while it runs
+                    speeds.took(self.tools[name], took)
+                if not ok:
+                    raise outcome.as_exception()
+                return outcome
+            return called
+
+        return {name: function(name) for name in self.tools}
 
     async def _settle_pending(self) -> None:
         """Cancel the tool calls still in flight and wait until they are over: no call may
@@ -190,7 +260,9 @@ class MontyRun:
             return await snap.resume({"future": ...}), None
         parked: pm.AsyncMontySession | None = None
         if may_park and not self.pending:  # never move a run whose other tool calls are in flight
+            started = time.monotonic()
             done, _ = await asyncio.wait({task}, timeout=self.executor.park_after)
+            self.executor.tool_speeds.took(self.tools[name], time.monotonic() - started)
             if not done:
                 state = await self.executor.converting.run(snap.dump, [], {})  # a big heap: off the loop
                 await session.__aexit__(None, None, None)
