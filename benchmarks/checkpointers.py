@@ -10,7 +10,9 @@ The table runs the savers in turn, ``--rounds`` times, and keeps each one's medi
 of two rounds, as it did before, picked a fast moment for one saver and a slow one for another
 on this shared machine, whose speed drifts by 20% within a minute). The run ends with paired
 rounds as well: ``KernelSaver(SqliteCheckpointer)`` then ``InMemorySaver``, 150 graphs each,
-``--pairs`` times, and the median of the pairs' ratios.
+``--pairs`` times, and the median of the pairs' ratios, with LangGraph's default durability
+(``"async"``: a step's checkpoint is written while the next step runs) and with ``"sync"``
+(written before the next step starts).
 """
 
 from __future__ import annotations
@@ -84,32 +86,37 @@ async def kernel_postgres(tmp: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     await store.aclose()
 
 
-async def graph_throughput(make: Callable[[Path], Any], tmp: Path, graphs: int, concurrency: int) -> float:
-    """Graphs/s with ``concurrency`` invocations in flight at any time (1: one after another)."""
+async def graph_throughput(make: Callable[[Path], Any], tmp: Path, graphs: int, concurrency: int,
+                           durability: str | None = None) -> float:
+    """Graphs/s with ``concurrency`` invocations in flight at any time (1: one after another);
+    ``durability``: LangGraph's (None: its default, ``"async"``)."""
     os.makedirs(tmp, exist_ok=True)
     async with make(tmp) as saver:
         app = graph(saver)
         for i in range(20):
-            await app.ainvoke({"log": []}, {"configurable": {"thread_id": f"{tmp.name}-warm-up-{i}"}})
+            await app.ainvoke({"log": []}, {"configurable": {"thread_id": f"{tmp.name}-warm-up-{i}"}},
+                              durability=durability)
         todo = iter(range(graphs))
 
         async def worker() -> None:
             for i in todo:
-                await app.ainvoke({"log": []}, {"configurable": {"thread_id": f"{tmp.name}-t{i}"}})
+                await app.ainvoke({"log": []}, {"configurable": {"thread_id": f"{tmp.name}-t{i}"}},
+                                  durability=durability)
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return graphs / (time.perf_counter() - start)
 
 
-async def paired_ratio(tmp: Path, pairs: int, concurrency: int) -> tuple[float, float, float]:
-    """KernelSaver(SqliteCheckpointer) / InMemorySaver graphs/s, each pair run back to back:
-    the median ratio and its quartiles."""
+async def paired_ratio(tmp: Path, pairs: int, concurrency: int, durability: str) -> tuple[float, float, float]:
+    """KernelSaver(SqliteCheckpointer) / InMemorySaver graphs/s, both with ``durability``, each
+    pair run back to back: the median ratio and its quartiles."""
     ratios = []
     for i in range(pairs):
-        step(f"pair {i + 1}/{pairs}, {concurrency} at a time")
-        kernel = await graph_throughput(kernel_sqlite, tmp / f"pair-k-{concurrency}-{i}", 150, concurrency)
-        memory = await graph_throughput(in_memory, tmp / f"pair-m-{concurrency}-{i}", 150, concurrency)
+        step(f"pair {i + 1}/{pairs}, {concurrency} at a time, durability={durability!r}")
+        where = f"{durability}-{concurrency}-{i}"
+        kernel = await graph_throughput(kernel_sqlite, tmp / f"pair-k-{where}", 150, concurrency, durability)
+        memory = await graph_throughput(in_memory, tmp / f"pair-m-{where}", 150, concurrency, durability)
         ratios.append(kernel / memory)
     ratios.sort()
     return statistics.median(ratios), ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
@@ -161,15 +168,16 @@ async def main(graphs: int, pairs: int, rounds: int) -> None:
         for name, by_level in rates.items():
             table.add_row(name, *(f"{by_level[level]:,.0f} ({by_level[level] / ceiling[level]:.2f}x)"
                                   for level in levels))
-        paired = {level: await paired_ratio(Path(tmp), pairs, level) for level in (1, 16)} if pairs else {}
+        paired = {(mode, level): await paired_ratio(Path(tmp), pairs, level, mode)
+                  for mode in ("async", "sync") for level in (1, 16)} if pairs else {}
         step("SqliteCheckpointer raw ops")
         raw = await raw_ops(Path(tmp), 2000)
     console = Console(width=140)
     console.print(table)
     console.print("(x): against LangGraph's InMemorySaver at the same concurrency, the ceiling for any saver")
-    for level, (median, low, high) in paired.items():
-        console.print(f"KernelSaver(SqliteCheckpointer) / InMemorySaver, {pairs} pairs back to back, {level} at a "
-                      f"time: median {median:.2f}x (quartiles {low:.2f}x to {high:.2f}x)")
+    for (mode, level), (median, low, high) in paired.items():
+        console.print(f"KernelSaver(SqliteCheckpointer) / InMemorySaver, durability={mode!r}, {pairs} pairs back to "
+                      f"back, {level} at a time: median {median:.2f}x (quartiles {low:.2f}x to {high:.2f}x)")
     console.print("SqliteCheckpointer raw ops/s (sequential, durable): "
                   + ", ".join(f"{op} {rate:,.0f}" for op, rate in raw.items()))
 
