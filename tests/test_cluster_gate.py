@@ -1,17 +1,21 @@
 """The cluster gate's buckets (the Ray actor's class, called directly: its methods are plain
-coroutines): concurrency, tokens and a 429's hold-back, counted for the whole cluster."""
+coroutines): concurrency, tokens and a 429's hold-back, counted for the whole cluster, and the
+least-attained-service order across nodes."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
+import types
+from typing import Any
 
 import pytest
 
 pytest.importorskip("ray", reason="the cluster gate ships with the 'ray' extra (pip install 'ringzero[ray]')")
 
 from ringzero import RateLimit
-from ringzero.providers.schedulers.ray_gate import ClusterGate
+from ringzero.providers.schedulers.ray_gate import CLAIM_GRACE, DEFER, ClusterGate, ClusterPermits
 
 
 def _gate(**limit: float) -> ClusterGate:
@@ -50,3 +54,85 @@ async def test_a_429_closes_the_gate_for_every_node_for_its_retry_after() -> Non
     since = time.monotonic() - held
     assert closed["granted"] == 0 and 2.0 - since <= closed["closed_for"] <= 2.0, (closed, since)
     assert closed["wait"] == closed["closed_for"]
+
+
+async def test_the_next_room_goes_to_the_node_whose_waiting_call_has_had_least_service() -> None:
+    """Node B's call (its program has had 1 call) was refused for want of room; once room comes
+    back, node A (whose program has had 50) is put behind B's claim, whoever asks first."""
+    gate = _gate(requests_per_minute=600, burst_requests=1)  # one room every 0.1 s
+    assert (await gate.lease(1, 10, rank=(10, 50.0), node="A"))["granted"] == 1
+    refused = await gate.lease(1, 10, rank=(10, 1.0), node="B")
+    assert refused["granted"] == 0 and refused["wait"] > 0
+    await asyncio.sleep(refused["wait"] + 0.01)  # the room is back
+    behind = await gate.lease(1, 10, rank=(10, 50.0), node="A")
+    assert behind == {"granted": 0, "wait": DEFER}
+    assert (await gate.lease(1, 10, rank=(10, 1.0), node="B"))["granted"] == 1
+    await asyncio.sleep(0.11)
+    assert (await gate.lease(1, 10, rank=(10, 50.0), node="A"))["granted"] == 1  # B's claim ended with its grant
+
+
+async def test_priority_comes_before_service_and_a_claim_lapses_when_its_node_stops_asking() -> None:
+    gate = _gate(requests_per_minute=600, burst_requests=1)
+    assert (await gate.lease(1, 10, rank=(10, 0.0), node="A"))["granted"] == 1
+    refused = await gate.lease(1, 10, rank=(5, 1_000.0), node="B")  # a higher priority, much service
+    await asyncio.sleep(refused["wait"] + 0.01)
+    assert (await gate.lease(1, 10, rank=(10, 0.0), node="A"))["granted"] == 0
+    await asyncio.sleep(CLAIM_GRACE + 0.05)  # B never asked again (a dead node): its claim lapsed
+    assert (await gate.lease(1, 10, rank=(10, 0.0), node="A"))["granted"] == 1
+
+
+class _Handle:
+    """The actor class behind the shape of its Ray handle (``handle.lease.remote(...)``, each
+    call a task on this loop, as Ray's are awaitable refs)."""
+
+    def __init__(self, gate: ClusterGate) -> None:
+        self._gate = gate
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._gate, name)
+        return types.SimpleNamespace(remote=lambda *args: asyncio.ensure_future(method(*args)))
+
+
+async def test_two_nodes_permits_go_first_to_the_lightest_programs_waiting_anywhere() -> None:
+    """Node A has twenty calls of heavy programs waiting; node B's five calls of light programs,
+    arriving last, take the next five rooms: at most one heavy call (one whose lease was already
+    on its way) goes between their arrival and the last one's permit. First come, first served,
+    the heavy calls would take most of those rooms."""
+    gate = _gate(requests_per_minute=1_200, burst_requests=1)  # one room every 50 ms
+    heavy = ClusterPermits(_Handle(gate), batch=1, keep=0.0)
+    light = ClusterPermits(_Handle(gate), batch=1, keep=0.0)
+    served: list[str] = []
+
+    async def call(permits: ClusterPermits, name: str, attained: float) -> None:
+        await permits.acquire(10, (10, attained))
+        served.append(name)
+        permits.release()
+
+    heavy_calls = [asyncio.create_task(call(heavy, f"heavy {i}", 100.0 + i)) for i in range(20)]
+    await asyncio.sleep(0.12)  # the heavy calls wait (two or three got rooms)
+    arrived = len(served)
+    await asyncio.gather(*(call(light, f"light {i}", 1.0 + i) for i in range(5)), *heavy_calls)
+    last_light = max(i for i, name in enumerate(served) if name.startswith("light"))
+    assert last_light - arrived <= 5, (arrived, served)
+
+
+async def test_a_call_waiting_past_starvation_after_goes_first_among_its_priority() -> None:
+    """Node B's light programs keep asking without end; node A's heavy call still gets a permit,
+    once it has waited ``starvation_after``."""
+    gate = _gate(requests_per_minute=1_200, burst_requests=1)
+    busy = ClusterPermits(_Handle(gate), batch=1, keep=0.0)
+    starving = ClusterPermits(_Handle(gate), batch=1, keep=0.0, starvation_after=0.3)
+    stop = asyncio.Event()
+
+    async def light_forever() -> None:
+        while not stop.is_set():
+            await busy.acquire(10, (10, 0.0))
+            busy.release()
+
+    flood = [asyncio.create_task(light_forever()) for _ in range(3)]
+    try:
+        await asyncio.sleep(0.1)
+        await asyncio.wait_for(starving.acquire(10, (10, 1_000.0)), timeout=5)
+    finally:
+        stop.set()
+        await asyncio.gather(*flood)

@@ -266,3 +266,38 @@ async def test_processes_of_one_program_share_its_service_in_the_kernel() -> Non
             await parent.wait(timeout=10)
             await other.wait(timeout=10)
         assert served.index("short") == place, (order, served)  # las: next, having had nothing
+
+
+class RecordingPermits:
+    """A permit source (``PermitSource``) that grants at once and keeps each call's rank: what
+    a cluster's shared source is handed to order calls across gates."""
+
+    def __init__(self) -> None:
+        self.ranks: list[tuple[int, float] | None] = []
+
+    async def acquire(self, tokens: int, rank: tuple[int, float] | None = None) -> None:
+        self.ranks.append(rank)
+
+    def release(self) -> None:
+        pass
+
+    def settle(self, tokens: int) -> None:
+        pass
+
+    def hold_back(self, seconds: float) -> None:
+        pass
+
+
+async def test_a_shared_permit_source_is_handed_each_call_s_place_in_the_order() -> None:
+    """``(priority, the service its program has had)``, this call's share counted; a
+    first-come-first-served gate asks for no order."""
+    for order, expected in (("las", [(10, 1.0), (10, 2.0), (3, 1.0), (10, 3.0)]), ("fifo", [None] * 4)):
+        permits = RecordingPermits()
+        gate = LLMGate(ScriptedProvider(lambda r: "ok"), order=order)
+        gate.share_permits(permits)
+        await gate.complete(request("a0"), pid=1, program=1)
+        await gate.complete(request("a1"), pid=2, program=1)
+        await gate.complete(request("b0"), pid=3, program=2, priority=3)
+        await gate.complete(request("a2"), pid=1, program=1)
+        assert permits.ranks == expected, order
+        await gate.aclose()

@@ -127,9 +127,14 @@ class PermitSource(Protocol):
     """Where a gate gets permits beyond its own buckets: one rate limit shared by the gates of
     many machines (``ringzero.providers.schedulers.ray_gate``). ``acquire`` waits for a permit
     for one request of about ``tokens`` tokens; ``release`` ends that request; ``settle`` corrects
-    the tokens once usage is known; ``hold_back`` tells every sharer that the server said wait."""
+    the tokens once usage is known; ``hold_back`` tells every sharer that the server said wait.
 
-    async def acquire(self, tokens: int) -> None: ...
+    ``rank`` is the call's place in a least-attained-service order, ``(priority, attained)``
+    (lower goes first: its priority, then the service its program has had so far, in what the
+    limit counts); None from a first-come-first-served gate. A source shared by many gates
+    should hand a permit to the best rank waiting anywhere, and bound how long any waits."""
+
+    async def acquire(self, tokens: int, rank: tuple[int, float] | None = None) -> None: ...
 
     def release(self) -> None: ...
 

@@ -210,7 +210,7 @@ class LLMGate:
             permits = self.permits
             try:
                 if permits is not None:
-                    await permits.acquire(estimate)
+                    await permits.acquire(estimate, self._rank(priority, program))
             except BaseException:
                 self._in_flight -= 1
                 self._wake_head()
@@ -341,6 +341,10 @@ class LLMGate:
             self._tokens.take(estimate)
         if self.order == "las":
             self._attained[program] = self._attained.get(program, 0.0) + (estimate if self._by_tokens else 1.0)
+
+    def _rank(self, priority: int, program: int) -> tuple[int, float] | None:
+        """A call's place in the cluster's least-attained-service order (``PermitSource``)."""
+        return (priority, self._attained.get(program, 0.0)) if self.order == "las" else None
 
     def _head(self) -> Entry[_Waiter] | None:
         """The call that goes next: the line's head, or, in a least-attained-service line, the

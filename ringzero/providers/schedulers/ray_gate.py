@@ -12,21 +12,39 @@ then given back, so a lease never lets a node run ahead of the cluster's rate fo
 
 A 429 on any node closes the actor's gate for its ``Retry-After``: every node's next lease
 waits it out, and the node that saw it drops its spares at once.
+
+**The same order as one gate: least attained service.** A lease carries the rank of the best
+call its node has waiting, ``(priority, attained)`` (``LLMGate._rank``: its priority, then the
+service its program has had). A node refused for want of room leaves its rank with the actor
+as a claim, until it asks again (its ``wait``, plus ``CLAIM_GRACE``). While another node's claim
+ranks better, a lease gets nothing and asks again in ``DEFER`` seconds: the next room goes to the
+better call, whichever node holds it. A call waiting at its node's permits longer than
+``starvation_after`` ranks first among its priority, so no node starves. Attained service is
+counted by each node's gate, so a program whose processes run on two nodes is two programs here.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.support.gate import RateLimit, TokenBucket
+from ringzero.core.support.gate import STARVATION_AFTER, RateLimit, TokenBucket
 
 __all__ = ["ClusterGate", "ClusterPermits", "start_cluster_gate"]
 
 REPORT_AFTER = 0.05
 """Seconds a node holds the ends of its calls before it tells the gate actor (if no lease goes first)."""
+CLAIM_GRACE = 0.25
+"""Seconds a refused node's claim outlives the ``wait`` it was told (a node that never asks
+again, a dead one, blocks nobody for longer)."""
+DEFER = 0.01
+"""Seconds a node put behind a better claim waits before it asks again."""
+STARVED = float("-inf")
+"""The attained service of a call past ``starvation_after``: first among its priority."""
 
 
 class ClusterGate:
@@ -47,16 +65,25 @@ class ClusterGate:
         """When (``time.monotonic``) the latest 429 to close an open gate reached this actor."""
         self.granted_when_held = 0
         """Permits granted before that moment: the only ones a call may use while the gate is closed."""
+        self.claims: dict[str, tuple[tuple[float, float], float]] = {}
+        """Refused nodes' best waiting ranks, each with when it lapses."""
 
-    async def lease(self, wanted: int, tokens: float, ended: int = 0, extra_tokens: float = 0.0) -> dict[str, float]:
+    async def lease(self, wanted: int, tokens: float, ended: int = 0, extra_tokens: float = 0.0,
+                    rank: tuple[float, float] | None = None, node: str = "") -> dict[str, float]:
         """Up to ``wanted`` permits of ``tokens`` each: ``granted`` (maybe 0), and when none were,
         ``wait`` seconds before asking again; ``closed_for`` while a 429 holds the gate. What the
-        node has to report since its last call comes along (see ``report``)."""
+        node has to report since its last call comes along (see ``report``). ``rank``: the best
+        call ``node`` has waiting (None: no order asked); nothing is granted while another node's
+        claim ranks better (see the module docstring)."""
         await self.report(ended, extra_tokens)
         now = time.monotonic()
         closed = self._closed_until - now
         if closed > 0:
+            self._claim(node, rank, now + closed)
             return {"granted": 0, "wait": closed, "closed_for": closed}
+        if self._behind(node, rank, now):
+            self._claim(node, rank, now + DEFER)
+            return {"granted": 0, "wait": DEFER}
         granted = 0
         wait = 0.0
         cap = self.limit.max_concurrency
@@ -75,7 +102,27 @@ class ClusterGate:
             self.in_flight += 1
             granted += 1
         self.granted += granted
+        if granted:
+            self.claims.pop(node, None)
+        else:
+            self._claim(node, rank, now + wait)
         return {"granted": granted, "wait": wait}
+
+    def _claim(self, node: str, rank: tuple[float, float] | None, asks_again: float) -> None:
+        """``node`` was refused and will ask again at ``asks_again``: its best call's rank holds
+        the next room for it (or a better one) until a little after that."""
+        if rank is not None:
+            self.claims[node] = ((float(rank[0]), float(rank[1])), asks_again + CLAIM_GRACE)
+
+    def _behind(self, node: str, rank: tuple[float, float] | None, now: float) -> bool:
+        """Whether another node's live claim ranks better than ``rank`` (no rank: any claim)."""
+        mine = (float("inf"), float("inf")) if rank is None else (float(rank[0]), float(rank[1]))
+        for other, (claimed, lapses) in list(self.claims.items()):
+            if lapses <= now:
+                del self.claims[other]
+            elif other != node and claimed < mine:
+                return True
+        return False
 
     async def give_back(self, permits: int, tokens: float) -> None:
         """Permits leased and not used: back into the buckets."""
@@ -110,10 +157,17 @@ class ClusterGate:
 class ClusterPermits:
     """A node's side of the cluster gate (``ringzero.core.support.gate.PermitSource``)."""
 
-    def __init__(self, actor: Any, *, batch: int = 8, keep: float = 0.25) -> None:
+    def __init__(self, actor: Any, *, batch: int = 8, keep: float = 0.25,
+                 starvation_after: float = STARVATION_AFTER) -> None:
         self._actor = actor
         self.batch = batch
         self.keep = keep
+        self.starvation_after = starvation_after
+        """Seconds a call waits here before it ranks first among its priority, cluster-wide."""
+        self.node = uuid.uuid4().hex
+        """This node's name at the actor (its claims)."""
+        self._ranks: dict[int, tuple[tuple[float, float], float]] = {}  # waiting calls: rank, since
+        self._calls = itertools.count()
         self._spare = 0
         self._spare_tokens = 0.0
         self._spare_at = 0.0
@@ -124,7 +178,24 @@ class ClusterPermits:
         self._report: asyncio.TimerHandle | None = None
         self.round_trips = 0
 
-    async def acquire(self, tokens: int) -> None:
+    async def acquire(self, tokens: int, rank: tuple[int, float] | None = None) -> None:
+        me = next(self._calls)
+        if rank is not None:
+            self._ranks[me] = ((float(rank[0]), float(rank[1])), time.monotonic())
+        try:
+            await self._acquire(tokens)
+        finally:
+            self._ranks.pop(me, None)
+
+    def best_rank(self) -> tuple[float, float] | None:
+        """The rank of the best call waiting here, one past ``starvation_after`` first among
+        its priority; None where none waits with a rank."""
+        now = time.monotonic()
+        ranks = [(rank[0], STARVED if now - since >= self.starvation_after else rank[1])
+                 for rank, since in self._ranks.values()]
+        return min(ranks, default=None)
+
+    async def _acquire(self, tokens: int) -> None:
         while True:
             now = time.monotonic()
             if now < self._closed_until:
@@ -140,7 +211,8 @@ class ClusterPermits:
                 # A batch even for one waiting call: the calls that follow within ``keep`` take
                 # spares, so a process calling in a loop pays one round trip per batch.
                 ended, extra, self._ended, self._extra_tokens = self._ended, self._extra_tokens, 0, 0.0
-                reply = await self._actor.lease.remote(max(self.batch, self._waiting), float(tokens), ended, extra)
+                reply = await self._actor.lease.remote(max(self.batch, self._waiting), float(tokens), ended, extra,
+                                                       self.best_rank(), self.node)
             finally:
                 self._waiting -= 1
             if reply.get("closed_for"):
