@@ -68,13 +68,10 @@ def _microsandbox() -> Executor:
 
 FACTORIES = {"in-process": InProcessExecutor, "monty": _monty, "monty-quick-tools": _monty_quick_tools,
              "process": _process, "microsandbox": _microsandbox}
-ISOLATING = ["monty", "monty-quick-tools", "process", "microsandbox"]
-"""The hostile-code suite runs only where isolation is promised."""
-KERNEL_BACKENDS = ["monty", "process", "microsandbox"]
-"""The isolating executors a kernel process runs code in: a kernel journals every tool call, so
-Monty never answers one in its own thread there (``monty-quick-tools`` would add nothing)."""
-in_kernel_processes = pytest.mark.parametrize("sandbox", KERNEL_BACKENDS, indirect=True)
-"""A test of ``sandbox`` under a kernel: each executor a kernel process may run code in."""
+ISOLATING = ["monty", "process", "microsandbox"]  # the hostile-code suite runs only where isolation is promised
+CALLING_TOOLS = [*ISOLATING, "monty-quick-tools"]
+"""For the suites about the host side of tool calls: Monty both ways (driven by snapshots, and
+answering quick tools in its own thread, as it does outside a kernel process)."""
 FULL_CPYTHON = ["process", "microsandbox"]
 """The isolating executors that run full CPython (fork, files, ctypes, their channel to the host)."""
 full_cpython_only = pytest.mark.parametrize("sandbox", FULL_CPYTHON, indirect=True)
@@ -99,9 +96,15 @@ async def executor(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
     await instance.aclose()
 
 
-@pytest.fixture(params=ISOLATING)
-async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
+async def _isolating(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
     instance = await _started(request.param)
     assert instance.capabilities.isolation != "none"
     yield instance
     await instance.aclose()
+
+
+sandbox = pytest.fixture(params=ISOLATING, name="sandbox")(_isolating)
+"""Each isolating executor this host can run."""
+sandbox_calling_tools = pytest.fixture(params=CALLING_TOOLS, name="sandbox")(_isolating)
+"""``sandbox`` for a module about tool calls (imported there, it takes the place of the other):
+Monty also answering quick tools in its own thread."""

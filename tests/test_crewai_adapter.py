@@ -26,7 +26,6 @@ from ringzero.core.contract.protocols import Executor
 from ringzero.core.contract.types import LLMRequest, ProcessStatus, StopReason
 from ringzero.testing import ScriptedProvider
 from tests.crew_programs import crew_program, flow_persistence, flow_program, react_script
-from tests.executors import in_kernel_processes
 from tests.test_langgraph_e2e import CountingExecutor
 from tests.tool_bodies import crew_read_file, crew_word_count, divide
 
@@ -146,7 +145,6 @@ def test_what_cannot_be_shipped_is_refused_when_wrapping() -> None:
         sandboxed(42)  # type: ignore[arg-type]
 
 
-@in_kernel_processes
 async def test_a_sandboxed_tool_cannot_read_the_hosts_files_and_its_errors_are_typed(
         sandbox: Executor, tmp_path: Path) -> None:
     import asyncio
@@ -177,7 +175,6 @@ def test_kernel_llm_answers_through_the_gate_and_counts_tokens() -> None:
     assert llm.get_token_usage_summary().total_tokens > 0
 
 
-@in_kernel_processes
 async def test_a_two_agent_crew_runs_as_a_kernel_process_with_its_tools_in_the_sandbox(
         sandbox: Executor, tmp_path: Path) -> None:
     counting = CountingExecutor(sandbox)

@@ -21,7 +21,6 @@ from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.protocols import Executor, Tool, ToolCallJournal
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, LLMRequest
 from ringzero.testing import ScriptedProvider
-from tests.executors import in_kernel_processes
 from tests.programs import sandboxed_graph_agent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +61,6 @@ def secret_file(tmp_path: Path) -> str:
     return str(secret)
 
 
-@in_kernel_processes
 async def test_a_react_graph_runs_its_tools_in_the_sandbox_in_parallel_with_errors(
         sandbox: Executor, tmp_path: Path) -> None:
     counting = CountingExecutor(sandbox)
@@ -81,7 +79,6 @@ async def test_a_react_graph_runs_its_tools_in_the_sandbox_in_parallel_with_erro
     assert journal.count("tool") == 3 and journal.count("llm") == 2
 
 
-@in_kernel_processes
 async def test_a_graph_stopped_mid_run_resumes_without_running_a_recorded_tool_again(
         sandbox: Executor, tmp_path: Path) -> None:
     async def hangs_once_tools_ran(request: LLMRequest) -> Any:

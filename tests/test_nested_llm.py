@@ -11,7 +11,6 @@ from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.protocols import Executor
 from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
-from tests.executors import in_kernel_processes
 from tests.programs import asks_inside_code
 
 
@@ -19,7 +18,6 @@ def echo(request: LLMRequest) -> str:
     return f"heard {request.messages[-1].content}"
 
 
-@in_kernel_processes
 async def test_nested_calls_are_charged_live_and_again_after_a_resume(sandbox: Executor, tmp_path: Path) -> None:
     clean_model = ScriptedProvider(echo)
     async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "clean.db"), executor=sandbox,

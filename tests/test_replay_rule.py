@@ -27,7 +27,7 @@ from ringzero import Context, Kernel, NonDeterminismError, ProcessFailed, ToolIn
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
-from tests.executors import full_cpython_only, in_kernel_processes
+from tests.executors import full_cpython_only
 
 CALLS: Counter[str] = Counter()
 """Every call that reached a provider or a tool, as ``llm <prompt>`` or ``<tool> <args>``."""
@@ -332,7 +332,6 @@ async def test_a_resume_replays_only_the_current_run_and_receives_no_mail_twice(
     assert [CALLS[f"llm handle m{i}"] for i in range(6)] == [1, 1, 1, 1, 2, 1]  # only the call in flight again
 
 
-@in_kernel_processes
 async def test_every_sandbox_serves_recorded_tool_calls_and_repeats_only_the_keyed_one_in_flight(
         tmp_path: Path, sandbox: Any) -> None:
     await crash_in(tmp_path / "state.db", "charge 2", charges_from_code, executor=sandbox)

@@ -24,7 +24,10 @@ import ringzero
 from ringzero.core.contract.protocols import Executor
 from ringzero.core.contract.types import ExecLimits, ExecResult
 from tests import cpu_tools
-from tests.executors import full_cpython_only
+from tests.executors import (
+    full_cpython_only,
+    sandbox_calling_tools,  # noqa: F401 - the `sandbox` fixture here: Monty answering tools in its thread too
+)
 from tests.heartbeat import bystander, heartbeat
 
 LIMITS = ExecLimits(wall_seconds=5.0, memory_bytes=256 * 1024 * 1024, output_bytes=64 * 1024)

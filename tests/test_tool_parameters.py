@@ -16,6 +16,7 @@ from langchain_core.tools import InjectedToolArg
 import ringzero
 from ringzero.core.contract.protocols import Executor
 from ringzero.core.contract.types import ExecLimits, ExecResult
+from tests.executors import sandbox_calling_tools  # noqa: F401 - the `sandbox` fixture here: Monty answering tools in its thread too
 
 LIMITS = ExecLimits(wall_seconds=10.0)
 SECRET = "sk-host-secret"
