@@ -93,27 +93,34 @@ class _Handle:
         return types.SimpleNamespace(remote=lambda *args: asyncio.ensure_future(method(*args)))
 
 
-async def test_two_nodes_permits_go_first_to_the_lightest_programs_waiting_anywhere() -> None:
-    """Node A has twenty calls of heavy programs waiting; node B's five calls of light programs,
-    arriving last, take the next five rooms: at most one heavy call (one whose lease was already
-    on its way) goes between their arrival and the last one's permit. First come, first served,
-    the heavy calls would take most of those rooms."""
+async def test_a_node_s_leases_carry_the_rank_of_its_best_waiting_call() -> None:
+    """Three calls wait at one node's permits; each lease it sends carries the best rank among
+    those waiting when it is sent (priority before service); a served call's rank leaves with it."""
     gate = _gate(requests_per_minute=1_200, burst_requests=1)  # one room every 50 ms
-    heavy = ClusterPermits(_Handle(gate), batch=1, keep=0.0)
-    light = ClusterPermits(_Handle(gate), batch=1, keep=0.0)
-    served: list[str] = []
+    assert (await gate.lease(1, 10, node="another"))["granted"] == 1  # the room is taken: all three wait
+    ranks = [(10, 100.0), (10, 5.0), (3, 500.0)]
+    served: list[tuple[int, float]] = []
+    sent: list[tuple[Any, list[tuple[int, float]]]] = []  # each lease's rank, and who was served by then
+    lease = gate.lease
 
-    async def call(permits: ClusterPermits, name: str, attained: float) -> None:
-        await permits.acquire(10, (10, attained))
-        served.append(name)
+    async def recorded(*args: Any) -> dict[str, float]:
+        sent.append((args[4], list(served)))
+        return await lease(*args)
+
+    gate.lease = recorded  # type: ignore[method-assign]
+    permits = ClusterPermits(_Handle(gate), batch=1, keep=0.0)
+
+    async def call(rank: tuple[int, float]) -> None:
+        await permits.acquire(10, rank)
+        served.append(rank)
         permits.release()
 
-    heavy_calls = [asyncio.create_task(call(heavy, f"heavy {i}", 100.0 + i)) for i in range(20)]
-    await asyncio.sleep(0.12)  # the heavy calls wait (two or three got rooms)
-    arrived = len(served)
-    await asyncio.gather(*(call(light, f"light {i}", 1.0 + i) for i in range(5)), *heavy_calls)
-    last_light = max(i for i, name in enumerate(served) if name.startswith("light"))
-    assert last_light - arrived <= 5, (arrived, served)
+    await asyncio.gather(*(call(rank) for rank in ranks))
+    assert [rank for rank, _ in sent[:3]] == [(10, 100.0), (10, 5.0), (3, 500.0)]  # as each joined
+    assert len(sent) > 3, sent
+    for rank, served_by_then in sent[3:]:  # once all three had joined
+        assert rank == min(r for r in ranks if r not in served_by_then), sent
+    assert sorted(served) == sorted(ranks)
 
 
 async def test_a_call_waiting_past_starvation_after_goes_first_among_its_priority() -> None:

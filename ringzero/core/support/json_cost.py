@@ -109,21 +109,10 @@ def _small(value: Any, depth: int) -> bool:
     if depth == 0:
         return False
     if kind is list or kind is tuple:
-        if len(value) > _SMALL_ITEMS:
-            return False
-        for item in value:
-            if type(item) is not int and not _small(item, depth - 1):
-                return False
-            if type(item) is int and not -_SMALL_INT < item < _SMALL_INT:
-                return False
-        return True
+        return len(value) <= _SMALL_ITEMS and all(_small(item, depth - 1) for item in value)
     if kind is dict:
-        if len(value) > _SMALL_ITEMS:
-            return False
-        for key, item in value.items():
-            if type(key) is not str or len(key) > _SMALL_TEXT or not _small(item, depth - 1):
-                return False
-        return True
+        return len(value) <= _SMALL_ITEMS and all(type(k) is str and len(k) <= _SMALL_TEXT and _small(v, depth - 1)
+                                                  for k, v in value.items())
     return False
 
 

@@ -273,15 +273,15 @@ class HostTools:
         return (f"{what} would take this run's tool calls to {self.spent + size} bytes of JSON, over the "
                 f"limit of {self.budget} for the whole run")
 
-    def _admit(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[Tool | None, Exception | None]:
-        """The tool a call names and why it is refused before its arguments are measured."""
+    def _admit(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Tool | Exception:
+        """The tool a call names, or why the call is refused before its arguments are measured."""
         tool = self.tools.get(name)
         if tool is None:
-            return None, NameError(f"no host tool named {name!r}")
+            return NameError(f"no host tool named {name!r}")
         parameters = self._parameters.get(name)
         if parameters is None:
             parameters = self._parameters[name] = ToolParameters(tool, name)
-        return tool, parameters.refusal(args, kwargs)
+        return parameters.refusal(args, kwargs) or tool
 
     def _charge_arguments(self, name: str, size: int, refused: str | None) -> Exception | None:
         """Charge a call's measured arguments to the budget, or say why it is refused."""
@@ -303,9 +303,9 @@ class HostTools:
     async def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """``(True, result)``, or ``(False, ShownError)`` for a call refused, a tool that raised
         or a result that may not cross the boundary."""
-        tool, refusal = self._admit(name, args, kwargs)
-        if tool is None or refusal is not None:
-            return self._refuse(name, refusal or NameError(name))
+        tool = self._admit(name, args, kwargs)
+        if isinstance(tool, Exception):
+            return self._refuse(name, tool)
         refusal = self._charge_arguments(name, *await measure_async([args, kwargs], f"the arguments to {name}()",
                                                                     self.tool_bytes))
         if refusal is not None:
@@ -333,9 +333,9 @@ class HostTools:
         """``call`` in the calling thread, which is not ``loop``'s (Monty's thread that calls
         host functions), for a tool ``runs_here``: the same checks, the same record, the tool
         run right here. Calls in one run come one at a time (sync-style code)."""
-        tool, refusal = self._admit(name, args, kwargs)
-        if tool is None or refusal is not None:
-            return self._refuse(name, refusal or NameError(name))
+        tool = self._admit(name, args, kwargs)
+        if isinstance(tool, Exception):
+            return self._refuse(name, tool)
         refusal = self._charge_arguments(name, *measure([args, kwargs], f"the arguments to {name}()", self.tool_bytes))
         if refusal is not None:
             return self._refuse(name, refusal)

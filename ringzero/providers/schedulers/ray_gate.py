@@ -21,6 +21,8 @@ ranks better, a lease gets nothing and asks again in ``DEFER`` seconds: the next
 better call, whichever node holds it. A call waiting at its node's permits longer than
 ``starvation_after`` ranks first among its priority, so no node starves. Attained service is
 counted by each node's gate, so a program whose processes run on two nodes is two programs here.
+Within a node, calls reach the permits in the order its gate admitted them; those waiting there
+at once take the permits their leases win, not in rank order among themselves.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ DEFER = 0.01
 """Seconds a node put behind a better claim waits before it asks again."""
 STARVED = float("-inf")
 """The attained service of a call past ``starvation_after``: first among its priority."""
+_LAST = (float("inf"), float("inf"))
+"""The rank of a lease that asks for no order: behind any claim."""
 
 
 class ClusterGate:
@@ -65,7 +69,7 @@ class ClusterGate:
         """When (``time.monotonic``) the latest 429 to close an open gate reached this actor."""
         self.granted_when_held = 0
         """Permits granted before that moment: the only ones a call may use while the gate is closed."""
-        self.claims: dict[str, tuple[tuple[float, float], float]] = {}
+        self.claims: dict[str, tuple[tuple[float, ...], float]] = {}
         """Refused nodes' best waiting ranks, each with when it lapses."""
 
     async def lease(self, wanted: int, tokens: float, ended: int = 0, extra_tokens: float = 0.0,
@@ -112,11 +116,11 @@ class ClusterGate:
         """``node`` was refused and will ask again at ``asks_again``: its best call's rank holds
         the next room for it (or a better one) until a little after that."""
         if rank is not None:
-            self.claims[node] = ((float(rank[0]), float(rank[1])), asks_again + CLAIM_GRACE)
+            self.claims[node] = (tuple(rank), asks_again + CLAIM_GRACE)
 
     def _behind(self, node: str, rank: tuple[float, float] | None, now: float) -> bool:
         """Whether another node's live claim ranks better than ``rank`` (no rank: any claim)."""
-        mine = (float("inf"), float("inf")) if rank is None else (float(rank[0]), float(rank[1]))
+        mine = _LAST if rank is None else tuple(rank)
         for other, (claimed, lapses) in list(self.claims.items()):
             if lapses <= now:
                 del self.claims[other]
@@ -166,7 +170,7 @@ class ClusterPermits:
         """Seconds a call waits here before it ranks first among its priority, cluster-wide."""
         self.node = uuid.uuid4().hex
         """This node's name at the actor (its claims)."""
-        self._ranks: dict[int, tuple[tuple[float, float], float]] = {}  # waiting calls: rank, since
+        self._ranks: dict[int, tuple[tuple[int, float], float]] = {}  # waiting calls: rank, since
         self._calls = itertools.count()
         self._spare = 0
         self._spare_tokens = 0.0
@@ -181,7 +185,7 @@ class ClusterPermits:
     async def acquire(self, tokens: int, rank: tuple[int, float] | None = None) -> None:
         me = next(self._calls)
         if rank is not None:
-            self._ranks[me] = ((float(rank[0]), float(rank[1])), time.monotonic())
+            self._ranks[me] = (rank, time.monotonic())
         try:
             await self._acquire(tokens)
         finally:

@@ -107,7 +107,9 @@ class NodeWorker:
         from ringzero.providers.schedulers.ray_gate import ClusterPermits
 
         for provider, actor_name in self._gates.items():
-            kernel.gate(provider).share_permits(ClusterPermits(ray.get_actor(actor_name, namespace=self._namespace)))
+            gate = kernel.gate(provider)  # a call waiting past the gate's own bound goes first cluster-wide too
+            gate.share_permits(ClusterPermits(ray.get_actor(actor_name, namespace=self._namespace),
+                                              starvation_after=gate.starvation_after))
 
     # ----------------------------------------------------------------- calls
     async def hello(self) -> Envelope:
