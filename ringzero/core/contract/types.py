@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Literal
 
+from ringzero.core.contract.egress import Egress, EgressRecord
 from ringzero.core.contract.errors import InvalidLimits
 from ringzero.core.contract.json_data import (
     JSON,
@@ -84,9 +85,14 @@ class ExecLimits:
     """Caps the JSON of every host tool call's arguments and results of one run, together
     (what the host keeps, returns and journals for it): a call past it is not made, and the
     code gets a ValueError."""
+    egress: Egress | None = None
+    """What the run may reach on the network, through the host, and with which secrets
+    (``ringzero.Egress``); None: no network."""
 
     def __post_init__(self) -> None:
         _check_non_negative(self, "ExecLimits")
+        if self.egress is not None and not isinstance(self.egress, Egress):
+            raise InvalidLimits(f"ExecLimits.egress must be a ringzero.Egress or None, not {self.egress!r}")
 
 
 @dataclass(frozen=True)
@@ -123,6 +129,8 @@ class ExecResult:
     error: ExecError | None = None
     duration: float = 0.0
     tool_calls: tuple[ToolCallRecord, ...] = ()
+    egress: tuple[EgressRecord, ...] = ()
+    """The requests the run made (or tried) through the host, in order (``ExecLimits.egress``)."""
 
     @property
     def ok(self) -> bool:
@@ -148,6 +156,7 @@ class ExecResult:
             "error": None if self.error is None else dict(vars(self.error)),
             "duration": self.duration,
             "tool_calls": [dict(vars(c)) for c in self.tool_calls],
+            **({"egress": [dict(vars(r)) for r in self.egress]} if self.egress else {}),
         }
 
     @classmethod
@@ -159,6 +168,7 @@ class ExecResult:
             error=None if error is None else ExecError(**error),
             duration=float(data.get("duration", 0.0)),
             tool_calls=tuple(ToolCallRecord(**c) for c in data.get("tool_calls") or ()),
+            egress=tuple(EgressRecord(**r) for r in data.get("egress") or ()),
         )
 
 
@@ -251,7 +261,7 @@ def _check_non_negative(obj: object, kind: str) -> None:
     whole = _whole_fields(cls)
     for name in _field_names(cls):
         value = getattr(obj, name)
-        if value is None:
+        if value is None or name == "egress":
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             raise InvalidLimits(f"{kind}.{name} must be a number or None, not {value!r}")

@@ -34,6 +34,7 @@ What is recorded:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -382,3 +383,20 @@ def exec_tool_span(tool: Any, name: str | None = None) -> Any:
         or type(tool).__name__
     return serving[0].tracer.start_as_current_span(
         f"execute_tool {name}", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name})
+
+
+@contextlib.contextmanager
+def egress_span(method: str, scheme: str, host: str, port: int, path: str) -> Iterator[Any]:
+    """A client span for one request a run sends through the host's egress (OpenTelemetry's HTTP
+    conventions: ``{method}``, ``http.request.method``, ``server.address``, ``server.port``,
+    ``url.scheme``, ``url.path``), under the ``execute_tool http_request`` span; yields the
+    span, or None outside a traced kernel syscall."""
+    serving = _SERVING.get()
+    if serving is None or serving[0].tracer is None:
+        yield None
+        return
+    attributes = {"http.request.method": method, "server.address": host, "server.port": port, "url.scheme": scheme,
+                  "url.path": path.partition("?")[0]}
+    with serving[0].tracer.start_as_current_span(method, kind=serving[0]._trace.SpanKind.CLIENT,
+                                                 attributes=attributes) as span:
+        yield span

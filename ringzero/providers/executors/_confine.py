@@ -111,6 +111,7 @@ _FS_WRITE_V1 = (1 << 1) | sum(1 << b for b in range(4, 13))  # WRITE_FILE, REMOV
 _FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 _FS_MAKE_SPECIAL = (1 << 6) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)  # MAKE_CHAR, SOCK, FIFO, BLOCK, SYM
 _NET_ALL = (1 << 0) | (1 << 1)  # BIND_TCP, CONNECT_TCP
+_NET_CONNECT, _RULE_NET_PORT = 1 << 1, 2
 _SCOPE_ALL = (1 << 0) | (1 << 1)  # ABSTRACT_UNIX_SOCKET, SIGNAL
 
 
@@ -118,11 +119,13 @@ def _landlock_abi() -> int:
     return _check(_libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, 0, 1), "landlock_create_ruleset(version)")
 
 
-def landlock(readable: Iterable[str], writable: Iterable[str], files_only: Iterable[str] = ()) -> None:
+def landlock(readable: Iterable[str], writable: Iterable[str], files_only: Iterable[str] = (),
+             connect_ports: Iterable[int] = ()) -> None:
     """Allow reading ``readable``, everything in ``writable``, and in ``files_only`` everything
     but making a symlink, FIFO, socket or device node (what the host could be tricked by when it
-    reads the directory later); deny the rest of the file system, TCP, and (ABI 6+) signals and
-    abstract sockets reaching outside the sandbox."""
+    reads the directory later); deny the rest of the file system, TCP (but connecting to
+    ``connect_ports``: the egress proxy's, in the run's own network namespace), and (ABI 6+)
+    signals and abstract sockets reaching outside the sandbox."""
     abi = _landlock_abi()
     fs_all = _FS_READ | _FS_WRITE_V1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
     fs_all |= _FS_IOCTL_DEV if abi >= 5 else 0
@@ -137,6 +140,10 @@ def landlock(readable: Iterable[str], writable: Iterable[str], files_only: Itera
         for paths, access in ((readable, _FS_READ), (writable, fs_all), (files_only, fs_all & ~_FS_MAKE_SPECIAL)):
             for path in paths:
                 _landlock_allow(ruleset, path, access)
+        for port in connect_ports if net else ():
+            rule = ctypes.create_string_buffer(struct.pack("=QQ", _NET_CONNECT, port), 16)
+            _check(_libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _RULE_NET_PORT, rule, 0),
+                   f"landlock_add_rule(connect to port {port})")
         no_new_privs()
         _check(_libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
     finally:

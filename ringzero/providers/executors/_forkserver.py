@@ -104,13 +104,16 @@ class Server:
             self._run_uids = _confine.RunUids()
         return self._run_uids.next()
 
-    def confine(self, scratch: str, uid: int) -> None:
+    def confine(self, scratch: str, uid: int, egress: bool = False) -> None:
         """The controls that do not depend on a run's limits, in the order that keeps each
         possible. The run may write only in its scratch and, when one is given, the workspace
-        (where it may make files and directories only: no symlink, FIFO, socket or device)."""
+        (where it may make files and directories only: no symlink, FIFO, socket or device); it
+        may connect over TCP only to the egress proxy's port, where ``egress`` (its listener,
+        in the run's own network namespace, is the only thing there to connect to)."""
         if "landlock" in self.controls:  # /proc is the run's own PID namespace's, when it has a private root
             readable = [*_confine.readable_paths(), *(["/proc"] if self.private_root else [])]
-            _confine.landlock(readable, [scratch], [self.run_workspace] if self.workspace else [])
+            _confine.landlock(readable, [scratch], [self.run_workspace] if self.workspace else [],
+                              connect_ports=[_mounts.EGRESS_PORT] if egress else [])
         if "seccomp" in self.controls:
             _confine.seccomp_deny()
         if "unprivileged" in self.controls:
@@ -181,20 +184,23 @@ class Server:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         failure = None
+        listener: socket.socket | None = None  # the egress proxy's, made while the init may
         try:
             if self.private_root:
                 self.build_root(uid)
                 _mounts.mount_proc()
+                with contextlib.suppress(OSError):  # an egress run says so, if this failed
+                    listener = _mounts.egress_listener()
             devnull = os.open("/dev/null", os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
             os.environ.update(HOME=scratch, TMPDIR=scratch, **({"RINGZERO_WORKSPACE": self.run_workspace}
                                                                if self.workspace else {}))
-            self.confine(scratch, uid)
+            self.confine(scratch, uid, egress=listener is not None)
             os.chdir(scratch)
         except BaseException as exc:
             failure = f"{type(exc).__name__}: {exc}"
-        data, fds, _, _ = socket.recv_fds(link, 65536, 1)
+        data, fds, _, _ = socket.recv_fds(link, 65536, 2)
         link.close()
         if not data or not fds:
             os._exit(0)  # the fork server is gone
@@ -205,8 +211,11 @@ class Server:
                 raise RuntimeError(failure)
             header = json.loads(data)
             self.limit(header["limits"])
+            _hand_over_listener(listener, fds[1] if len(fds) > 1 else None, bool(header.get("egress")))
             send_msg(conn, {"op": "started"})  # confined: from here on, a "failed" may be the code's own
             request = recv_msg(conn)
+            if request.get("egress"):
+                _egress_environment(request["egress"], scratch)
             conn.sendall(run_code(request, conn.sendall, lambda: recv_msg(conn),
                                   int(header["limits"]["output_bytes"])))
         except BaseException as exc:
@@ -277,6 +286,29 @@ class Server:
         return results
 
 
+def _hand_over_listener(listener: socket.socket | None, to_host: int | None, egress: bool) -> None:
+    """Send the egress proxy's listener to the host (over ``to_host``) for a run given egress;
+    either way, the run keeps no copy of it."""
+    try:
+        if egress:
+            if listener is None or to_host is None:
+                raise RuntimeError("egress needs the run's own network namespace, and this sandbox has none")
+            with socket.socket(fileno=to_host) as host:
+                socket.send_fds(host, [b"listener"], [listener.fileno()])
+        elif to_host is not None:
+            os.close(to_host)
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+def _egress_environment(egress: dict[str, Any], scratch: str) -> None:
+    """The run's CA in its scratch, and the proxy, CA and placeholders in its environment."""
+    with open(os.path.join(scratch, str(egress["ca_file"])), "w", encoding="ascii") as file:
+        file.write(str(egress["ca"]))
+    os.environ.update({str(k): str(v) for k, v in egress["env"].items()})
+
+
 class _Ready:
     """An init waiting for its run (perhaps still confining itself: the fork server never
     waits for it): its link to us, its scratch, cgroup leaf and host pid."""
@@ -319,12 +351,13 @@ def _serve(server: Server, control: socket.socket, ready: collections.deque[_Rea
     refill()
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(control, 65536, 1)
+            data, fds, _, _ = socket.recv_fds(control, 65536, 2)
         except OSError:
             return
         if not data or not fds:
             return  # the host is gone: so are we (and the waiting inits, whose links close)
         conn = socket.socket(fileno=fds[0])
+        egress = fds[1:]  # the run's egress link, handed on to its init
         try:
             run = ready.popleft() if ready else server.spawn_ready(control)
             handed.append(run.leaf)
@@ -332,12 +365,14 @@ def _serve(server: Server, control: socket.socket, ready: collections.deque[_Rea
                 server.cgroups.set_memory(run.leaf, int(json.loads(data)["limits"]["memory_bytes"]))
             greeting = {"op": "pid", "pid": run.pid, **({} if server.private_root else {"scratch": run.scratch})}
             send_msg(conn, greeting)
-            socket.send_fds(run.link, [data], [conn.fileno()])
+            socket.send_fds(run.link, [data], [conn.fileno(), *egress])
             run.link.close()
         except (OSError, EOFError, ValueError, KeyError) as exc:  # no sandbox for this run: it fails, we serve on
             with contextlib.suppress(OSError):
                 send_msg(conn, {"op": "failed", "message": f"the sandbox could not be prepared: {exc}"})
         conn.close()
+        for fd in egress:
+            os.close(fd)
         if server.cgroups is not None:
             handed[:] = [leaf for leaf in handed if leaf and not server.cgroups.remove(leaf)]
         refill()

@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import functools
 import os
 import signal
+import socket
+import struct
 from collections.abc import Iterable
 
-__all__ = ["DEVICES", "SCRATCH", "WORKSPACE", "build_root", "enter_namespaces", "fork_into_pid_namespace", "mount",
+__all__ = ["DEVICES", "EGRESS_PORT", "SCRATCH", "WORKSPACE", "build_root", "egress_listener", "enter_namespaces", "fork_into_pid_namespace", "mount",
            "mount_proc", "plan"]
 
 SCRATCH = "/tmp"
@@ -173,3 +176,27 @@ def build_root(root: str, readable: Iterable[str], workspace: str, *, scratch_by
 def mount_proc() -> None:
     """A /proc of the run's own PID namespace (called by its init)."""
     mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+
+
+EGRESS_PORT = 3128
+"""Where a run's egress proxy listens, on 127.0.0.1 in the run's own network namespace."""
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def egress_listener() -> socket.socket:
+    """In a run's init, in its new network namespace (before it drops its capabilities): bring
+    the loopback interface up and listen on 127.0.0.1:``EGRESS_PORT``. Nothing else is up in
+    the namespace; the host accepts on this socket when the run is given egress, and the init
+    closes it otherwise."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as control:
+        request = struct.pack("16sh14x", b"lo", 0)
+        flags = struct.unpack("16sh14x", fcntl.ioctl(control, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(control, _SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", flags | _IFF_UP))
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", EGRESS_PORT))
+        listener.listen(64)
+    except BaseException:
+        listener.close()
+        raise
+    return listener

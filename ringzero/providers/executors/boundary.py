@@ -22,7 +22,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.contract.errors import ResultRefused, ToolError
+from ringzero.core.contract.egress import EgressRecord
+from ringzero.core.contract.errors import InvalidArgument, ResultRefused, ToolError
 from ringzero.core.contract.outcomes import ERROR_CHARS, clip
 from ringzero.core.contract.protocols import Tool, ToolCallJournal
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ToolCallRecord
@@ -30,6 +31,8 @@ from ringzero.core.support.host_tools import call_tool, call_tool_here, runs_her
 from ringzero.core.support.json_cost import NOT_JSON, check_value, measure, measure_async
 from ringzero.core.support.tool_parameters import ToolParameters
 from ringzero.core.support.tool_pool import CallHere, ToolPool, shared_pool
+from ringzero.providers.egress.engine import TOOL_NAME as EGRESS_TOOL
+from ringzero.providers.egress.engine import EgressRun
 from ringzero.providers.executors._runner import CONTROL_BYTES, HEADER, MAX_DEPTH, deeper_than
 
 __all__ = ["MAX_DEPTH", "NOT_JSON", "FrameBuffer", "HostTools", "ProtocolViolation", "ShownError", "check_value",
@@ -223,6 +226,14 @@ class HostTools:
     def __init__(self, tools: Mapping[str, Tool], limits: ExecLimits, pool: ToolPool | None = None, *,
                  show_errors: bool = False, calls: ToolCallJournal | None = None) -> None:
         self.tools = dict(tools)
+        self.egress: EgressRun | None = None
+        """The run's egress (``ExecLimits.egress``): its ``http_request`` tool is among ``tools``."""
+        if limits.egress is not None:
+            if EGRESS_TOOL in self.tools:
+                raise InvalidArgument(f"a run with egress has the built-in tool {EGRESS_TOOL!r}; give yours "
+                                      "another name")
+            self.egress = EgressRun(limits.egress)
+            self.tools[EGRESS_TOOL] = self.egress.tool
         self.tool_bytes = limits.tool_bytes
         self.budget = limits.run_tool_bytes
         self.spent = 0
@@ -240,6 +251,11 @@ class HostTools:
         self._parameters: dict[str, ToolParameters] = {}
         self.running_here: tuple[str, list[Any], dict[str, Any], CallHere] | None = None
         """The call ``call_here`` runs now, if any."""
+
+    @property
+    def egress_log(self) -> tuple[EgressRecord, ...]:
+        """The run's requests through the host, for its ``ExecResult``."""
+        return () if self.egress is None else tuple(self.egress.log)
 
     def _room(self) -> int | None:
         return None if self.budget is None else max(0, self.budget - self.spent)

@@ -93,8 +93,8 @@ class MontyRun:
         self.executor = executor
         self.pool = pool
         self.limits = limits
-        self.tools = tools
         self.host = HostTools(tools, limits, executor.tool_pool, show_errors=executor.show_tool_errors, calls=calls)
+        self.tools = self.host.tools
         self.output = CappedOutput(limits.output_bytes if limits.output_bytes is not None else 1 << 62)
         self.session_broken = False
         self.async_style = False
@@ -146,7 +146,8 @@ class MontyRun:
             self.session_broken = True
         if error is not None:
             value = None
-        return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.host.calls))
+        return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.host.calls),
+                          self.host.egress_log)
 
     def _final(self, value: Any) -> JSON:
         """The code's final value as JSON (a value JSON cannot hold becomes its repr), within

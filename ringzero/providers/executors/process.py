@@ -62,6 +62,7 @@ from ringzero.providers.executors.boundary import (
     message_limit,
 )
 from ringzero.providers.executors.fork_servers import Channel, ForkServer, remove_tree
+from ringzero.providers.executors.process_egress import RunEgress
 
 __all__ = ["SANDBOX_ENVIRONMENT", "ProcessExecutor", "remove_tree"]
 
@@ -307,11 +308,21 @@ class ProcessExecutor:
             raise InvalidArgument(refused)
         host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors, calls=calls)
         started = time.perf_counter()
-        server, channel = await self._open_run(limits)
+        egress = None
+        if host.egress is not None:
+            await self.start()
+            if "namespaces" not in self._controls:
+                raise ExecutorError("a run with egress needs the namespaces control (its own network namespace, "
+                                    f"where only the host's proxy listens); this host lacks it: "
+                                    f"{self.missing_controls.get('namespaces')}")
+            egress = RunEgress(host)
+        server, channel = await self._open_run(limits, egress)
         greeting: dict[str, Any] = {}
         try:
-            outcome = await self._converse(channel, code, dict(inputs or {}), host, limits, greeting)
+            outcome = await self._converse(channel, code, dict(inputs or {}), host, limits, greeting, egress)
         finally:
+            if egress is not None:
+                await egress.aclose()
             server.run_ended()
             if isinstance(greeting.get("pid"), int):  # the namespace's init: killing it ends every process
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -321,20 +332,24 @@ class ProcessExecutor:
             if scratch.startswith(server.root + os.sep):
                 await asyncio.to_thread(remove_tree, scratch)
         value, stdout, error = outcome
-        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls))
+        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls), host.egress_log)
 
-    async def _open_run(self, limits: ExecLimits) -> tuple[ForkServer, Channel]:
+    async def _open_run(self, limits: ExecLimits, egress: RunEgress | None) -> tuple[ForkServer, Channel]:
         """Ask the least busy fork server for a sandbox; where that one has died, it leaves the
-        pool and the request goes to another (started, if none is left), once."""
-        header = {"limits": {
+        pool and the request goes to another (started, if none is left), once. A run given
+        egress also sends a link of its own, on which its init hands over the proxy's listener."""
+        header: dict[str, Any] = {"limits": {
             "cpu_seconds": int((limits.wall_seconds or 30) + 1), "memory_bytes": limits.memory_bytes,
             "file_bytes": self.file_bytes, "processes": self.max_processes, "output_bytes": limits.output_bytes}}
+        if egress is not None:
+            header["egress"] = True
         for attempt in (1, 2):
             server = await self._least_busy()
             mine, theirs = socket.socketpair()
             channel = Channel(mine, message_limit(limits), sender=server.process.pid)  # before anyone can send
+            fds = [theirs.fileno()] if egress is None else [theirs.fileno(), egress.init_end.fileno()]
             try:
-                socket.send_fds(server.control, [json.dumps(header).encode()], [theirs.fileno()])
+                socket.send_fds(server.control, [json.dumps(header).encode()], fds)
             except OSError as exc:
                 channel.close()
                 if attempt == 2:
@@ -349,7 +364,8 @@ class ProcessExecutor:
         raise AssertionError("unreachable")
 
     async def _converse(self, channel: Channel, code: str, inputs: dict[str, JSON], host: HostTools,
-                        limits: ExecLimits, greeting: dict[str, Any]) -> tuple[JSON, str, ExecError | None]:
+                        limits: ExecLimits, greeting: dict[str, Any],
+                        egress: RunEgress | None) -> tuple[JSON, str, ExecError | None]:
         wall = limits.wall_seconds
         try:
             async with fail_after(wall):
@@ -360,12 +376,15 @@ class ProcessExecutor:
                     raise ProtocolViolation("no pid in the greeting")
                 channel.hand_over(greeting["pid"])  # from now on, only the run's own process may speak
                 await channel.write({"op": "run", "code": code, "inputs": inputs, "tools": sorted(host.tools),
-                                     "message_bytes": message_limit(limits)})
+                                     "message_bytes": message_limit(limits),
+                                     **({} if egress is None else {"egress": egress.request()})})
                 confined = await channel.read()
                 if confined["op"] == "failed":  # the child could not confine itself; nothing ran
                     raise ExecutorError(f"the sandbox could not be set up: {confined.get('message')}")
                 if confined["op"] != "started":
                     raise ProtocolViolation(f"{confined['op']!r} before the run started")
+                if egress is not None:
+                    egress.serve()  # the init sent its listener before "started"
                 while True:  # from here on the run's code may write to this socket itself
                     message = await channel.read()
                     if message["op"] == "call":

@@ -1,0 +1,334 @@
+"""One run's egress: the ``http_request`` host tool every request of the run goes through.
+
+Sandboxed code calls it itself (Monty's code, any executor's), and the process sandbox's proxy
+(``proxy``) turns each request a client makes into a call to it, so that one policy, one
+secret store, one budget and one log serve every route out, and a run inside a kernel process
+journals each request as a tool call made from code (a recorded one is answered from the
+journal after a crash, never sent twice). A request:
+
+1. is refused unless its scheme, host and port are on ``Egress.allow`` (an IP literal only
+   where allowed as that literal; plain HTTP only where allowed for it);
+2. has its host resolved by the host (``Egress.resolver``, else the system's), every address
+   checked: a private, loopback or link-local one is refused unless ``Egress.addresses`` lists
+   it; the connection goes to a checked address, so a second answer cannot rebind it;
+3. over HTTPS to a host a secret is bound to, has the secret's placeholder replaced by its
+   value in the URL and headers (and the secret's ``header`` set); upstream TLS is verified
+   (``Egress.trust``, else the system's CAs);
+4. is charged, request and response in bytes, to ``Egress.budget_bytes``, and refused or cut
+   where it would pass it;
+5. shows the code the secret's placeholder wherever the response holds the secret's value,
+   and is logged (``EgressRecord``; attributes on the tool's span).
+
+HTTP is spoken with ``h11``; nothing here parses HTTP by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import ipaddress
+import socket
+import ssl
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+import h11
+
+from ringzero.core.contract.egress import Egress, EgressRecord, normal_host, placeholder
+from ringzero.core.contract.errors import ToolError
+from ringzero.core.support.telemetry import egress_span
+from ringzero.core.support.timeouts import fail_after
+from ringzero.core.support.tool_parameters import code_may_set
+
+__all__ = ["HOP_BY_HOP", "TOOL_NAME", "EgressFailed", "EgressRefused", "EgressRun"]
+
+TOOL_NAME = "http_request"
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authorization", b"proxy-authenticate",
+                        b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"content-length",
+                        b"host"})
+"""Headers that speak of one connection, not of the request: the host sets its own."""
+_READ = 65536
+
+
+class EgressRefused(ToolError):
+    """The run's egress policy refused a request before anything was sent."""
+
+
+class EgressFailed(ToolError):
+    """A request allowed by the policy failed on its way (upstream unreachable, TLS not
+    verified, the budget passed mid-response, a timeout)."""
+
+
+class EgressRun:
+    """The egress of one run: its policy, secrets, budget and log."""
+
+    def __init__(self, egress: Egress) -> None:
+        self.egress = egress
+        self.spent = 0
+        """Bytes sent and received so far, against ``egress.budget_bytes``."""
+        self.log: list[EgressRecord] = []
+        self._trust: ssl.SSLContext | None = None
+        self.tool = self._make_tool()
+        """The ``http_request`` tool: ``http_request(method, url, headers=None, body=None,
+        body_base64=None)`` returns ``{"status", "reason", "headers", "text"}`` (``"base64"``
+        in place of ``"text"`` for a body that is not UTF-8). Headers are ``[[name, value],
+        ...]`` or a dict. Raises ``EgressRefused`` or ``EgressFailed`` with a message the code
+        is shown."""
+
+    def _make_tool(self) -> Any:
+        run = self
+
+        @code_may_set("headers", "body", "body_base64")
+        async def http_request(method: str, url: str, headers: Any = None, body: str | None = None,
+                               body_base64: str | None = None) -> dict[str, Any]:
+            return await run.request(method, url, headers, body, body_base64)
+
+        return http_request
+
+    def route_refusal(self, scheme: str, host: str, port: int) -> str | None:
+        """Why the policy refuses ``scheme://host:port`` before any name is resolved, or None."""
+        normal = normal_host(host)
+        if normal is None:
+            return f"{host!r} is not a host name or IP address"
+        if any(route.matches(scheme, normal, port) for route in self.egress.routes):
+            return None
+        if scheme == "http" and any(r.matches("https", normal, r.port) for r in self.egress.routes):
+            return f"{normal} is allowed over HTTPS only, not plain http://"
+        if any(r.matches(scheme, normal, r.port) for r in self.egress.routes):
+            return f"{normal} is allowed on another port, not {port}"
+        if _is_ip(normal):
+            return f"{normal} is an IP address the egress policy does not list (give the host's name)"
+        return f"{normal}:{port} is not on this run's egress allow-list"
+
+    def normal(self, host: str) -> str:
+        return normal_host(host) or host
+
+    def log_refusal(self, method: str, scheme: str, host: str, port: int, why: str) -> None:
+        """Log a request the proxy refused before it became a call (a CONNECT off the policy)."""
+        self.log.append(EgressRecord(method, scheme, self.normal(host), port, "", refused=why))
+
+    def remaining(self) -> int:
+        return max(0, self.egress.budget_bytes - self.spent)
+
+    async def request(self, method: Any, url: Any, headers: Any = None, body: Any = None,
+                      body_base64: Any = None) -> dict[str, Any]:
+        """The ``http_request`` tool's work (see ``tool``)."""
+        if not isinstance(method, str) or not method.isalpha() or method.upper() == "CONNECT":
+            raise EgressRefused(f"{method!r} is not an HTTP method http_request sends")
+        if not isinstance(url, str):
+            raise EgressRefused(f"url must be a string, not {type(url).__name__}")
+        method = method.upper()
+        parts = urllib.parse.urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise EgressRefused(f"{url!r} is not an http:// or https:// URL")
+        if parts.username is not None or parts.password is not None:
+            raise EgressRefused("a URL with a user or password is not sent: give credentials as a secret")
+        try:
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError:
+            raise EgressRefused(f"{url!r} has no valid port") from None
+        host = normal_host(parts.hostname) or parts.hostname
+        target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        record = {"method": method, "scheme": scheme, "host": host, "port": port, "path": target}
+        try:
+            pairs = _header_pairs(headers)
+            payload = _body(body, body_base64)
+            refusal = self.route_refusal(scheme, host, port)
+            if refusal is not None:
+                raise EgressRefused(refusal)
+            with egress_span(method, scheme, host, port, target) as span:
+                response = await self._send(method, scheme, host, port, target, pairs, payload, record)
+                if span is not None:
+                    span.set_attribute("http.response.status_code", response["status"])
+            return response
+        except ToolError as exc:
+            self.log.append(EgressRecord(**record, refused=str(exc)))
+            raise
+
+    async def _send(self, method: str, scheme: str, host: str, port: int, target: str,
+                    pairs: list[tuple[str, str]], payload: bytes, record: dict[str, Any]) -> dict[str, Any]:
+        secrets = self._bound_secrets(host) if scheme == "https" else {}
+        for name, value in secrets.items():
+            target = target.replace(placeholder(name), urllib.parse.quote(value, safe=""))
+            pairs = [(k, v.replace(placeholder(name), value)) for k, v in pairs]
+        for name, value in secrets.items():
+            secret = self.egress.secrets[name]
+            if secret.header is not None:
+                pairs = [(k, v) for k, v in pairs if k.lower() != secret.header.lower()]
+                pairs.append((secret.header, secret.format.format(value)))
+        shown_host = f"[{host}]" if ":" in host else host
+        head = [("Host", shown_host if port in (80, 443) else f"{shown_host}:{port}"),
+                *((k, v) for k, v in pairs if k.lower().encode() not in HOP_BY_HOP)]
+        if payload or method in ("POST", "PUT", "PATCH"):
+            head.append(("Content-Length", str(len(payload))))
+        try:
+            request = h11.Request(method=method, target=target, headers=head)
+        except h11.LocalProtocolError as exc:
+            raise EgressRefused(f"the request is not valid HTTP: {exc}") from None
+        out = len(method) + len(target) + 12 + sum(len(k) + len(v) + 4 for k, v in head) + len(payload)
+        if out > self.remaining():
+            raise EgressRefused(f"the request is {out} bytes, more than the {self.remaining()} bytes left of this "
+                                f"run's egress budget ({self.egress.budget_bytes})")
+        address = await self._checked_address(host, port)
+        try:
+            async with fail_after(self.egress.timeout):
+                status, reason, headers, data = await self._exchange(
+                    address, port, host if scheme == "https" else None, request, payload, out, record)
+        except TimeoutError:
+            raise EgressFailed(f"{host}:{port} did not answer within {self.egress.timeout} s") from None
+        for name, value in secrets.items():  # the code sees its placeholder, never the value
+            data = data.replace(value.encode(), placeholder(name).encode())
+            headers = [(k, v.replace(value, placeholder(name))) for k, v in headers]
+        self.log.append(EgressRecord(**record, status=status))
+        answer: dict[str, Any] = {"status": status, "reason": reason, "headers": [list(h) for h in headers]}
+        try:
+            answer["text"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            answer["base64"] = base64.b64encode(data).decode("ascii")
+        return answer
+
+    def _bound_secrets(self, host: str) -> dict[str, str]:
+        return {name: secret.value for name, secret in self.egress.secrets.items()
+                if any(normal_host(h) == host for h in secret.hosts)}
+
+    async def _checked_address(self, host: str, port: int) -> str:
+        """An address of ``host`` the policy allows connecting to: the first one resolved that
+        is public or listed in ``Egress.addresses``. Raises EgressRefused where none is."""
+        if _is_ip(host):
+            found: Sequence[str] = [host]
+        else:
+            found = await self._resolve(host, port)
+        refused = []
+        for address in found:
+            why = self.address_refusal(address)
+            if why is None:
+                return address
+            refused.append(why)
+        if not refused:
+            raise EgressFailed(f"{host} has no address")
+        raise EgressRefused(f"{host} resolves to {'; '.join(refused)}")
+
+    def address_refusal(self, address: str) -> str | None:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return f"{address!r}, which is not an IP address"
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        if any(ip in network for network in self.egress.networks):
+            return None
+        if not ip.is_global or ip.is_multicast:
+            return (f"{ip}, a private, loopback or link-local address this run's egress policy does not list "
+                    "(Egress.addresses)")
+        return None
+
+    async def _resolve(self, host: str, port: int) -> Sequence[str]:
+        resolver = self.egress.resolver
+        try:
+            if resolver is not None:
+                found = resolver(host)
+                answer = await found if inspect.isawaitable(found) else found
+                return [str(a) for a in answer]
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise EgressFailed(f"{host} could not be resolved: {exc}") from None
+        return [str(info[4][0]) for info in infos]
+
+    def _trusted(self) -> ssl.SSLContext:
+        if self._trust is None:
+            self._trust = ssl.create_default_context(cafile=self.egress.trust)
+            self._trust.set_alpn_protocols(["http/1.1"])
+        return self._trust
+
+    async def _exchange(self, address: str, port: int, tls_host: str | None, request: h11.Request,
+                        payload: bytes, sent: int, record: dict[str, Any]) -> tuple[int, str, list[tuple[str, str]],
+                                                                                   bytes]:
+        """Send ``request`` to ``address`` (TLS verified for ``tls_host``) and read the whole
+        response, charging the budget as bytes go."""
+        try:
+            reader, writer = await asyncio.open_connection(
+                address, port, ssl=self._trusted() if tls_host else None, server_hostname=tls_host)
+        except ssl.SSLError as exc:
+            raise EgressFailed(f"{tls_host}'s TLS certificate was not verified: {exc.reason or exc}") from None
+        except OSError as exc:
+            raise EgressFailed(f"{record['host']}:{port} ({address}) could not be reached: {exc.strerror or exc}") \
+                from None
+        try:
+            connection = h11.Connection(h11.CLIENT)
+            writer.write(connection.send(request) + connection.send(h11.Data(data=payload))
+                         + connection.send(h11.EndOfMessage()))
+            self.spent += sent
+            record["bytes_out"] = sent
+            await writer.drain()
+            return await self._response(connection, reader, record)
+        except (OSError, h11.ProtocolError) as exc:
+            raise EgressFailed(f"{record['host']}:{port} broke off the exchange: {exc}") from None
+        finally:
+            writer.close()
+
+    async def _response(self, connection: h11.Connection, reader: asyncio.StreamReader,
+                        record: dict[str, Any]) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        status, reason, headers, chunks = 0, "", [], []
+        received = 0
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(_READ)
+                received += len(data)
+                self.spent += len(data)
+                record["bytes_in"] = received
+                if self.spent > self.egress.budget_bytes:
+                    raise EgressFailed(f"the response passed this run's egress budget ({self.egress.budget_bytes} "
+                                       "bytes) and was cut off")
+                connection.receive_data(data)
+            elif isinstance(event, h11.Response):
+                status, reason = event.status_code, event.reason.decode("latin-1")
+                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers
+                           if k.lower() not in HOP_BY_HOP]
+                length = dict(event.headers).get(b"content-length")
+                if length is not None and length.isdigit() and int(length) > self.remaining():
+                    raise EgressFailed(f"the response is {int(length)} bytes, more than the {self.remaining()} "
+                                       f"bytes left of this run's egress budget ({self.egress.budget_bytes})")
+            elif isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                if not status:
+                    raise EgressFailed(f"{record['host']} closed the connection without a response")
+                return status, reason, headers, b"".join(chunks)
+            # InformationalResponse (100 Continue): read on
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _header_pairs(headers: Any) -> list[tuple[str, str]]:
+    if headers is None:
+        return []
+    items = list(headers.items()) if isinstance(headers, dict) else headers
+    if not isinstance(items, list) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in items):
+        raise EgressRefused("headers must be a dict of strings or a list of [name, value] pairs")
+    return [(str(k), str(v)) for k, v in items]
+
+
+def _body(body: Any, body_base64: Any) -> bytes:
+    if body is not None and body_base64 is not None:
+        raise EgressRefused("give body or body_base64, not both")
+    if body is not None:
+        if not isinstance(body, str):
+            raise EgressRefused(f"body must be a string, not {type(body).__name__}")
+        return body.encode("utf-8")
+    if body_base64 is not None:
+        try:
+            return base64.b64decode(body_base64, validate=True)
+        except (ValueError, TypeError):
+            raise EgressRefused("body_base64 is not base64") from None
+    return b""

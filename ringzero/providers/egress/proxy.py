@@ -1,0 +1,229 @@
+"""The process sandbox's one route out: an HTTP proxy on the host, listening inside the run.
+
+The run's init makes a listening socket on 127.0.0.1 in the run's own network namespace
+(``PROXY_PORT``; nothing else is up there) and hands it to the host before the code starts; the
+host accepts on it, so connections from the code land here, in the host's process, and nowhere
+else. The code's clients find it through ``HTTP_PROXY``/``HTTPS_PROXY`` and trust the run's CA
+(``certificates``) through ``SSL_CERT_FILE`` and its kin (``environment``).
+
+- ``CONNECT host:port`` is answered only for a route the policy allows over HTTPS; the proxy
+  then terminates the run's TLS with a certificate from the run's CA, reads each request in
+  the tunnel and sends it on as ``https://host:port/...``;
+- a plain request in absolute form (``GET http://host/...``) is sent on as it is, where the
+  policy allows plain HTTP to that host.
+
+Every request becomes one call of the run's ``http_request`` tool (``engine``) through the
+run's ``HostTools``, so it is checked, charged, journaled and recorded like any tool call made
+from code. A refusal is answered with a status (403 by the policy, 502 for a failure upstream)
+whose reason phrase and body say why, so ``urllib``'s error names it. Requests are read and
+answered whole; ``h11`` speaks HTTP on both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import h11
+
+from ringzero.core.contract.egress import Egress
+from ringzero.core.support.timeouts import cancel_and_wait
+from ringzero.providers.egress.certificates import RunAuthority
+from ringzero.providers.egress.engine import TOOL_NAME, EgressRun
+from ringzero.providers.executors._mounts import EGRESS_PORT
+
+__all__ = ["PROXY_PORT", "EgressProxy", "environment"]
+
+PROXY_PORT = EGRESS_PORT
+"""Where the proxy listens in each run's own network namespace."""
+CA_FILE = ".ringzero-egress-ca.pem"
+"""The run's CA certificate, written in its scratch directory before the code starts."""
+_HEAD_BYTES = 64 * 1024
+
+Call = Callable[[str, list[Any], dict[str, Any]], Awaitable[tuple[bool, Any]]]
+"""``HostTools.call``: ``(True, result)`` or ``(False, ShownError)``."""
+
+
+def environment(egress: Egress, scratch: str) -> dict[str, str]:
+    """What a run's environment gains for egress: the proxy for every common client, the run's
+    CA as the one it trusts, and each secret's placeholder."""
+    proxy = f"http://127.0.0.1:{PROXY_PORT}"
+    ca = f"{scratch}/{CA_FILE}"
+    return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
+            "SSL_CERT_FILE": ca, "REQUESTS_CA_BUNDLE": ca, "CURL_CA_BUNDLE": ca, "PIP_CERT": ca,
+            "NODE_EXTRA_CA_CERTS": ca, **egress.placeholders()}
+
+
+class EgressProxy:
+    """Serves one run's listening socket until ``aclose``."""
+
+    def __init__(self, listener: socket.socket, run: EgressRun, call: Call, authority: RunAuthority) -> None:
+        self.listener = listener
+        self.run = run
+        self.call = call
+        self.authority = authority
+        self._one_at_a_time = asyncio.Lock()  # a run's calls are journaled in order, as its code made them
+        self._clients: set[asyncio.Task[None]] = set()
+        self._accepting: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.listener.setblocking(False)
+        self._accepting = asyncio.get_running_loop().create_task(self._accept())
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            client, _ = await loop.sock_accept(self.listener)
+            task = loop.create_task(self._serve(client))
+            self._clients.add(task)
+            task.add_done_callback(self._clients.discard)
+
+    async def aclose(self) -> None:
+        """Stop accepting, end every connection, close the listening socket."""
+        tasks = [t for t in (self._accepting, *self._clients) if t is not None]
+        await cancel_and_wait(tasks)
+        self.listener.close()
+
+    async def _serve(self, client: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            connection = h11.Connection(h11.SERVER, max_incomplete_event_size=_HEAD_BYTES)
+            request = await _next_request(connection, lambda: loop.sock_recv(client, 65536))
+            if request is None:
+                return
+            if request.method == b"CONNECT":
+                await self._tunnel(client, connection, request)
+                return
+            reader, writer = await asyncio.open_connection(sock=client)
+            try:
+                await self._requests(connection, request, reader, writer, None)
+            finally:
+                writer.close()
+        except (OSError, h11.ProtocolError, asyncio.IncompleteReadError):
+            pass  # the code's client went away or spoke nonsense: its connection ends
+        finally:
+            client.close()
+
+    async def _tunnel(self, client: socket.socket, connection: h11.Connection, request: h11.Request) -> None:
+        loop = asyncio.get_running_loop()
+        host, _, port_text = request.target.decode("latin-1").rpartition(":")
+        host = host[1:-1] if host.startswith("[") else host
+        refusal = "a CONNECT names host:port" if not port_text.isdigit() else \
+            self.run.route_refusal("https", host, int(port_text))
+        if refusal is None and not isinstance(connection.next_event(), h11.EndOfMessage):
+            refusal = "a CONNECT has no body"
+        if refusal is not None:
+            self.run.log_refusal("CONNECT", "https", host, int(port_text) if port_text.isdigit() else 0, refusal)
+            await loop.sock_sendall(client, _refusal(connection, 403, refusal))
+            return
+        await loop.sock_sendall(client, connection.send(h11.Response(status_code=200, headers=[],
+                                                                     reason=b"Connection established")))
+        if connection.trailing_data[0]:
+            return  # the client spoke before the tunnel was open: no TLS follows
+        name = self.run.normal(host)
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, client,
+                                                          ssl=self.authority.server_context(name),
+                                                          ssl_handshake_timeout=30)
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        try:
+            inner = h11.Connection(h11.SERVER, max_incomplete_event_size=_HEAD_BYTES)
+            first = await _next_request(inner, lambda: reader.read(65536))
+            if first is not None:
+                await self._requests(inner, first, reader, writer, (name, int(port_text)))
+        finally:
+            writer.close()
+
+    async def _requests(self, connection: h11.Connection, request: h11.Request | None,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        tunnel: tuple[str, int] | None) -> None:
+        """Answer requests on one connection (in a tunnel to ``tunnel``, else in absolute form)
+        until the client closes it."""
+        while request is not None:
+            body = await _body(connection, lambda: reader.read(65536), self.run.remaining() + 1)
+            writer.write(await self._answer(connection, request, body, tunnel))
+            await writer.drain()
+            if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
+                return
+            connection.start_next_cycle()
+            request = await _next_request(connection, lambda: reader.read(65536))
+
+    async def _answer(self, connection: h11.Connection, request: h11.Request, body: bytes | None,
+                      tunnel: tuple[str, int] | None) -> bytes:
+        target = request.target.decode("latin-1")
+        if tunnel is not None:
+            if not target.startswith("/"):
+                return _refusal(connection, 400, "in a tunnel, a request names a path")
+            host, port = tunnel
+            shown = f"[{host}]" if ":" in host else host
+            url = f"https://{shown}:{port}{target}"
+        elif target.lower().startswith("http://"):
+            url = target
+        else:
+            return _refusal(connection, 400, "this is a proxy: send http:// URLs in full, or CONNECT for https://")
+        if body is None:
+            return _refusal(connection, 413, f"the request body is more than the {self.run.remaining()} bytes left "
+                                             "of this run's egress budget")
+        headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.headers]
+        async with self._one_at_a_time:
+            ok, outcome = await self.call(TOOL_NAME, [request.method.decode("ascii"), url],
+                                          {"headers": headers,
+                                           "body_base64": base64.b64encode(body).decode("ascii")})
+        if not ok:
+            status = 403 if outcome.type == "EgressRefused" else 502
+            return _refusal(connection, status, outcome.message or outcome.type)
+        data = outcome["text"].encode() if "text" in outcome else base64.b64decode(outcome["base64"])
+        head = [(k, v) for k, v in outcome["headers"]] + [("Content-Length", str(len(data)))]
+        return (connection.send(h11.Response(status_code=outcome["status"], headers=head,
+                                             reason=outcome["reason"].encode("latin-1", "replace")))
+                + connection.send(h11.Data(data=data)) + connection.send(h11.EndOfMessage()))
+
+
+async def _next_request(connection: h11.Connection, read: Callable[[], Awaitable[bytes]]) -> h11.Request | None:
+    """The next request's head, or None where the client closed the connection first."""
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            connection.receive_data(await read())
+        elif isinstance(event, h11.Request):
+            return event
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+        else:
+            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+
+
+async def _body(connection: h11.Connection, read: Callable[[], Awaitable[bytes]], limit: int) -> bytes | None:
+    """The request's body, or None once it passes ``limit`` bytes (the rest is not read)."""
+    chunks, size = [], 0
+    while True:
+        event = connection.next_event()
+        if event is h11.NEED_DATA:
+            connection.receive_data(await read())
+        elif isinstance(event, h11.Data):
+            size += len(event.data)
+            if size > limit:
+                return None
+            chunks.append(bytes(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            return b"".join(chunks)
+        else:
+            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+
+
+def _refusal(connection: h11.Connection, status: int, why: str) -> bytes:
+    """A response saying ``why``: in the reason phrase (what ``urllib`` shows) and the body."""
+    text = f"ringzero egress: {why}"
+    reason = " ".join(text.encode("ascii", "replace").decode().split())[:300]
+    body = (text + "\n").encode()
+    with contextlib.suppress(h11.LocalProtocolError):
+        return (connection.send(h11.Response(status_code=status, reason=reason.encode(), headers=[
+                    ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))),
+                    ("Connection", "close")]))
+                + connection.send(h11.Data(data=body)) + connection.send(h11.EndOfMessage()))
+    return b""
