@@ -21,6 +21,8 @@ The tree::
     ├── ToolInDoubt                  a tool call was in flight when its host died: it may have run
     ├── ToolError                    raised by a host tool on purpose: its message reaches sandboxed code
     │   ├── ToolCrashed              the worker process running a cpu_bound tool died (a segfault, an OOM kill)
+    │   ├── EgressRefused            a run's egress policy refused a request (ExecLimits.egress)
+    │   ├── EgressFailed             an allowed request failed on its way (unreachable, TLS, budget, timeout)
     │   └── ResultRefused            a cpu_bound tool's result may not cross (too large, not JSON; also a ValueError)
     ├── ProviderError                an LLM provider failed; what the gate retries or raises
     │   ├── RateLimited              429 / quota; carries retry_after in seconds, when known
@@ -52,6 +54,8 @@ __all__ = [
     "CheckpointerError",
     "Closed",
     "ContextTooLong",
+    "EgressFailed",
+    "EgressRefused",
     "ExecutorError",
     "Fenced",
     "InvalidArgument",
@@ -217,6 +221,16 @@ class ToolError(RingzeroError):
     shown to the code (and so to the model). Any other exception a tool raises reaches the code
     as its type name alone, since its text may carry what the host keeps (a URL with a token, a
     request's headers), unless the executor was built with ``show_tool_errors=True``."""
+
+
+class EgressRefused(ToolError):
+    """A run's egress policy (``ExecLimits.egress``) refused a request before anything was
+    sent: a host, port or scheme off its allow-list, an address it does not list, the budget."""
+
+
+class EgressFailed(ToolError):
+    """A request the egress policy allowed failed on its way: upstream unreachable, its TLS
+    certificate not verified, the budget passed mid-response, a timeout."""
 
 
 class ToolCrashed(ToolError):

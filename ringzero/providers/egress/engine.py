@@ -29,7 +29,6 @@ import base64
 import inspect
 import ipaddress
 import socket
-import ssl
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any
@@ -37,28 +36,15 @@ from typing import Any
 import h11
 
 from ringzero.core.contract.egress import Egress, EgressRecord, normal_host, placeholder
-from ringzero.core.contract.errors import ToolError
+from ringzero.core.contract.errors import EgressFailed, EgressRefused, ToolError
 from ringzero.core.support.telemetry import egress_span
 from ringzero.core.support.timeouts import fail_after
 from ringzero.core.support.tool_parameters import code_may_set
+from ringzero.providers.egress.upstream import HOP_BY_HOP, Upstreams
 
-__all__ = ["HOP_BY_HOP", "TOOL_NAME", "EgressFailed", "EgressRefused", "EgressRun"]
+__all__ = ["TOOL_NAME", "EgressRun"]
 
 TOOL_NAME = "http_request"
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-authorization", b"proxy-authenticate",
-                        b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"content-length",
-                        b"host"})
-"""Headers that speak of one connection, not of the request: the host sets its own."""
-_READ = 65536
-
-
-class EgressRefused(ToolError):
-    """The run's egress policy refused a request before anything was sent."""
-
-
-class EgressFailed(ToolError):
-    """A request allowed by the policy failed on its way (upstream unreachable, TLS not
-    verified, the budget passed mid-response, a timeout)."""
 
 
 class EgressRun:
@@ -69,7 +55,8 @@ class EgressRun:
         self.spent = 0
         """Bytes sent and received so far, against ``egress.budget_bytes``."""
         self.log: list[EgressRecord] = []
-        self._trust: ssl.SSLContext | None = None
+        self.upstreams = Upstreams(egress.trust)
+        """The run's connections upstream, kept open between requests (``close`` ends them)."""
         self.tool = self._make_tool()
         """The ``http_request`` tool: ``http_request(method, url, headers=None, body=None,
         body_base64=None)`` returns ``{"status", "reason", "headers", "text"}`` (``"base64"``
@@ -101,6 +88,10 @@ class EgressRun:
         if _is_ip(normal):
             return f"{normal} is an IP address the egress policy does not list (give the host's name)"
         return f"{normal}:{port} is not on this run's egress allow-list"
+
+    def close(self) -> None:
+        """The run ended: close its connections upstream."""
+        self.upstreams.close()
 
     def normal(self, host: str) -> str:
         return normal_host(host) or host
@@ -175,8 +166,8 @@ class EgressRun:
         address = await self._checked_address(host, port)
         try:
             async with fail_after(self.egress.timeout):
-                status, reason, headers, data = await self._exchange(
-                    address, port, host if scheme == "https" else None, request, payload, out, record)
+                status, reason, headers, data = await self.upstreams.exchange(
+                    address, port, host if scheme == "https" else None, request, payload, _Charge(self, record, out))
         except TimeoutError:
             raise EgressFailed(f"{host}:{port} did not answer within {self.egress.timeout} s") from None
         for name, value in secrets.items():  # the code sees its placeholder, never the value
@@ -220,10 +211,12 @@ class EgressRun:
             ip = ip.ipv4_mapped
         if any(ip in network for network in self.egress.networks):
             return None
-        if not ip.is_global or ip.is_multicast:
-            return (f"{ip}, a private, loopback or link-local address this run's egress policy does not list "
-                    "(Egress.addresses)")
-        return None
+        kind = ("a loopback" if ip.is_loopback else "a link-local" if ip.is_link_local
+                else "an unspecified" if ip.is_unspecified else "a multicast" if ip.is_multicast
+                else "a private" if ip.is_private else "a reserved" if not ip.is_global else None)
+        if kind is None:
+            return None
+        return f"{ip}, {kind} address this run's egress policy does not list (Egress.addresses)"
 
     async def _resolve(self, host: str, port: int) -> Sequence[str]:
         resolver = self.egress.resolver
@@ -237,68 +230,28 @@ class EgressRun:
             raise EgressFailed(f"{host} could not be resolved: {exc}") from None
         return [str(info[4][0]) for info in infos]
 
-    def _trusted(self) -> ssl.SSLContext:
-        if self._trust is None:
-            self._trust = ssl.create_default_context(cafile=self.egress.trust)
-            self._trust.set_alpn_protocols(["http/1.1"])
-        return self._trust
+class _Charge:
+    """Charges one request's bytes to its run's budget as they go, and keeps its record's counts."""
 
-    async def _exchange(self, address: str, port: int, tls_host: str | None, request: h11.Request,
-                        payload: bytes, sent: int, record: dict[str, Any]) -> tuple[int, str, list[tuple[str, str]],
-                                                                                   bytes]:
-        """Send ``request`` to ``address`` (TLS verified for ``tls_host``) and read the whole
-        response, charging the budget as bytes go."""
-        try:
-            reader, writer = await asyncio.open_connection(
-                address, port, ssl=self._trusted() if tls_host else None, server_hostname=tls_host)
-        except ssl.SSLError as exc:
-            raise EgressFailed(f"{tls_host}'s TLS certificate was not verified: {exc.reason or exc}") from None
-        except OSError as exc:
-            raise EgressFailed(f"{record['host']}:{port} ({address}) could not be reached: {exc.strerror or exc}") \
-                from None
-        try:
-            connection = h11.Connection(h11.CLIENT)
-            writer.write(connection.send(request) + connection.send(h11.Data(data=payload))
-                         + connection.send(h11.EndOfMessage()))
-            self.spent += sent
-            record["bytes_out"] = sent
-            await writer.drain()
-            return await self._response(connection, reader, record)
-        except (OSError, h11.ProtocolError) as exc:
-            raise EgressFailed(f"{record['host']}:{port} broke off the exchange: {exc}") from None
-        finally:
-            writer.close()
+    def __init__(self, run: EgressRun, record: dict[str, Any], sent: int) -> None:
+        self.run, self.record, self.sent = run, record, sent
 
-    async def _response(self, connection: h11.Connection, reader: asyncio.StreamReader,
-                        record: dict[str, Any]) -> tuple[int, str, list[tuple[str, str]], bytes]:
-        status, reason, headers, chunks = 0, "", [], []
-        received = 0
-        while True:
-            event = connection.next_event()
-            if event is h11.NEED_DATA:
-                data = await reader.read(_READ)
-                received += len(data)
-                self.spent += len(data)
-                record["bytes_in"] = received
-                if self.spent > self.egress.budget_bytes:
-                    raise EgressFailed(f"the response passed this run's egress budget ({self.egress.budget_bytes} "
-                                       "bytes) and was cut off")
-                connection.receive_data(data)
-            elif isinstance(event, h11.Response):
-                status, reason = event.status_code, event.reason.decode("latin-1")
-                headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers
-                           if k.lower() not in HOP_BY_HOP]
-                length = dict(event.headers).get(b"content-length")
-                if length is not None and length.isdigit() and int(length) > self.remaining():
-                    raise EgressFailed(f"the response is {int(length)} bytes, more than the {self.remaining()} "
-                                       f"bytes left of this run's egress budget ({self.egress.budget_bytes})")
-            elif isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
-            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                if not status:
-                    raise EgressFailed(f"{record['host']} closed the connection without a response")
-                return status, reason, headers, b"".join(chunks)
-            # InformationalResponse (100 Continue): read on
+    def sending(self) -> None:
+        if "bytes_out" not in self.record:
+            self.run.spent += self.sent
+            self.record["bytes_out"] = self.sent
+
+    def received(self, size: int) -> None:
+        self.run.spent += size
+        self.record["bytes_in"] = self.record.get("bytes_in", 0) + size
+        if self.run.spent > self.run.egress.budget_bytes:
+            raise EgressFailed(f"the response passed this run's egress budget ({self.run.egress.budget_bytes} bytes) "
+                               "and was cut off")
+
+    def announced(self, length: int) -> None:
+        if length > self.run.remaining():
+            raise EgressFailed(f"the response is {length} bytes, more than the {self.run.remaining()} bytes left of "
+                               f"this run's egress budget ({self.run.egress.budget_bytes})")
 
 
 def _is_ip(host: str) -> bool:

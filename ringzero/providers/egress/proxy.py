@@ -25,13 +25,14 @@ import asyncio
 import base64
 import contextlib
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import h11
 
 from ringzero.core.contract.egress import Egress
-from ringzero.core.support.timeouts import cancel_and_wait
+from ringzero.core.support.timeouts import cancel_and_wait, fail_after
 from ringzero.providers.egress.certificates import RunAuthority
 from ringzero.providers.egress.engine import TOOL_NAME, EgressRun
 from ringzero.providers.executors._mounts import EGRESS_PORT
@@ -102,7 +103,7 @@ class EgressProxy:
             try:
                 await self._requests(connection, request, reader, writer, None)
             finally:
-                writer.close()
+                await _end(writer)
         except (OSError, h11.ProtocolError, asyncio.IncompleteReadError):
             pass  # the code's client went away or spoke nonsense: its connection ends
         finally:
@@ -137,7 +138,7 @@ class EgressProxy:
             if first is not None:
                 await self._requests(inner, first, reader, writer, (name, int(port_text)))
         finally:
-            writer.close()
+            await _end(writer)
 
     async def _requests(self, connection: h11.Connection, request: h11.Request | None,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
@@ -182,6 +183,20 @@ class EgressProxy:
         return (connection.send(h11.Response(status_code=outcome["status"], headers=head,
                                              reason=outcome["reason"].encode("latin-1", "replace")))
                 + connection.send(h11.Data(data=data)) + connection.send(h11.EndOfMessage()))
+
+
+async def _end(writer: asyncio.StreamWriter) -> None:
+    """Close a connection to the code's client: politely for a second at most, then at once
+    (a TLS goodbye the client never answers must not outlast the run)."""
+    writer.close()
+    try:
+        async with fail_after(1):
+            await writer.wait_closed()
+    except (TimeoutError, OSError, ssl.SSLError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.transport.abort()
 
 
 async def _next_request(connection: h11.Connection, read: Callable[[], Awaitable[bytes]]) -> h11.Request | None:

@@ -252,10 +252,13 @@ class HostTools:
         self.running_here: tuple[str, list[Any], dict[str, Any], CallHere] | None = None
         """The call ``call_here`` runs now, if any."""
 
-    @property
-    def egress_log(self) -> tuple[EgressRecord, ...]:
-        """The run's requests through the host, for its ``ExecResult``."""
-        return () if self.egress is None else tuple(self.egress.log)
+    def ended(self) -> tuple[EgressRecord, ...]:
+        """The run ended: its connections upstream close. Returns its requests through the
+        host, for its ``ExecResult``."""
+        if self.egress is None:
+            return ()
+        self.egress.close()
+        return tuple(self.egress.log)
 
     def _room(self) -> int | None:
         return None if self.budget is None else max(0, self.budget - self.spent)

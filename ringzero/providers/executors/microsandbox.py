@@ -258,7 +258,7 @@ class MicrosandboxExecutor:
             mapped = map_failure(exc)
             if mapped is None:
                 raise ExecutorError(f"microsandbox failed: {exc}") from exc
-            return ExecResult(None, "", mapped, time.perf_counter() - started, tuple(made), host.egress_log)
+            return ExecResult(None, "", mapped, time.perf_counter() - started, tuple(made), host.ended())
         except BaseException:
             await self._pool.discard(sandbox)
             raise
@@ -266,7 +266,7 @@ class MicrosandboxExecutor:
             await self._pool.discard(sandbox)
         else:
             await self._pool.release(sandbox)
-        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(made), host.egress_log)
+        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(made), host.ended())
 
     async def _converse(self, sandbox: Any, request: dict[str, Any], host: HostTools,
                         limits: ExecLimits) -> tuple[JSON, str, ExecError | None]:

@@ -147,7 +147,7 @@ class MontyRun:
         if error is not None:
             value = None
         return ExecResult(value, self.output.value(), error, time.perf_counter() - started, tuple(self.host.calls),
-                          self.host.egress_log)
+                          self.host.ended())
 
     def _final(self, value: Any) -> JSON:
         """The code's final value as JSON (a value JSON cannot hold becomes its repr), within

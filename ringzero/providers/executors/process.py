@@ -332,7 +332,7 @@ class ProcessExecutor:
             if scratch.startswith(server.root + os.sep):
                 await asyncio.to_thread(remove_tree, scratch)
         value, stdout, error = outcome
-        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls), host.egress_log)
+        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls), host.ended())
 
     async def _open_run(self, limits: ExecLimits, egress: RunEgress | None) -> tuple[ForkServer, Channel]:
         """Ask the least busy fork server for a sandbox; where that one has died, it leaves the

@@ -1,0 +1,113 @@
+"""Servers the egress tests start on 127.0.0.1: HTTPS with a test CA (trustme), and plain HTTP.
+
+Each records what it received (method, path, headers, body), so a test can say what arrived
+and what never did. ``GET /echo`` answers with the request's headers; ``GET /bytes/N`` with N
+bytes (``?chunked=1``: without a length); ``POST`` answers with the body's length.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trustme
+
+
+@dataclass
+class Received:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Server:
+    port: int
+    scheme: str
+    received: list[Received] = field(default_factory=list)
+
+    def headers(self, name: str) -> list[str | None]:
+        """Header ``name``'s value in each request received (names are case-insensitive)."""
+        return [r.headers.get(name.lower()) for r in self.received]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Any
+
+    def _record(self, body: bytes = b"") -> None:
+        self.server.record.received.append(Received(self.command, self.path,
+                                                     {k.lower(): v for k, v in self.headers.items()}, body))
+
+    def _send(self, body: bytes, chunked: bool = False) -> None:
+        self.send_response(200)
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for start in range(0, len(body), 16384):
+                part = body[start:start + 16384]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._record()
+        if self.path.startswith("/bytes/"):
+            size = int(self.path.split("/")[2].split("?")[0])
+            self._send(b"x" * size, chunked="chunked=1" in self.path)
+        else:
+            self._send(json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode())
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._record(body)
+        self._send(json.dumps({"received": len(body)}).encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@dataclass
+class LocalCA:
+    ca: trustme.CA
+    pem: Path
+
+
+def local_ca(folder: Path) -> LocalCA:
+    ca = trustme.CA()
+    pem = folder / "test-ca.pem"
+    ca.cert_pem.write_to_path(str(pem))
+    return LocalCA(ca, pem)
+
+
+@contextmanager
+def serving(ca: LocalCA | None, names: tuple[str, ...] = ("api.test", "echo.test", "127.0.0.1")) -> Iterator[Server]:
+    """A threaded server on 127.0.0.1 (HTTPS with a certificate for ``names`` where ``ca`` is
+    given, else plain HTTP), for the block."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    httpd.daemon_threads = True
+    if ca is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.ca.issue_cert(*names).configure_cert(context)
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    record = Server(httpd.server_address[1], "https" if ca else "http")
+    httpd.record = record  # type: ignore[attr-defined]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield record
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
