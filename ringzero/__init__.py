@@ -12,6 +12,7 @@ the records they take and give, and the outcomes ``ctx.journaled_tool`` records)
 from __future__ import annotations
 
 from ringzero.core.context import Context
+from ringzero.core.contract.egress import Egress, EgressRecord, Secret
 from ringzero.core.contract.errors import (
     AuthenticationFailed,
     BadRequest,
@@ -19,6 +20,8 @@ from ringzero.core.contract.errors import (
     CheckpointerError,
     Closed,
     ContextTooLong,
+    EgressFailed,
+    EgressRefused,
     ExecutorError,
     Fenced,
     InvalidArgument,
@@ -97,6 +100,10 @@ __all__ = [
     "Closed",
     "Context",
     "ContextTooLong",
+    "Egress",
+    "EgressFailed",
+    "EgressRecord",
+    "EgressRefused",
     "Event",
     "ExecError",
     "ExecLimits",
@@ -142,6 +149,7 @@ __all__ = [
     "Schedule",
     "Scheduler",
     "SchedulerCapabilities",
+    "Secret",
     "StopReason",
     "Stopped",
     "Tool",

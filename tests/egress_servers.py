@@ -41,6 +41,7 @@ class Server:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     server: Any
 
     def _record(self, body: bytes = b"") -> None:
@@ -61,7 +62,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self._record()
         if self.path.startswith("/bytes/"):
             size = int(self.path.split("/")[2].split("?")[0])
@@ -69,7 +70,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._send(json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode())
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._record(body)
         self._send(json.dumps({"received": len(body)}).encode())

@@ -34,8 +34,8 @@ import socket
 import struct
 from collections.abc import Iterable
 
-__all__ = ["DEVICES", "EGRESS_PORT", "SCRATCH", "WORKSPACE", "build_root", "egress_listener", "enter_namespaces", "fork_into_pid_namespace", "mount",
-           "mount_proc", "plan"]
+__all__ = ["DEVICES", "EGRESS_PORT", "SCRATCH", "WORKSPACE", "build_root", "egress_listener", "enter_namespaces",
+           "fork_into_pid_namespace", "mount", "mount_proc", "plan"]
 
 SCRATCH = "/tmp"
 WORKSPACE = "/workspace"  # ProcessExecutor.WORKSPACE
