@@ -118,3 +118,10 @@ def test_an_async_fixture_declared_as_pytest_fixture_gets_a_line_that_says_what_
     out = run_fresh_project(tmp_path, readme_kit_example().replace("@pytest_asyncio.fixture", "@pytest.fixture"))
     assert out.returncode != 0
     assert "an async fixture is declared with @pytest_asyncio.fixture, not @pytest.fixture" in out.stdout, out.stdout
+
+
+def test_the_code_agent_egress_example_calls_an_api_with_a_key_the_code_never_holds() -> None:
+    stdout = run_example("examples/code_agent_egress.py")
+    assert "answer: Oslo: 4 C, light rain" in stdout and "error: None" in stdout
+    assert "the API received the real key: True" in stdout
+    assert "the request is in the agent's journal: True; the key is: False" in stdout

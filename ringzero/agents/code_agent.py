@@ -23,9 +23,10 @@ from typing import Any, Literal
 from ringzero.agents.host import KernelHost
 from ringzero.agents.registry import ToolRegistry, signature_of
 from ringzero.core.context import Context
+from ringzero.core.contract.egress import PLACEHOLDER_PREFIX, Egress
 from ringzero.core.contract.errors import InvalidArgument, NoProvider
 from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider
-from ringzero.core.contract.types import JSON, ExecResult, Limits, Message
+from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, Limits, Message
 from ringzero.core.kernel import Kernel
 from ringzero.core.support.loops import Closing
 from ringzero.core.support.tool_parameters import code_may_set
@@ -74,6 +75,9 @@ class AgentConfig:
     context_budget: int | None = None
     """Tokens the loop's messages may take; past it the oldest steps fold into notes
     (``ctx.conversation``). None: every step stays in the prompt (bounded by ``max_steps``)."""
+    network: dict[str, JSON] = field(default_factory=dict)
+    """What the prompt says of the agent's egress: its ``routes`` and ``secrets`` (names only;
+    the policy and the values stay with the agent's executor, never in the journal)."""
 
     def to_dict(self) -> dict[str, JSON]:
         return asdict(self)
@@ -135,6 +139,8 @@ async def solve(ctx: Context, task: str, config: AgentConfig,
 
     functions: dict[str, Callable[..., Any]] = {**registry.functions(), **extra, "search_tools": search_tools,
                                                 "final_answer": _final_answer}
+    if config.network:
+        described = "\n".join(filter(None, [described, _network_note(config.network)]))
     system = (config.system_prompt or SYSTEM_PROMPT).replace("{tools}", described or "(none)")
     if "workspace" in config.inputs:
         system += WORKSPACE_NOTE
@@ -159,6 +165,17 @@ async def solve(ctx: Context, task: str, config: AgentConfig,
             return AgentResult(final[0], "".join(printed), None, step)
         conversation.add(Message("user", "Observation:\n" + result.for_model(config.max_observation)))
     return AgentResult(None, "".join(printed), f"no final answer after {config.max_steps} steps", config.max_steps)
+
+
+def _network_note(network: Mapping[str, Any]) -> str:
+    """The ``http_request`` tool, as the model is told of it."""
+    note = ("- http_request(method, url, headers=None, body=None): an HTTP request; returns {'status', "
+            "'headers', 'text'}. Allowed: " + ", ".join(str(r) for r in network.get("routes") or []) + ".")
+    secrets = list(network.get("secrets") or [])
+    if secrets:
+        note += (" Where a key goes, write its placeholder (" + ", ".join(f"'{PLACEHOLDER_PREFIX}{n}'" for n in secrets)
+                 + "): the host puts the real key in; you never see it.")
+    return note
 
 
 def _code_of(text: str) -> str | None:
@@ -203,7 +220,8 @@ class CodeAgent(Closing):
                  executor: Executor | Literal["monty", "process"] | None = None,
                  checkpointer: Checkpointer | None = None, state_dir: str | Path = ".ringzero", name: str = "agent",
                  limits: Limits | None = None, max_steps: int = 8, tool_limit: int = 8,
-                 max_observation: int = 4000, context_budget: int | None = None) -> None:
+                 max_observation: int = 4000, context_budget: int | None = None,
+                 egress: Egress | None = None) -> None:
         if max_steps < 1:
             raise InvalidArgument(f"max_steps must be at least 1, not {max_steps}")
         self.registry = ToolRegistry(tools)
@@ -214,20 +232,27 @@ class CodeAgent(Closing):
         """``executor="process"``: a directory of this agent's that every run may write and that
         persists between its tasks (``workspace`` inside the code, and $RINGZERO_WORKSPACE)."""
         inputs: dict[str, JSON] = {}
+        run_limits = None if egress is None else ExecLimits(egress=egress)  # the executor's, never journaled
+        if egress is not None and executor is not None and not isinstance(executor, str):
+            raise InvalidArgument("give egress to your executor's limits (ExecLimits(egress=...)), or let the "
+                                  "agent make its executor ('monty' or 'process')")
         if executor == "process":
             from ringzero.providers.executors.process import ProcessExecutor
 
             self.workspace = Path(state_dir).absolute() / "workspaces" / name
-            executor = ProcessExecutor(workspace=self.workspace)
+            executor = ProcessExecutor(workspace=self.workspace, limits=run_limits)
             inputs["workspace"] = ProcessExecutor.WORKSPACE  # where runs find it in their private root
-        elif executor == "monty":
+        elif executor == "monty" or (executor is None and egress is not None):
             from ringzero.providers.executors.monty import MontyExecutor
 
-            executor = MontyExecutor()
+            executor = MontyExecutor(limits=run_limits)
         elif executor is not None and not isinstance(executor, Executor):
             raise InvalidArgument(f"executor is 'monty', 'process' or an Executor object, not {executor!r:.60}")
+        network: dict[str, JSON] = {} if egress is None else {
+            "routes": [str(route) for route in egress.routes], "secrets": sorted(egress.secrets)}
         self.config = AgentConfig(tools=self.registry.references(), max_steps=max_steps, tool_limit=tool_limit,
-                                  max_observation=max_observation, inputs=inputs, context_budget=context_budget)
+                                  max_observation=max_observation, inputs=inputs, context_budget=context_budget,
+                                  network=network)
         self.limits = limits
 
         chosen: Executor | None = executor if not isinstance(executor, str) else None
