@@ -76,11 +76,12 @@ def main() -> None:
         addresses=["127.0.0.1"],              # nor loopback allowed
     )
     with CodeAgent(llm=ScriptedProvider(scripted_model), egress=egress, state_dir=folder / "state") as agent:
-        answer, output, error = agent.execute_task("What is the weather in Oslo?")
+        answer, _output, error = agent.execute_task("What is the weather in Oslo?")
     server.shutdown()
     print(f"answer: {answer}")
     print(f"error: {error}")
-    print(f"the API received the real key: {SEEN == [f'Bearer {WEATHER_KEY}']}")
+    expected = f"Bearer {WEATHER_KEY}"
+    print(f"the API received the real key: {SEEN.count(expected) == len(SEEN) == 1}")
     journal = b"".join(p.read_bytes() for p in (folder / "state").glob("agent.db*"))
     print(f"the request is in the agent's journal: {b'http_request(' in journal}; "
           f"the key is: {WEATHER_KEY.encode() in journal}")

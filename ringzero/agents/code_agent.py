@@ -249,7 +249,7 @@ class CodeAgent(Closing):
         elif executor is not None and not isinstance(executor, Executor):
             raise InvalidArgument(f"executor is 'monty', 'process' or an Executor object, not {executor!r:.60}")
         network: dict[str, JSON] = {} if egress is None else {
-            "routes": [str(route) for route in egress.routes], "secrets": sorted(egress.secrets)}
+            "routes": [str(route) for route in egress.routes], "secrets": list[JSON](sorted(egress.secrets))}
         self.config = AgentConfig(tools=self.registry.references(), max_steps=max_steps, tool_limit=tool_limit,
                                   max_observation=max_observation, inputs=inputs, context_budget=context_budget,
                                   network=network)
