@@ -351,3 +351,22 @@ async def test_a_request_made_from_code_is_journaled_without_its_secret_and_neve
         assert await handle.wait(timeout=30) == {"in doubt": "pay"}
     assert [(r.method, r.path, r.body) for r in api.received] == [("POST", "/orders", b"one order")]
     assert api.headers("Authorization") == [f"Bearer {KEY}"]
+
+
+def test_a_policy_becomes_microsandboxs_own_network_scope_for_microvms() -> None:
+    """A microVM cannot boot on every host: the policy is checked as the SDK objects it becomes
+    (what ``MicrosandboxExecutor(egress=...)`` passes to ``Sandbox.create``)."""
+    from ringzero.providers.executors.microsandbox_egress import microvm_network
+
+    network, secrets = microvm_network(Egress(
+        allow=["api.example.com", "*.example.org:8443", "10.0.0.1:443"],
+        secrets={"API_KEY": Secret(KEY, hosts=["api.example.com"], header="Authorization")}))
+    policy = network._to_dict()["custom_policy"]
+    assert policy["default_egress"] == policy["default_ingress"] == "deny"
+    allowed = [(r["destination_kind"], r["destination"], r["protocol"], r["port"]) for r in policy["rules"]]
+    assert allowed == [("group", "host", "udp", "53"), ("group", "host", "tcp", "53"),
+                       ("domain", "api.example.com", "tcp", "443"), ("domain_suffix", ".example.org", "tcp", "8443"),
+                       ("ip", "10.0.0.1", "tcp", "443")]
+    assert [s._to_dict() for s in secrets] == [{"env_var": "API_KEY", "value": KEY, "allow": ["api.example.com"],
+                                                "placeholder": PLACEHOLDER,
+                                                "substitution": {"header_fields": ["authorization"]}}]

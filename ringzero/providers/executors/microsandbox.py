@@ -30,12 +30,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ringzero.core.contract.egress import Egress
 from ringzero.core.contract.errors import ExecutorError, InvalidArgument, MissingExtra
 from ringzero.core.contract.protocols import ExecutorCapabilities, Tool, ToolCallJournal
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.core.support.owner_only import owner_only_folder
 from ringzero.core.support.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.providers.executors import _runner
+from ringzero.providers.executors.microsandbox_egress import microvm_network
 from ringzero.providers.executors.boundary import (
     FrameBuffer,
     HostTools,
@@ -179,6 +181,7 @@ class MicrosandboxExecutor:
         cpus: int = 1,
         limits: ExecLimits | None = None,
         network: Any = None,
+        egress: Egress | None = None,
         python: str = "python3",
         name_prefix: str = "ringzero",
         tool_threads: int = DEFAULT_TOOL_THREADS,
@@ -194,7 +197,14 @@ class MicrosandboxExecutor:
         self.workspace = None if workspace is None else Path(workspace).resolve()
         self.cpus = cpus
         self.limits = merge_limits(limits, DEFAULT_LIMITS)
+        if egress is not None and network is not None:
+            raise InvalidArgument("give network (microsandbox's own) or egress (ringzero's policy), not both")
         self.network = network if network is not None else ms.Network.none()
+        """The guests' network scope (``ms.Network.none()`` unless given)."""
+        self.secrets: list[Any] = []
+        """Secrets microsandbox adds at its egress (from ``egress``; their values stay on the host)."""
+        if egress is not None:
+            self.network, self.secrets = microvm_network(egress)
         self.python = python
         self.tool_pool = ToolPool(tool_threads)
         """Where the runs' sync host tools run: at most ``tool_threads`` at once."""
@@ -209,7 +219,7 @@ class MicrosandboxExecutor:
         try:
             return await ms.Sandbox.create(
                 next(self._names), image=ms.Image.bind(self.image), memory=(self.limits.memory_bytes or 0) >> 20,
-                cpus=self.cpus, network=self.network, volumes=volumes, workdir="/workspace" if volumes else None,
+                cpus=self.cpus, network=self.network, secrets=self.secrets or None, volumes=volumes, workdir="/workspace" if volumes else None,
                 ephemeral=True, replace=True,
             )
         except ms.MicrosandboxError as exc:
