@@ -37,7 +37,6 @@ from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.core.support.owner_only import owner_only_folder
 from ringzero.core.support.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.providers.executors import _runner
-from ringzero.providers.executors.microsandbox_egress import microvm_network
 from ringzero.providers.executors.boundary import (
     FrameBuffer,
     HostTools,
@@ -48,6 +47,7 @@ from ringzero.providers.executors.boundary import (
     merge_limits,
     message_limit,
 )
+from ringzero.providers.executors.microsandbox_egress import microvm_network
 
 try:
     import microsandbox as ms
