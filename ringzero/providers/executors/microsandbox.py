@@ -219,7 +219,8 @@ class MicrosandboxExecutor:
         try:
             return await ms.Sandbox.create(
                 next(self._names), image=ms.Image.bind(self.image), memory=(self.limits.memory_bytes or 0) >> 20,
-                cpus=self.cpus, network=self.network, secrets=self.secrets or None, volumes=volumes, workdir="/workspace" if volumes else None,
+                cpus=self.cpus, network=self.network, secrets=self.secrets or None, volumes=volumes,
+                workdir="/workspace" if volumes else None,
                 ephemeral=True, replace=True,
             )
         except ms.MicrosandboxError as exc:
