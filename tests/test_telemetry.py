@@ -20,10 +20,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ringzero import Context, Kernel, ProcessFailed, ProcessStatus
+from ringzero import Context, Egress, ExecLimits, Kernel, ProcessFailed, ProcessStatus
 from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
 from ringzero.core.contract.types import LLMResponse, Message, Usage
 from ringzero.testing import ScriptedProvider
+from tests.egress_servers import local_ca, serving
 
 
 class Telemetry:
@@ -474,3 +475,26 @@ async def test_a_kernel_without_a_model_names_ringzero_as_its_agents_provider(ot
         await (await kernel.spawn(idle, name="plain")).wait()
     [agent] = otel.named("invoke_agent plain")
     assert (agent.attributes or {})["gen_ai.provider.name"] == "ringzero"
+
+
+async def requests_an_api(ctx: Context, port: int, trust: str) -> int:
+    egress = Egress(allow=[f"api.test:{port}"], addresses=["127.0.0.1"], trust=trust,
+                    resolver=lambda host: ["127.0.0.1"])
+    out = await ctx.exec(f"http_request('GET', 'https://api.test:{port}/echo?q=1')['status']",
+                         limits=ExecLimits(egress=egress))
+    return int(out.value)  # type: ignore[arg-type]
+
+
+async def test_a_request_through_the_hosts_egress_is_an_http_client_span_under_its_tool(
+        otel: Telemetry, tmp_path: Path) -> None:
+    ca = local_ca(tmp_path)
+    with serving(ca) as api:
+        async with otel.kernel(checkpointer=MemoryCheckpointer()) as kernel:
+            assert await (await kernel.spawn(requests_an_api, api.port, str(ca.pem))).wait() == 200
+    [tool] = otel.named("execute_tool")
+    [request] = otel.named("GET")
+    assert tool.name == "execute_tool http_request" and parent_of(request) == tool.context.span_id
+    assert request.kind.name == "CLIENT"
+    assert dict(request.attributes or {}) == {
+        "http.request.method": "GET", "server.address": "api.test", "server.port": api.port, "url.scheme": "https",
+        "url.path": "/echo", "http.response.status_code": 200}
