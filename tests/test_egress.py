@@ -370,3 +370,17 @@ def test_a_policy_becomes_microsandboxs_own_network_scope_for_microvms() -> None
     assert [s._to_dict() for s in secrets] == [{"env_var": "API_KEY", "value": KEY, "allow": ["api.example.com"],
                                                 "placeholder": PLACEHOLDER,
                                                 "substitution": {"header_fields": ["authorization"]}}]
+
+
+@process_only
+@pytest.mark.parametrize("client", ["httpx", "requests"])
+async def test_common_clients_find_the_proxy_and_the_runs_ca_themselves(sandbox: Executor, ca: LocalCA,
+                                                                      api: Server, client: str) -> None:
+    pytest.importorskip(client, reason=f"{client} is not installed in this environment")
+    code = (f"import os, {client}\n"
+            f"r = {client}.get('https://api.test:{api.port}/echo', "
+            "headers={'Authorization': 'Bearer ' + os.environ['API_KEY']}, timeout=20)\n"
+            "[r.status_code, r.json()['headers'].get('authorization')]")
+    result = await paced(sandbox, code, policy(ca, f"api.test:{api.port}"))
+    assert result.value == [200, f"Bearer {PLACEHOLDER}"]  # the echo, as the code is shown it
+    assert api.headers("Authorization") == [f"Bearer {KEY}"]
