@@ -104,7 +104,11 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="ringzero-bench-egress-"))
+    with tempfile.TemporaryDirectory(prefix="ringzero-bench-egress-") as name:
+        await measure(Path(name), args)
+
+
+async def measure(folder: Path, args: argparse.Namespace) -> None:
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(folder / "ca.pem"))
     ca.issue_cert("api.test").private_key_and_cert_chain_pem.write_to_path(str(folder / "server.pem"))

@@ -60,7 +60,11 @@ def scripted_model(request: LLMRequest) -> str:
 
 
 def main() -> None:
-    folder = Path(tempfile.mkdtemp(prefix="ringzero-example-"))
+    with tempfile.TemporaryDirectory(prefix="ringzero-example-") as folder:
+        ask_the_weather(Path(folder))
+
+
+def ask_the_weather(folder: Path) -> None:
     authority = RunAuthority()  # a throwaway CA for the stand-in's certificate
     (folder / "ca.pem").write_text(authority.pem)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), WeatherAPI)
