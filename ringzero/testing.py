@@ -182,7 +182,7 @@ class InProcessExecutor:
         output = stdout.getvalue()
         if limits.output_bytes is not None:
             output = output[: limits.output_bytes]
-        return ExecResult(value, output, error, time.perf_counter() - started, tuple(made))
+        return ExecResult(value, output, error, time.perf_counter() - started, tuple(made), host.ended())
 
     async def aclose(self) -> None:
         return None

@@ -384,3 +384,23 @@ async def test_common_clients_find_the_proxy_and_the_runs_ca_themselves(sandbox:
     result = await paced(sandbox, code, policy(ca, f"api.test:{api.port}"))
     assert result.value == [200, f"Bearer {PLACEHOLDER}"]  # the echo, as the code is shown it
     assert api.headers("Authorization") == [f"Bearer {KEY}"]
+
+
+@process_only
+async def test_a_flood_of_connections_to_the_proxy_holds_at_most_its_cap_on_the_host(
+        sandbox: Executor, ca: LocalCA, api: Server) -> None:
+    """Each connection the code opens costs the host a descriptor: past ``MAX_CLIENTS`` held at
+    once, the host closes the next as it arrives; once the code lets them go, a request goes through."""
+    from ringzero.providers.egress.proxy import MAX_CLIENTS
+
+    opened = MAX_CLIENTS + 24  # within the run's 64 descriptors
+    code = ("import socket\n"
+            f"held = [socket.create_connection(('127.0.0.1', 3128)) for _ in range({opened})]\n"
+            "import select, time\ntime.sleep(0.5)\n"
+            "ready, _, _ = select.select(held, [], [], 0)\n"
+            "closed = sum(s.recv(1) == b'' for s in ready)\n"
+            "for s in held:\n    s.close()\n"
+            "time.sleep(0.2)\n" + fetch(sandbox, f"https://api.test:{api.port}/echo") + "\n[closed, out[0]]")
+    result = await paced(sandbox, code, policy(ca, f"api.test:{api.port}"))
+    closed, status = result.value
+    assert closed == opened - MAX_CLIENTS and status == 200, result.value

@@ -37,13 +37,15 @@ from ringzero.providers.egress.certificates import RunAuthority
 from ringzero.providers.egress.engine import TOOL_NAME, EgressRun
 from ringzero.providers.executors._mounts import EGRESS_PORT
 
-__all__ = ["PROXY_PORT", "EgressProxy", "environment"]
+__all__ = ["MAX_CLIENTS", "PROXY_PORT", "EgressProxy", "environment"]
 
 PROXY_PORT = EGRESS_PORT
 """Where the proxy listens in each run's own network namespace."""
 CA_FILE = ".ringzero-egress-ca.pem"
 """The run's CA certificate, written in its scratch directory before the code starts."""
 _HEAD_BYTES = 64 * 1024
+MAX_CLIENTS = 32
+"""Connections from one run's code served at once; one past them is closed as it arrives."""
 
 Call = Callable[[str, list[Any], dict[str, Any]], Awaitable[tuple[bool, Any]]]
 """``HostTools.call``: ``(True, result)`` or ``(False, ShownError)``."""
@@ -78,7 +80,14 @@ class EgressProxy:
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            client, _ = await loop.sock_accept(self.listener)
+            try:
+                client, _ = await loop.sock_accept(self.listener)
+            except OSError:  # the host is out of descriptors for now: the code's client waits in the backlog
+                await asyncio.sleep(0.05)
+                continue
+            if len(self._clients) >= MAX_CLIENTS:  # a run's code cannot take the host's descriptors
+                client.close()
+                continue
             task = loop.create_task(self._serve(client))
             self._clients.add(task)
             task.add_done_callback(self._clients.discard)
