@@ -19,7 +19,8 @@ from typing import Literal
 
 from ringzero.core.contract.errors import InvalidArgument
 
-__all__ = ["PLACEHOLDER_PREFIX", "Egress", "EgressRecord", "Resolver", "Route", "Secret", "placeholder"]
+__all__ = ["PLACEHOLDER_PREFIX", "Egress", "EgressRecord", "Resolver", "Route", "Secret", "is_ip", "normal_host",
+           "placeholder"]
 
 PLACEHOLDER_PREFIX = "rz-secret-"
 Resolver = Callable[[str], "Awaitable[Sequence[str]] | Sequence[str]"]
@@ -74,7 +75,7 @@ class Route:
         host, port = _split_port(text, 443 if scheme == "https" else 80, entry)
         wildcard = host.startswith("*.")
         normal = normal_host(host[2:] if wildcard else host)
-        if normal is None or (wildcard and _is_ip(normal)):
+        if normal is None or (wildcard and is_ip(normal)):
             raise InvalidArgument(f"Egress.allow entry {entry!r}: {host!r} is not a host name or IP address")
         return cls(scheme, ("*." if wildcard else "") + normal, port)
 
@@ -82,7 +83,7 @@ class Route:
         if scheme != self.scheme or port != self.port:
             return False
         if self.host.startswith("*."):
-            return host.endswith(self.host[1:]) and not _is_ip(host)
+            return host.endswith(self.host[1:]) and not is_ip(host)
         return host == self.host
 
     def __str__(self) -> str:
@@ -90,7 +91,8 @@ class Route:
         return f"{self.scheme}://{shown}:{self.port}"
 
 
-def _is_ip(host: str) -> bool:
+def is_ip(host: str) -> bool:
+    """Whether ``host`` is an IP literal (not a name)."""
     try:
         ipaddress.ip_address(host)
     except ValueError:

@@ -35,7 +35,7 @@ from typing import Any
 
 import h11
 
-from ringzero.core.contract.egress import Egress, EgressRecord, normal_host, placeholder
+from ringzero.core.contract.egress import Egress, EgressRecord, is_ip, normal_host, placeholder
 from ringzero.core.contract.errors import EgressFailed, EgressRefused, ToolError
 from ringzero.core.support.telemetry import egress_span
 from ringzero.core.support.timeouts import fail_after
@@ -85,7 +85,7 @@ class EgressRun:
             return f"{normal} is allowed over HTTPS only, not plain http://"
         if any(r.matches(scheme, normal, r.port) for r in self.egress.routes):
             return f"{normal} is allowed on another port, not {port}"
-        if _is_ip(normal):
+        if is_ip(normal):
             return f"{normal} is an IP address the egress policy does not list (give the host's name)"
         return f"{normal}:{port} is not on this run's egress allow-list"
 
@@ -188,7 +188,7 @@ class EgressRun:
     async def _checked_address(self, host: str, port: int) -> str:
         """An address of ``host`` the policy allows connecting to: the first one resolved that
         is public or listed in ``Egress.addresses``. Raises EgressRefused where none is."""
-        if _is_ip(host):
+        if is_ip(host):
             found: Sequence[str] = [host]
         else:
             found = await self._resolve(host, port)
@@ -252,14 +252,6 @@ class _Charge:
         if length > self.run.remaining():
             raise EgressFailed(f"the response is {length} bytes, more than the {self.run.remaining()} bytes left of "
                                f"this run's egress budget ({self.run.egress.budget_bytes})")
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _header_pairs(headers: Any) -> list[tuple[str, str]]:

@@ -12,10 +12,9 @@ counterpart there and are not passed; ``Secret.format`` neither (the code writes
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
-from ringzero.core.contract.egress import Egress, Route, placeholder
+from ringzero.core.contract.egress import Egress, Route, is_ip, placeholder
 
 __all__ = ["microvm_network"]
 
@@ -40,8 +39,4 @@ def microvm_network(egress: Egress) -> tuple[Any, list[Any]]:
 def _destination(ms: Any, route: Route) -> Any:
     if route.host.startswith("*."):
         return ms.Destination.domain_suffix(route.host[1:])
-    try:
-        ipaddress.ip_address(route.host)
-    except ValueError:
-        return ms.Destination.domain(route.host)
-    return ms.Destination.ip(route.host)
+    return ms.Destination.ip(route.host) if is_ip(route.host) else ms.Destination.domain(route.host)
