@@ -1,7 +1,8 @@
 """Servers the egress tests start on 127.0.0.1: HTTPS with a test CA (trustme), and plain HTTP.
 
 Each records what it received (method, path, headers, body), so a test can say what arrived
-and what never did. ``GET /echo`` answers with the request's headers; ``GET /bytes/N`` with N
+and what never did. ``GET /echo`` answers with the request's headers, ``GET /reflect`` puts its Authorization
+header in its reason phrase and an ``X-Seen`` header; ``GET /bytes/N`` with N
 bytes (``?chunked=1``: without a length); ``POST`` answers with the body's length.
 """
 
@@ -64,7 +65,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._record()
-        if self.path.startswith("/bytes/"):
+        if self.path.startswith("/reflect"):  # the key back in the reason phrase and a header
+            reflected = self.headers.get("Authorization", "")
+            self.send_response(200, reflected)
+            self.send_header("X-Seen", reflected)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif self.path.startswith("/bytes/"):
             size = int(self.path.split("/")[2].split("?")[0])
             self._send(b"x" * size, chunked="chunked=1" in self.path)
         else:

@@ -135,12 +135,31 @@ class EgressRun:
                 if span is not None:
                     span.set_attribute("http.response.status_code", response["status"])
             return response
-        except ToolError as exc:
-            self.log.append(EgressRecord(**record, refused=str(exc)))
-            raise
+        except ToolError as exc:  # its words may quote what the server sent: shown with placeholders
+            message = self.scrubbed(str(exc))
+            self.log.append(EgressRecord(**record, refused=message))
+            raise type(exc)(message) from None
+
+    def scrubbed(self, text: str) -> str:
+        """``text`` with every secret's value replaced by its placeholder."""
+        for name, secret in self.egress.secrets.items():
+            text = text.replace(secret.value, placeholder(name))
+        return text
 
     async def _send(self, method: str, scheme: str, host: str, port: int, target: str,
                     pairs: list[tuple[str, str]], payload: bytes, record: dict[str, Any]) -> dict[str, Any]:
+        shown_host = f"[{host}]" if ":" in host else host
+        host_header = ("Host", shown_host if port in (80, 443) else f"{shown_host}:{port}")
+        length = [("Content-Length", str(len(payload)))] if payload or method in ("POST", "PUT", "PATCH") else []
+
+        def http(target: str, pairs: list[tuple[str, str]]) -> tuple[h11.Request, list[tuple[str, str]]]:
+            head = [host_header, *((k, v) for k, v in pairs if k.lower().encode() not in HOP_BY_HOP), *length]
+            return h11.Request(method=method, target=target, headers=head), head
+
+        try:  # judged as the code wrote it: h11's words may quote a header, and hold no secret yet
+            http(target, pairs)
+        except h11.LocalProtocolError as exc:
+            raise EgressRefused(f"the request is not valid HTTP: {exc}") from None
         secrets = self._bound_secrets(host) if scheme == "https" else {}
         for name, value in secrets.items():
             target = target.replace(placeholder(name), urllib.parse.quote(value, safe=""))
@@ -150,15 +169,10 @@ class EgressRun:
             if secret.header is not None:
                 pairs = [(k, v) for k, v in pairs if k.lower() != secret.header.lower()]
                 pairs.append((secret.header, secret.format.format(value)))
-        shown_host = f"[{host}]" if ":" in host else host
-        head = [("Host", shown_host if port in (80, 443) else f"{shown_host}:{port}"),
-                *((k, v) for k, v in pairs if k.lower().encode() not in HOP_BY_HOP)]
-        if payload or method in ("POST", "PUT", "PATCH"):
-            head.append(("Content-Length", str(len(payload))))
         try:
-            request = h11.Request(method=method, target=target, headers=head)
-        except h11.LocalProtocolError as exc:
-            raise EgressRefused(f"the request is not valid HTTP: {exc}") from None
+            request, head = http(target, pairs)
+        except h11.LocalProtocolError:
+            raise EgressRefused("a secret's value cannot be sent in an HTTP header as it is") from None
         out = len(method) + len(target) + 12 + sum(len(k) + len(v) + 4 for k, v in head) + len(payload)
         if out > self.remaining():
             raise EgressRefused(f"the request is {out} bytes, more than the {self.remaining()} bytes left of this "
@@ -170,9 +184,10 @@ class EgressRun:
                     address, port, host if scheme == "https" else None, request, payload, _Charge(self, record, out))
         except TimeoutError:
             raise EgressFailed(f"{host}:{port} did not answer within {self.egress.timeout} s") from None
-        for name, value in secrets.items():  # the code sees its placeholder, never the value
-            data = data.replace(value.encode(), placeholder(name).encode())
-            headers = [(k, v.replace(value, placeholder(name))) for k, v in headers]
+        for name, secret in self.egress.secrets.items():  # the code sees its placeholder, never the value
+            data = data.replace(secret.value.encode(), placeholder(name).encode())
+        headers = [(k, self.scrubbed(v)) for k, v in headers]
+        reason = self.scrubbed(reason)
         self.log.append(EgressRecord(**record, status=status))
         answer: dict[str, Any] = {"status": status, "reason": reason, "headers": [list(h) for h in headers]}
         try:
