@@ -8,11 +8,13 @@ from the control socket FD, imports ``COMMON_MODULES`` and the preloaded modules
 forks start warm), probes which confinement controls this host enforces, and keeps WARM
 confined inits ready: each is one fork of the server, born as the init of a new PID
 namespace and put in its own cgroup leaf, which enters new mount, network, IPC and UTS
-namespaces with a private root, confines itself with Landlock, seccomp and an unprivileged
+namespaces with a private root, brings its loopback up and listens on it for the egress proxy
+(``_mounts.egress_listener``), confines itself with Landlock, seccomp and an unprivileged
 uid, and waits. A request from the host carries one end of a socket pair; the server greets
-the host on it (``pid``) and hands it to a ready init, which applies the run's rlimits and
-speaks a length-prefixed JSON protocol with the host: ``run`` (from the host),
-``started`` once the run is confined (or ``failed``, if it could not be), ``call``/``result``/
+the host on it (``pid``) and hands it to a ready init, which applies the run's rlimits, hands
+its listener to the host over the run's egress link where the run is given egress (and closes
+it either way), and speaks a length-prefixed JSON protocol with the host: ``run`` (from the
+host), ``started`` once the run is confined (or ``failed``, if it could not be), ``call``/``result``/
 ``error`` for host tools, and ``done``.
 """
 

@@ -5,7 +5,9 @@ A fork server keeps the interpreter, common standard library modules
 it, confined by a cgroup, Linux namespaces with a private root, rlimits, Landlock, seccomp
 and an unprivileged uid (see ``_confine``, ``_mounts``, ``_seccomp``, ``_cgroups`` and
 SECURITY.md). The code sees only the interpreter, system libraries, its own tmpfs scratch
-(``/tmp``) and, when given, the agent's workspace; no network; an environment of ``PATH``,
+(``/tmp``) and, when given, the agent's workspace; no network, but for a run given
+``ExecLimits(egress=...)`` a proxy on the host (``process_egress``, ``ringzero.providers.egress``)
+that its clients find through ``HTTPS_PROXY``; an environment of ``PATH``,
 ``LANG``, ``HOME``, ``TMPDIR`` and what ``env=`` adds (nothing of the host's); and host tools
 as plain functions whose calls cross back over the run's socket, so secrets stay with the
 host. Linux only.
