@@ -2,7 +2,8 @@
 
 Each records what it received (method, path, headers, body), so a test can say what arrived
 and what never did. ``GET /echo`` answers with the request's headers, ``GET /reflect`` puts its Authorization
-header in its reason phrase and an ``X-Seen`` header; ``GET /bytes/N`` with N
+header in its reason phrase and an ``X-Seen`` header, ``GET /empty`` answers 204, ``HEAD`` 200
+with a length and no body; ``GET /bytes/N`` with N
 bytes (``?chunked=1``: without a length); ``POST`` answers with the body's length.
 """
 
@@ -65,7 +66,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self._record()
-        if self.path.startswith("/reflect"):  # the key back in the reason phrase and a header
+        if self.path.startswith("/empty"):
+            self.send_response(204)
+            self.end_headers()
+        elif self.path.startswith("/reflect"):  # the key back in the reason phrase and a header
             reflected = self.headers.get("Authorization", "")
             self.send_response(200, reflected)
             self.send_header("X-Seen", reflected)
@@ -76,6 +80,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(b"x" * size, chunked="chunked=1" in self.path)
         else:
             self._send(json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode())
+
+    def do_HEAD(self) -> None:
+        self._record()
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))

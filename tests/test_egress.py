@@ -428,3 +428,18 @@ async def test_the_secret_reflected_in_a_reason_or_header_or_quoted_by_an_error_
     assert api.headers("Authorization")[0] == f"Bearer {KEY}"
     if len(result.value) > 2:  # Monty's: a header that would split the request is refused, naming the placeholder
         assert "not valid HTTP" in result.value[2] and len(api.received) == 1
+
+
+@process_only
+async def test_answers_without_a_body_keep_the_clients_connection_going(sandbox: Executor, ca: LocalCA,
+                                                                        api: Server) -> None:
+    """A 204 and a HEAD's answer carry no body: the proxy sends none, and the client's next
+    request on the same tunnel is answered."""
+    code = ("import http.client, ssl\n"
+            "c = http.client.HTTPSConnection('127.0.0.1', 3128, context=ssl.create_default_context())\n"
+            f"c.set_tunnel('api.test', {api.port})\nout = []\n"
+            "for method, path in [('GET', '/empty'), ('HEAD', '/echo'), ('GET', '/echo')]:\n"
+            "    c.request(method, path)\n    r = c.getresponse()\n    out.append([r.status, len(r.read())])\nout")
+    result = await paced(sandbox, code, policy(ca, f"api.test:{api.port}"))
+    assert result.value[:2] == [[204, 0], [200, 0]] and result.value[2][0] == 200 and result.value[2][1] > 0
+    assert [r.method for r in api.received] == ["GET", "HEAD", "GET"]

@@ -188,7 +188,11 @@ class EgressProxy:
             status = 403 if outcome.type == "EgressRefused" else 502
             return _refusal(connection, status, outcome.message or outcome.type)
         data = outcome["text"].encode() if "text" in outcome else base64.b64decode(outcome["base64"])
-        head = [(k, v) for k, v in outcome["headers"]] + [("Content-Length", str(len(data)))]
+        head = [(k, v) for k, v in outcome["headers"]]
+        if outcome["status"] in (204, 304) or request.method == b"HEAD":
+            data = b""  # no body, and no length to say: a HEAD's would be the GET's, which the host did not keep
+        else:
+            head.append(("Content-Length", str(len(data))))
         return (connection.send(h11.Response(status_code=outcome["status"], headers=head,
                                              reason=outcome["reason"].encode("latin-1", "replace")))
                 + connection.send(h11.Data(data=data)) + connection.send(h11.EndOfMessage()))
