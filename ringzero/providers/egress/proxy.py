@@ -1,8 +1,8 @@
 """The process sandbox's one route out: an HTTP proxy on the host, listening inside the run.
 
 The run's init makes a listening socket on 127.0.0.1 in the run's own network namespace
-(``PROXY_PORT``; nothing else is up there) and hands it to the host before the code starts; the
-host accepts on it, so connections from the code land here, in the host's process, and nowhere
+(the process sandbox's ``_mounts.EGRESS_PORT``; nothing else is up there) and hands it to the
+host before the code starts; the host accepts on it, so connections from the code land here, in the host's process, and nowhere
 else. The code's clients find it through ``HTTP_PROXY``/``HTTPS_PROXY`` and trust the run's CA
 (``certificates``) through ``SSL_CERT_FILE`` and its kin (``environment``).
 
@@ -35,12 +35,9 @@ from ringzero.core.contract.egress import Egress
 from ringzero.core.support.timeouts import cancel_and_wait, fail_after
 from ringzero.providers.egress.certificates import RunAuthority
 from ringzero.providers.egress.engine import TOOL_NAME, EgressRun
-from ringzero.providers.executors._mounts import EGRESS_PORT
 
-__all__ = ["MAX_CLIENTS", "PROXY_PORT", "EgressProxy", "environment"]
+__all__ = ["MAX_CLIENTS", "EgressProxy", "environment"]
 
-PROXY_PORT = EGRESS_PORT
-"""Where the proxy listens in each run's own network namespace."""
 CA_FILE = ".ringzero-egress-ca.pem"
 """The run's CA certificate, written in its scratch directory before the code starts."""
 _HEAD_BYTES = 64 * 1024
@@ -51,10 +48,10 @@ Call = Callable[[str, list[Any], dict[str, Any]], Awaitable[tuple[bool, Any]]]
 """``HostTools.call``: ``(True, result)`` or ``(False, ShownError)``."""
 
 
-def environment(egress: Egress, scratch: str) -> dict[str, str]:
+def environment(egress: Egress, scratch: str, port: int) -> dict[str, str]:
     """What a run's environment gains for egress: the proxy for every common client, the run's
     CA as the one it trusts, and each secret's placeholder."""
-    proxy = f"http://127.0.0.1:{PROXY_PORT}"
+    proxy = f"http://127.0.0.1:{port}"
     ca = f"{scratch}/{CA_FILE}"
     return {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy, "http_proxy": proxy, "https_proxy": proxy,
             "SSL_CERT_FILE": ca, "REQUESTS_CA_BUNDLE": ca, "CURL_CA_BUNDLE": ca, "PIP_CERT": ca,

@@ -7,7 +7,7 @@ import socket
 from typing import Any
 
 from ringzero.core.contract.errors import ExecutorError
-from ringzero.providers.executors._mounts import SCRATCH
+from ringzero.providers.executors._mounts import EGRESS_PORT, SCRATCH
 from ringzero.providers.executors.boundary import HostTools
 
 __all__ = ["RunEgress"]
@@ -31,7 +31,8 @@ class RunEgress:
 
         assert self.host.egress is not None
         self.init_end.close()  # the fork server holds its own copy now
-        return {"ca": self.authority.pem, "ca_file": CA_FILE, "env": environment(self.host.egress.egress, SCRATCH)}
+        return {"ca": self.authority.pem, "ca_file": CA_FILE, "env": environment(self.host.egress.egress, SCRATCH,
+                                                                               EGRESS_PORT)}
 
     def serve(self) -> None:
         """Take the listener the init sent before it said "started", and serve it."""
