@@ -3,8 +3,9 @@
 The run's init makes a listening socket on 127.0.0.1 in the run's own network namespace
 (the process sandbox's ``_mounts.EGRESS_PORT``; nothing else is up there) and hands it to the
 host before the code starts; the host accepts on it, so connections from the code land here,
-in the host's process, and nowhere else. The code's clients find it through ``HTTP_PROXY``/``HTTPS_PROXY`` and trust the run's CA
-(``certificates``) through ``SSL_CERT_FILE`` and its kin (``environment``).
+in the host's process, and nowhere else. The code's clients find it through ``HTTP_PROXY`` and
+``HTTPS_PROXY``, and trust the run's CA (``certificates``) through ``SSL_CERT_FILE`` and its kin
+(``environment``).
 
 - ``CONNECT host:port`` is answered only for a route the policy allows over HTTPS; the proxy
   then terminates the run's TLS with a certificate from the run's CA, reads each request in
