@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import ringzero
-from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.checkpointers import SqliteCheckpointer, open_checkpointer, require_scheme, scheme_of
 from ringzero.core.contract.errors import InvalidArgument, RingzeroError
 from ringzero.core.contract.protocols import Checkpointer
 from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                                  "and whether other users can read a store")
     doctor.add_argument("--db", type=Path, action="append", default=None,
                         help="a SQLite store to check (default: .ringzero/state.db; repeat for more)")
-    db_help = "SQLite state file, or a postgresql:// DSN (a cluster's shared store) (default: %(default)s)"
+    db_help = ("SQLite state file, a postgresql:// DSN (a cluster's shared store), or the URL of a store a package "
+               "registered (default: %(default)s)")
     ps = commands.add_parser("ps", help="list the processes recorded in a state database (every node's)")
     ps.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
     top = commands.add_parser("top", help="a live view of the processes in a state database, with keys to pause, "
@@ -201,25 +202,23 @@ def _is_dsn(db: str) -> bool:
 
 def _database(db: str) -> Path | str:
     """What ``--db`` names: a PostgreSQL DSN as it is, a SQLite file as a Path (also written as
-    SQLAlchemy writes one: ``sqlite:///relative.db``, ``sqlite:////absolute.db``). Any other
-    scheme is refused by name, not looked for as a file."""
+    SQLAlchemy writes one: ``sqlite:///relative.db``, ``sqlite:////absolute.db``), the URL of a
+    store a package registered as it is. Any other scheme is refused by name, not looked for as a
+    file."""
     if _is_dsn(db):
         return db
     if db.startswith("sqlite:///"):
         return Path(db[len("sqlite:///"):])
-    scheme, found, _ = db.partition("://")
-    if found and scheme.replace("+", "").isalnum():
-        raise InvalidArgument(f"--db takes a SQLite file (a path, or sqlite:///path) or a postgresql:// DSN; "
-                              f"{scheme}:// is not a store ringzero has")
-    return Path(db)
+    scheme = scheme_of(db)
+    if scheme is None:
+        return Path(db)
+    require_scheme(scheme)
+    return db
 
 
 def _store(db: Path | str) -> Checkpointer:
-    if isinstance(db, str):
-        from ringzero.checkpointers.postgres import PostgresCheckpointer
-
-        return PostgresCheckpointer(db)
-    return SqliteCheckpointer(db)
+    """The store ``--db`` names: a SQLite file, or a URL (PostgreSQL, or a scheme a package registered)."""
+    return open_checkpointer(db) if isinstance(db, str) else SqliteCheckpointer(db)
 
 
 def _where(db: Path | str, store: Checkpointer) -> str:
@@ -293,7 +292,7 @@ def _resumer(db: Path | str, factory: Callable[[Path | str], Kernel], spec: str 
 
     def make() -> Kernel:
         kernel = build_kernel(factory, db, spec)
-        if isinstance(db, str) and kernel.node is None:
+        if isinstance(db, str) and kernel.checkpointer.capabilities.multi_process and kernel.node is None:
             # A shared store may have cluster nodes on it: take each process as a node does (an
             # ownership claim), so that a node still running one is fenced, never doubled.
             kernel.join_cluster(f"resume@{socket.gethostname()}:{os.getpid()}")

@@ -22,7 +22,7 @@ from typing import Any, Union
 
 from ringzero.checkpointers.memory import MemoryCheckpointer
 from ringzero.core.contract.errors import BadRequest, InvalidArgument, ProviderError
-from ringzero.core.contract.protocols import ExecutorCapabilities, ProviderCapabilities, TextSink, Tool, ToolCallJournal
+from ringzero.core.contract.protocols import ExecutorCapabilities, ProviderCapabilities, TextSink, Tool
 from ringzero.core.contract.types import (
     JSON,
     ExecError,
@@ -153,13 +153,12 @@ class InProcessExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         loop = asyncio.get_running_loop()
         limits = limits or self.default_limits
         wall = self.default_limits.wall_seconds if limits.wall_seconds is None else limits.wall_seconds
         stdout = io.StringIO()
-        host = HostTools(tools or {}, limits, show_errors=True, calls=calls)  # no isolation: the code is the host's own
+        host = HostTools(tools or {}, limits, show_errors=True)  # no isolation: the code is the host's own
         made = host.calls
         namespace: dict[str, Any] = {"__name__": "__ringzero__", **dict(inputs or {})}
         namespace["print"] = lambda *a, sep=" ", end="\n", **_: stdout.write(sep.join(map(str, a)) + end)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.contract.protocols import Executor, Tool, ToolCallJournal
+from ringzero.core.contract.protocols import Executor, Tool
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, LLMRequest
 from ringzero.testing import ScriptedProvider
 from tests.programs import sandboxed_graph_agent
@@ -35,10 +35,9 @@ class CountingExecutor:
         self.runs = 0
 
     async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
-                  tools: Mapping[str, Tool] | None = None, limits: ExecLimits | None = None,
-                  calls: ToolCallJournal | None = None) -> ExecResult:
+                  tools: Mapping[str, Tool] | None = None, limits: ExecLimits | None = None) -> ExecResult:
         self.runs += 1
-        return await self.inner.run(code, inputs=inputs, tools=tools, limits=limits, calls=calls)
+        return await self.inner.run(code, inputs=inputs, tools=tools, limits=limits)
 
     async def aclose(self) -> None:
         """The test's fixture owns the real executor and closes it."""

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from ringzero.adapters._graph_guard import lives_in_memory, refuse_in_process
 from ringzero.checkpointers import open_checkpointer
 from ringzero.core.contract.errors import InvalidArgument, MissingExtra, RingzeroError
-from ringzero.core.contract.protocols import Appending, Checkpointer, check_checkpointer_parts
+from ringzero.core.contract.protocols import Appending, Checkpointer, check_backend
 from ringzero.core.contract.store import KERNEL_THREADS
 from ringzero.core.contract.types import Checkpoint as Record
 from ringzero.core.contract.types import PendingWrite
@@ -66,7 +66,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             raise InvalidArgument(f"KernelSaver needs a ringzero Checkpointer, not {checkpointer!r}")
         self.checkpointer = checkpointer
         """The ringzero Checkpointer the graph's checkpoints are kept in."""
-        check_checkpointer_parts(checkpointer)
+        check_backend(checkpointer, Checkpointer, "checkpointer")
         capabilities = getattr(checkpointer, "capabilities", None)
         appending = checkpointer if capabilities is not None and capabilities.append \
             and isinstance(checkpointer, Appending) else None

@@ -1,34 +1,90 @@
 """Checkpointers: where processes, journals and LangGraph checkpoints are kept.
 
-``PostgresCheckpointer`` (pip install 'ringzero[postgres]') is imported lazily.
+``PostgresCheckpointer`` (pip install 'ringzero[postgres]') is imported lazily. A store of
+another package is named by a URL scheme it registers under the entry point group
+``ringzero.checkpointers`` (``redis = "mypackage.store:open_store"``, a function from the whole
+URL to a Checkpointer): ``Kernel(checkpointer="redis://...")`` and every command's ``--db`` open it.
 """
 
 from __future__ import annotations
 
 import re
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ringzero.checkpointers.memory import MemoryCheckpointer
 from ringzero.checkpointers.sqlite import SqliteCheckpointer
-from ringzero.core.contract.errors import InvalidArgument
+from ringzero.core.contract.errors import InvalidArgument, RingzeroError
 
 if TYPE_CHECKING:
     from ringzero.checkpointers.postgres import PostgresCheckpointer
     from ringzero.core.contract.protocols import Checkpointer
 
-__all__ = ["NAMES", "MemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer", "open_checkpointer"]
+__all__ = ["ENTRY_POINTS", "NAMES", "MemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer",
+           "open_checkpointer", "registered_schemes", "require_scheme", "scheme_of"]
 
 
 NAMES = ("memory (or :memory:)", "sqlite:///absolute/path.db", "a file path", "postgresql://...")
-"""What a checkpointer may be named by (``open_checkpointer``, ``Kernel(checkpointer=...)``)."""
+"""What a checkpointer may be named by (``open_checkpointer``, ``Kernel(checkpointer=...)``),
+besides the schemes other packages register (``registered_schemes``)."""
+BUILT_IN_SCHEMES = ("sqlite", "postgresql", "postgres")
+ENTRY_POINTS = "ringzero.checkpointers"
+"""The entry point group a package registers its store's URL scheme under."""
+
+
+def registered_schemes() -> dict[str, EntryPoint]:
+    """The URL schemes installed packages register stores under (never one of ringzero's own)."""
+    return {point.name: point for point in entry_points(group=ENTRY_POINTS) if point.name not in BUILT_IN_SCHEMES}
+
+
+def scheme_of(target: str) -> str | None:
+    """The URL scheme ``target`` starts with (``redis`` of ``redis://host``), else None."""
+    found = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", target)
+    return None if found is None else found.group(1).lower()
+
+
+def require_scheme(scheme: str) -> EntryPoint | None:
+    """The entry point a package registered ``scheme`` under (None for one of ringzero's own);
+    InvalidArgument, one line naming every installed scheme, where there is none."""
+    if scheme in BUILT_IN_SCHEMES:
+        return None
+    registered = registered_schemes()
+    point = registered.get(scheme)
+    if point is None:
+        installed = ", ".join(f"{name}://" for name in (*BUILT_IN_SCHEMES, *sorted(registered)))
+        raise InvalidArgument(f"no checkpointer is installed for {scheme}://; the schemes installed are {installed} "
+                              f"(a package adds one under the entry point group {ENTRY_POINTS!r})")
+    return point
+
+
+def _registered(scheme: str, target: str) -> Checkpointer:
+    """The store a package registered for ``scheme``, opened on ``target`` (see ``require_scheme``)."""
+    from ringzero.core.contract.protocols import Checkpointer, check_backend
+
+    point = require_scheme(scheme)
+    if point is None:  # a built-in scheme written so that open_checkpointer did not take it
+        raise InvalidArgument(f"{target!r} is not a checkpointer's name; a checkpointer is named by "
+                              + ", ".join(NAMES))
+    try:
+        factory = point.load()
+        store = factory(target)
+    except RingzeroError:
+        raise
+    except Exception as exc:  # the package's own failure, said in one line with whose it is
+        raise InvalidArgument(f"the {scheme}:// store registered by {point.value} failed to open: "
+                              f"{type(exc).__name__}: {exc}") from None
+    check_backend(store, Checkpointer, f"the {scheme}:// store")
+    checked: Checkpointer = store
+    return checked
 
 
 def open_checkpointer(target: str | Path) -> Checkpointer:
     """The checkpointer a connection string names: ``memory`` (or ``:memory:``) for one that
     keeps nothing after the process; ``postgresql://...`` (or ``postgres://``); a SQLite file,
     as ``sqlite:///path`` (a URL: ``sqlite:///tmp/x.db`` is ``/tmp/x.db``) or a plain path.
-    Another scheme (``redis://``...) is refused with the list, rather than taken for a path."""
+    Another scheme (``redis://``...) opens the store a package registered for it, and is
+    refused naming the installed schemes where none did, rather than taken for a path."""
     if isinstance(target, Path):
         return SqliteCheckpointer(target)
     if not isinstance(target, str) or not target:
@@ -45,10 +101,9 @@ def open_checkpointer(target: str | Path) -> Checkpointer:
             raise InvalidArgument(f"{target!r}: a SQLite URL names an absolute path, as sqlite:///tmp/state.db "
                                   "(or give the path itself)")
         return SqliteCheckpointer(path)
-    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", target)
+    scheme = scheme_of(target)
     if scheme is not None:
-        raise InvalidArgument(f"no checkpointer for {scheme.group(1)}:// ({target!r}); a checkpointer is named by "
-                              + ", ".join(NAMES))
+        return _registered(scheme, target)
     return SqliteCheckpointer(target)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import inspect
 import math
 import os
 import socket
@@ -37,7 +36,7 @@ from ringzero.core._engine.replay_check import ReplayReport, check_replays, copy
 from ringzero.core._engine.runtime import NO_LIMITS, Runtime
 from ringzero.core._engine.schedules import Schedule, ScheduleFirer, ScheduleSpec, schedule_spec
 from ringzero.core.contract.errors import InvalidArgument, ProcessStateError, WrongEventLoop
-from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool
+from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider, Scheduler, Tool, check_backend
 from ringzero.core.contract.records import Event, ProcessInfo
 from ringzero.core.contract.remote import ChildPlacement, Placement, RemoteProcessHandle
 from ringzero.core.contract.store import KernelStore
@@ -80,11 +79,10 @@ class Kernel:
             checkpointer = backends.checkpointer(checkpointer, Path(state_dir))
         if executor is None or isinstance(executor, str):
             executor = backends.executor(executor)
-        _require(checkpointer, Checkpointer, "checkpointer", "e.g. SqliteCheckpointer('state.db'), or a path")
-        _require(executor, Executor, "executor", "e.g. MontyExecutor() or ProcessExecutor(), or 'monty'/'process'")
-        _takes_calls(executor)
+        check_backend(checkpointer, Checkpointer, "checkpointer")
+        check_backend(executor, Executor, "executor")
         if scheduler is not None:
-            _require(scheduler, Scheduler, "scheduler", "e.g. LocalScheduler()")
+            check_backend(scheduler, Scheduler, "scheduler")
         if tools is not None and (not isinstance(tools, Mapping) or not all(
                 isinstance(k, str) and callable(v) for k, v in tools.items())):
             raise InvalidArgument(f"tools maps names to functions, e.g. {{'search': search}}, not {tools!r:.80}")
@@ -493,28 +491,6 @@ class Kernel:
             return await check_replays(kernel.runtime, programs, pids)
 
 
-def _require(value: Any, protocol: type, what: str, example: str) -> None:
-    """InvalidArgument unless ``value`` implements ``protocol`` (its methods, checked now rather
-    than as an AttributeError at the first call)."""
-    if not isinstance(value, protocol):
-        raise InvalidArgument(f"{what} must be a ringzero {protocol.__name__} ({example}), not "
-                              f"{type(value).__name__} {value!r:.60}")
-
-
-def _takes_calls(executor: Executor) -> None:
-    """InvalidArgument unless ``executor.run`` takes ``calls`` (the journal of its tool calls,
-    which ``ctx.exec`` hands over): refused now, not as a TypeError at the first exec."""
-    try:
-        parameters = inspect.signature(executor.run).parameters
-    except (TypeError, ValueError):
-        return  # no signature to read (a C method): the call itself says
-    if "calls" not in parameters and not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        raise InvalidArgument(
-            f"{type(executor).__name__}.run() takes no 'calls' argument: the Executor protocol passes it the "
-            "journal of the run's tool calls (a ToolCallJournal); accept calls=None and hand it to HostTools or "
-            "call_tool, so that no tool call runs twice after a crash")
-
-
 def _gates(llm: LLMProvider | LLMGate | Mapping[str, LLMProvider | LLMGate] | None) -> dict[str, LLMGate]:
     if llm is None:
         return {}
@@ -526,6 +502,5 @@ def _gates(llm: LLMProvider | LLMGate | Mapping[str, LLMProvider | LLMGate] | No
 def _gate(value: LLMProvider | LLMGate) -> LLMGate:
     if isinstance(value, LLMGate):
         return value
-    if not callable(getattr(value, "complete", None)):
-        raise InvalidArgument(f"llm must be an LLMProvider (with async complete()) or an LLMGate, not {value!r}")
+    check_backend(value, LLMProvider, "llm")
     return LLMGate(value)

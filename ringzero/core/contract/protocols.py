@@ -30,7 +30,8 @@ __all__ = [
     "TextSink",
     "Tool",
     "ToolCallJournal",
-    "check_checkpointer_parts",
+    "backend_problems",
+    "check_backend",
 ]
 
 Isolation = Literal["none", "interpreter", "process", "microvm"]
@@ -98,9 +99,9 @@ class ExecutorCapabilities:
 
 
 class ToolCallJournal(Protocol):
-    """What journals the tool calls one run's code makes, one by one: what ``ctx.exec`` hands an
-    executor as ``calls`` (the kernel's own, ``ringzero.core._engine.tool_calls.ToolCalls``).
-    An executor passes it on to ``HostTools`` (or ``call_tool``) and calls nothing on it itself."""
+    """What journals the tool calls one run's code makes, one by one (the kernel's own,
+    ``ringzero.core._engine.tool_calls.ToolCalls``). An executor never sees it: the tools
+    ``ctx.exec`` hands over are bound to it (``ringzero.core.support.tool_boundary``)."""
 
     owner: object
     """Whose share of a tool pool the run's sync tools take: the kernel process the run is for."""
@@ -131,14 +132,16 @@ class Executor(Protocol):
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         """Run ``code`` with ``inputs`` bound as variables and ``tools`` callable as functions.
 
-        ``calls`` journals the run's tool calls one by one (``ctx.exec`` hands it over): pass
-        it to ``ringzero.providers.executors.boundary.HostTools`` (or to
-        ``ringzero.core.support.host_tools.call_tool`` with each call), so that after a crash each call
-        already made is answered from the journal and none runs twice.
+        Inside a kernel process the tools come from ``ctx.exec`` already journaled: call them as
+        they are (an async tool is a coroutine function; a sync one is called from a thread other
+        than the event loop's, or awaited as ``tool.acall(...)``), or hand them to
+        ``ringzero.providers.executors.boundary.HostTools``, which a sandbox's messages reach
+        (it checks sizes and the run's byte budget as well). Either way each call is recorded,
+        a recorded call is answered from the journal after a crash, one in doubt is not run
+        again, and parameters the host keeps are refused: nothing here can skip that.
 
         An exception in the code, a limit hit or a timeout is reported in ``ExecResult.error``.
         Raises ExecutorError only when the executor itself fails.
@@ -272,24 +275,6 @@ class MemoryIndexed(Protocol):
     def memory_index(self) -> Any: ...
 
 
-def check_checkpointer_parts(checkpointer: Checkpointer) -> None:
-    """Raise ``InvalidArgument`` where ``checkpointer`` declares a capability whose methods it
-    lacks: found when the kernel is built, not at the first write that needs them."""
-    from ringzero.core.contract.errors import InvalidArgument
-
-    capabilities = getattr(checkpointer, "capabilities", None)
-    if capabilities is None:
-        return  # not a Checkpointer at all: its caller says so
-    for flag, protocol in (("put_many", Batching), ("append", Appending)):
-        if getattr(capabilities, flag) and not isinstance(checkpointer, protocol):
-            missing = [name for name in ("put_many", "append", "append_many", "append_writes")
-                       if hasattr(protocol, name) and not callable(getattr(checkpointer, name, None))]
-            raise InvalidArgument(f"{type(checkpointer).__name__} declares capabilities.{flag} but has no "
-                                  f"{', '.join(missing)}: implement "
-                                  f"ringzero.core.contract.protocols.{protocol.__name__}, "
-                                  "or leave the capability off")
-
-
 @dataclass(frozen=True)
 class SchedulerCapabilities:
     """What a scheduler offers."""
@@ -325,3 +310,54 @@ class Scheduler(Protocol):
         """True when a ready process of equal or higher priority is waiting for a slot, so
         the running process ``pid`` should give its slot up at this syscall boundary."""
         ...
+
+
+CAPABILITY_METHODS: dict[str, dict[str, tuple[str, ...]]] = {
+    "Checkpointer": {"delete_checkpoints": ("delete_checkpoints",), "claims": ("claim",), "put_many": ("put_many",),
+                     "append": ("append", "append_many", "append_writes")},
+    "LLMProvider": {"streaming": ("stream",)},
+}
+"""For each protocol, the methods a backend needs only where it declares the capability named:
+every other member of the protocol is required of every backend."""
+
+
+def backend_problems(value: object, protocol: type) -> list[str]:
+    """Why ``value`` cannot stand behind ``protocol`` (one of the four), each problem in words
+    that name the members and capabilities concerned; empty where it can. What the kernel
+    checks when it is built (``check_backend``) and the conformance kits' first test."""
+    optional = CAPABILITY_METHODS.get(protocol.__name__, {})
+    members = [name for name in vars(protocol) if not name.startswith("_")]
+    needed_always = [name for name in members if not any(name in methods for methods in optional.values())]
+    problems = []
+    missing = [name for name in needed_always if not hasattr(value, name)
+               or (name != "capabilities" and not callable(getattr(value, name)))]
+    if missing:
+        problems.append(f"it has no {', '.join(missing)} (every {protocol.__name__} needs "
+                        f"{', '.join(needed_always)})")
+    capabilities = getattr(value, "capabilities", None)
+    if capabilities is None:
+        return problems
+    for flag, methods in optional.items():
+        lacking = [name for name in methods if not callable(getattr(value, name, None))]
+        if getattr(capabilities, flag, False) and lacking:
+            problems.append(f"it declares capabilities.{flag} but has no {', '.join(lacking)} (implement it, or "
+                            f"leave the capability off)")
+    if protocol is Checkpointer and getattr(capabilities, "multi_process", False) \
+            and not getattr(capabilities, "claims", False):
+        problems.append("it declares capabilities.multi_process (several kernels may share it) but not "
+                        "capabilities.claims: kernels sharing it would hand out the same pids; implement claim() "
+                        "and declare claims, or leave multi_process off")
+    return problems
+
+
+def check_backend(value: object, protocol: type, what: str) -> None:
+    """Raise ``InvalidArgument`` naming every problem ``backend_problems`` finds: a backend is
+    refused when it is handed over, not at the first call that needs what it lacks."""
+    from ringzero.core.contract.errors import InvalidArgument
+
+    problems = backend_problems(value, protocol)
+    if problems:
+        kind = type(value)
+        raise InvalidArgument(f"{what} {kind.__module__}.{kind.__qualname__} is not a ringzero {protocol.__name__}: "
+                              f"{'; '.join(problems)}. See ringzero.core.contract.protocols.{protocol.__name__} and "
+                              f"its conformance kit, ringzero.compat")

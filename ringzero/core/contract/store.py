@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any
 
 from ringzero.core.contract.outcomes import Outcome, Value, decode
-from ringzero.core.contract.protocols import Appending, Batching, Checkpointer, check_checkpointer_parts
+from ringzero.core.contract.protocols import Appending, Batching, Checkpointer, check_backend
 from ringzero.core.contract.records import (
     Effects,
     JournalEntry,
@@ -87,7 +87,7 @@ class KernelStore:
     """Reads and writes the kernel's records through any Checkpointer."""
 
     def __init__(self, checkpointer: Checkpointer) -> None:
-        check_checkpointer_parts(checkpointer)
+        check_backend(checkpointer, Checkpointer, "checkpointer")
         self.checkpointer = checkpointer
         capabilities = checkpointer.capabilities
         self._put_many: Callable[[Sequence[Checkpoint]], Awaitable[None]] | None = \

@@ -22,7 +22,7 @@ from ringzero.core.contract.protocols import Tool, ToolCallJournal
 from ringzero.core.support.telemetry import exec_tool_span
 from ringzero.core.support.tool_pool import CallHere, ToolPool, as_exception, is_cpu_bound, shared_pool
 
-__all__ = ["ResultCheck", "SyncRunner", "call_tool", "call_tool_here", "runs_here"]
+__all__ = ["ResultCheck", "SyncRunner", "call_tool", "call_tool_here", "is_async", "runs_here"]
 
 
 SyncRunner = Callable[[Tool, list[Any], dict[str, Any]], Awaitable[Any]]
@@ -54,10 +54,10 @@ async def call_tool(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, name
 def runs_here(tool: Tool) -> bool:
     """True for a tool ``call_tool_here`` may run: a plain sync callable (not a coroutine
     function, not declared ``cpu_bound``)."""
-    return not (_is_async(tool) or is_cpu_bound(tool))
+    return not (is_async(tool) or is_cpu_bound(tool))
 
 
-def _is_async(tool: Tool) -> bool:
+def is_async(tool: Tool) -> bool:
     """A coroutine function, or an object whose ``__call__`` is one."""
     return inspect.iscoroutinefunction(tool) or inspect.iscoroutinefunction(getattr(tool, "__call__", None))  # noqa: B004
 
@@ -100,7 +100,7 @@ async def _live(tool: Tool, args: list[Any], kwargs: dict[str, Any], run: SyncRu
 
 async def _call(tool: Tool, args: list[Any], kwargs: dict[str, Any], run: SyncRunner | None) -> Any:
     try:
-        if _is_async(tool):
+        if is_async(tool):
             return await tool(*args, **kwargs)
         result = await (run or shared_pool().run)(tool, args, kwargs)
         if inspect.isawaitable(result):

@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 
 from ringzero.core.contract.egress import Egress
 from ringzero.core.contract.errors import ExecutorError, InvalidArgument, MissingExtra
-from ringzero.core.contract.protocols import ExecutorCapabilities, Tool, ToolCallJournal
+from ringzero.core.contract.protocols import ExecutorCapabilities, Tool
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.core.support.owner_only import owner_only_folder
 from ringzero.core.support.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
@@ -249,14 +249,13 @@ class MicrosandboxExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         await self.start()
         limits = merge_limits(limits, self.limits)
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors, calls=calls)
+        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors)
         made = host.calls
         started = time.perf_counter()
         sandbox = await self._pool.acquire()

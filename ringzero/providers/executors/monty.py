@@ -38,7 +38,7 @@ import time
 from collections.abc import Mapping
 
 from ringzero.core.contract.errors import Closed, ExecutorError, InvalidArgument, MissingExtra
-from ringzero.core.contract.protocols import ExecutorCapabilities, Tool, ToolCallJournal
+from ringzero.core.contract.protocols import ExecutorCapabilities, Tool
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult
 from ringzero.core.support.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.providers.executors import _monty_wall
@@ -194,14 +194,13 @@ class MontyExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         merged = merge_limits(limits, self.limits)
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
         pool = await self._get_pool()
-        run = MontyRun(self, pool, merged, tools or {}, calls)
+        run = MontyRun(self, pool, merged, tools or {})
         return await run.execute(code, dict(inputs or {}), session=None)
 
     def session(self) -> MontySession:

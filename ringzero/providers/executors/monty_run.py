@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import pydantic_monty as pm
 
 from ringzero.core.contract.errors import ExecutorError, RingzeroError
-from ringzero.core.contract.protocols import Tool, ToolCallJournal
+from ringzero.core.contract.protocols import Tool
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.core.support.json_cost import cheap, too_large
 from ringzero.core.support.loop_stalls import watch_stalls
@@ -89,11 +89,11 @@ class MontyRun:
     """One run: drives the snapshots, answers tool calls, parks on slow ones."""
 
     def __init__(self, executor: RunSettings, pool: pm.AsyncMonty, limits: ExecLimits,
-                 tools: Mapping[str, Tool], calls: ToolCallJournal | None = None) -> None:
+                 tools: Mapping[str, Tool]) -> None:
         self.executor = executor
         self.pool = pool
         self.limits = limits
-        self.host = HostTools(tools, limits, executor.tool_pool, show_errors=executor.show_tool_errors, calls=calls)
+        self.host = HostTools(tools, limits, executor.tool_pool, show_errors=executor.show_tool_errors)
         self.tools = self.host.tools
         self.output = CappedOutput(limits.output_bytes if limits.output_bytes is not None else 1 << 62)
         self.session_broken = False

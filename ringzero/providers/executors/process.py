@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringzero.core.contract.errors import ExecutorError, InvalidArgument
-from ringzero.core.contract.protocols import ExecutorCapabilities, Tool, ToolCallJournal
+from ringzero.core.contract.protocols import ExecutorCapabilities, Tool
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.core.support.owner_only import owner_only_folder
 from ringzero.core.support.timeouts import fail_after
@@ -300,7 +300,6 @@ class ProcessExecutor:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
-        calls: ToolCallJournal | None = None,
     ) -> ExecResult:
         if not isinstance(code, str):
             raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
@@ -308,7 +307,7 @@ class ProcessExecutor:
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors, calls=calls)
+        host = HostTools(tools or {}, limits, self.tool_pool, show_errors=self.show_tool_errors)
         started = time.perf_counter()
         egress = None
         if host.egress is not None:
