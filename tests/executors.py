@@ -68,6 +68,9 @@ def _microsandbox() -> Executor:
 
 FACTORIES = {"in-process": InProcessExecutor, "monty": _monty, "monty-quick-tools": _monty_quick_tools,
              "process": _process, "microsandbox": _microsandbox}
+CONFORMING = [name for name in FACTORIES if name != "in-process"]
+"""The executors the conformance kit passes: ``InProcessExecutor`` (a test double) cannot stop a
+thread at its timeout, which the kit asks of every executor."""
 ISOLATING = ["monty", "process", "microsandbox"]  # the hostile-code suite runs only where isolation is promised
 CALLING_TOOLS = [*ISOLATING, "monty-quick-tools"]
 """For the suites about the host side of tool calls: Monty both ways (driven by snapshots, and
@@ -89,11 +92,16 @@ async def _started(name: str) -> Executor:
     return instance
 
 
-@pytest.fixture(params=list(FACTORIES))
-async def executor(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
+async def _each(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:
     instance = await _started(request.param)
     yield instance
     await instance.aclose()
+
+
+executor = pytest.fixture(params=list(FACTORIES), name="executor")(_each)
+"""Each built-in executor this host can run."""
+conforming = pytest.fixture(params=CONFORMING, name="executor")(_each)
+"""``executor`` for the conformance kit (imported there, it takes the place of the other)."""
 
 
 async def _isolating(request: pytest.FixtureRequest) -> AsyncIterator[Executor]:

@@ -18,7 +18,7 @@ from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, ensure_js
 from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
 from ringzero.core.support.host_tools import call_tool
 from ringzero.core.support.live import NESTED_COST, current_slot
-from ringzero.core.support.tool_boundary import journaled_tools
+from ringzero.core.support.tool_boundary import bound_tools
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ async def exec_code(
         calls = ToolCalls(process.journal, process.pid, current_slot(), process.idempotency_key(""), process)
         token = NESTED_COST.set(nested)
         try:
-            handed = journaled_tools(tools or {}, calls, limits)
+            handed = bound_tools(tools or {}, limits, calls)
             result = await process.runtime.executor.run(code, inputs=inputs, tools=handed, limits=limits)
         finally:
             NESTED_COST.reset(token)

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ringzero.core.contract.types import JSON, Checkpoint, ExecLimits, ExecResult, LLMRequest, LLMResponse, PendingWrite
 
 __all__ = [
+    "ENFORCED",
     "Appending",
     "Batching",
     "Checkpointer",
@@ -85,17 +86,32 @@ class Streaming(Protocol):
         ...
 
 
+ENFORCED = frozenset({"wall_seconds", "memory_bytes", "output_bytes"})
+"""Every limit an executor may declare in ``ExecutorCapabilities.enforces`` (Monty and the
+process sandbox hold all of them)."""
+
+
 @dataclass(frozen=True)
 class ExecutorCapabilities:
     """How strongly an executor isolates code, and what code it can run."""
 
     isolation: Isolation
+    """How far hostile code is kept from the host: ``"none"``, it can do what the host's user
+    can (a thread, or a plain subprocess run as that user, with the host's files and network);
+    ``"interpreter"``, an interpreter that offers it no files, network or processes (Monty);
+    ``"process"``, another OS process confined so that it reaches no host file, network or
+    process it was not given (namespaces, seccomp, Landlock: ``ProcessExecutor``);
+    ``"microvm"``, a virtual machine of its own."""
     full_cpython: bool
     """True when any installed package can be imported (pandas, numpy)."""
     sessions: bool = False
     tools: bool = True
     network: bool = False
     """True when code inside can reach the network."""
+    enforces: frozenset[str] = frozenset({"wall_seconds"})
+    """The ``ExecLimits`` fields this executor holds code to (the kit tests each one named):
+    ``wall_seconds`` always; ``memory_bytes``, ``output_bytes`` where it does. ``tool_bytes``
+    and ``run_tool_bytes`` the kernel's boundary holds for every executor."""
 
 
 class ToolCallJournal(Protocol):

@@ -2,7 +2,7 @@
 
 ``ToolBoundary`` checks a call both ways (the parameters the host keeps, sizes, the run's byte
 budget), runs the tool off the event loop and journals it. ``ctx.exec`` hands an executor its
-tools already bound to the run's journal (``journaled_tools``): a callable per tool that goes
+tools already bound to the run's journal (``bound_tools``): a callable per tool that goes
 through a ``ToolBoundary`` of its own, so an executor that calls the tools it is given, in
 process or from a message its sandbox sent, journals every call whatever else it does. An
 executor that runs its own ``ToolBoundary`` (``HostTools``) over those tools gets the originals
@@ -28,7 +28,7 @@ from ringzero.core.support.json_cost import measure, measure_async
 from ringzero.core.support.tool_parameters import ToolParameters
 from ringzero.core.support.tool_pool import CallHere, ToolPool, shared_pool
 
-__all__ = ["BINDING", "CALL_BYTES", "ShownError", "ToolBinding", "ToolBoundary", "journaled_tools", "unbound"]
+__all__ = ["BINDING", "CALL_BYTES", "ShownError", "ToolBinding", "ToolBoundary", "bound_tools", "unbound"]
 
 
 CALL_BYTES = 512
@@ -89,7 +89,7 @@ class ToolBoundary:
         self.tools: dict[str, Tool] = {}
         self.journal = journal
         """What journals the run's calls, one by one: the journal the tools ``ctx.exec`` handed
-        over are bound to (``journaled_tools``); None for a run outside a kernel process."""
+        over are bound to (``bound_tools``); None for a run outside a kernel process."""
         for name, tool in tools.items():
             self.tools[name], journal = unbound(tool)
             self.journal = journal or self.journal
@@ -252,30 +252,32 @@ def _text(exc: BaseException) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ToolBinding:
-    """What a tool ``journaled_tools`` made is bound to: the tool itself and the run's journal."""
+    """What a tool ``bound_tools`` made is bound to: the tool itself and the run's journal."""
 
     tool: Tool
-    journal: ToolCallJournal
+    journal: ToolCallJournal | None
 
 
 BINDING = "ringzero_binding"
-"""The attribute of a journaled tool that holds its ``ToolBinding``."""
+"""The attribute of a bound tool that holds its ``ToolBinding``."""
 
 
 def unbound(tool: Tool) -> tuple[Tool, ToolCallJournal | None]:
-    """``(the tool itself, its run's journal)`` for a tool ``journaled_tools`` made, else ``(tool, None)``."""
+    """``(the tool itself, its run's journal)`` for a tool ``bound_tools`` made, else ``(tool, None)``."""
     binding = getattr(tool, BINDING, None)
     if isinstance(binding, ToolBinding):
         return binding.tool, binding.journal
     return tool, None
 
 
-def journaled_tools(tools: Mapping[str, Tool], journal: ToolCallJournal, limits: ExecLimits | None) -> dict[str, Tool]:
+def bound_tools(tools: Mapping[str, Tool], limits: ExecLimits | None,
+                journal: ToolCallJournal | None = None) -> dict[str, Tool]:
     """The tools as ``ctx.exec`` hands them to an executor: each a function of the tool's own
     signature (``inspect.signature`` reads through it) whose every call crosses a
-    ``ToolBoundary`` journaled by ``journal``: the parameters the host keeps are refused, the
-    call is recorded before and after it runs, a recorded call is answered from the journal and
-    one in doubt is never run again unless its tool is safe to repeat.
+    ``ToolBoundary``: the parameters the host keeps are refused, arguments and results are held
+    to ``limits``, and, with ``journal`` (a kernel process's), the call is recorded before and
+    after it runs, a recorded call is answered from the journal and one in doubt is never run
+    again unless its tool is safe to repeat.
 
     An async tool's stands-in is a coroutine function. A sync tool's is a plain function that
     waits for its call from any thread but the event loop's (the journal is written there):
@@ -284,11 +286,11 @@ def journaled_tools(tools: Mapping[str, Tool], journal: ToolCallJournal, limits:
     ValueError of a call refused)."""
     loop = asyncio.get_running_loop()
     boundary = ToolBoundary(tools, dataclasses.replace(limits or ExecLimits(), egress=None), journal=journal)
-    return {name: _journaled(name, tool, boundary, journal, loop) for name, tool in boundary.tools.items()}
+    return {name: _bound(name, tool, boundary, journal, loop) for name, tool in boundary.tools.items()}
 
 
-def _journaled(name: str, tool: Tool, boundary: ToolBoundary, journal: ToolCallJournal,
-               loop: asyncio.AbstractEventLoop) -> Tool:
+def _bound(name: str, tool: Tool, boundary: ToolBoundary, journal: ToolCallJournal | None,
+           loop: asyncio.AbstractEventLoop) -> Tool:
     async def acall(*args: Any, **kwargs: Any) -> Any:
         ok, outcome = await boundary.call(name, list(args), dict(kwargs))
         if ok:
@@ -306,8 +308,8 @@ def _journaled(name: str, tool: Tool, boundary: ToolBoundary, journal: ToolCallJ
                                f"await {name}.acall(...)")
         return asyncio.run_coroutine_threadsafe(acall(*args, **kwargs), loop).result()
 
-    journaled = acall if is_async(tool) else call
-    functools.update_wrapper(journaled, tool)
-    vars(journaled).update({"acall": acall, BINDING: ToolBinding(tool, journal)})
-    return journaled
+    bound = acall if is_async(tool) else call
+    functools.update_wrapper(bound, tool)
+    vars(bound).update({"acall": acall, BINDING: ToolBinding(tool, journal)})
+    return bound
 

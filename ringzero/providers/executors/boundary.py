@@ -168,7 +168,7 @@ class HostTools(ToolBoundary):
     """One run's host tools as its sandbox reaches them: the ``ToolBoundary`` every executor's
     tool calls cross (see there), with the run's egress (``ExecLimits.egress``: its
     ``http_request`` tool among ``tools``) and the reply to a sandbox's ``call`` frame. Given the
-    tools ``ctx.exec`` handed over (``journaled_tools``), it calls the tools themselves and
+    tools ``ctx.exec`` handed over (``bound_tools``), it calls the tools themselves and
     journals each call through their run's journal."""
 
     def __init__(self, tools: Mapping[str, Tool], limits: ExecLimits, pool: ToolPool | None = None, *,

@@ -170,7 +170,9 @@ class MicrosandboxExecutor:
     """Full CPython in a microVM per pooled sandbox."""
 
     capabilities = ExecutorCapabilities(isolation="microvm", full_cpython=True, sessions=False, tools=True,
-                                        network=False)
+                                        network=False, enforces=frozenset({"wall_seconds", "output_bytes"}))
+    """A run's ``memory_bytes`` is not its own: a microVM's memory is set when it boots, from
+    the executor's ``limits``."""
 
     def __init__(
         self,

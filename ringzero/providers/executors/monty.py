@@ -38,7 +38,7 @@ import time
 from collections.abc import Mapping
 
 from ringzero.core.contract.errors import Closed, ExecutorError, InvalidArgument, MissingExtra
-from ringzero.core.contract.protocols import ExecutorCapabilities, Tool
+from ringzero.core.contract.protocols import ENFORCED, ExecutorCapabilities, Tool
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult
 from ringzero.core.support.tool_pool import DEFAULT_TOOL_THREADS, ToolPool
 from ringzero.providers.executors import _monty_wall
@@ -79,7 +79,7 @@ class MontyExecutor:
     wall_controls = _monty_wall.WALL_CONTROLS
     """The controls of each worker's second wall (``missing_controls`` names those this host lacks)."""
     capabilities = ExecutorCapabilities(isolation="interpreter", full_cpython=False, sessions=True, tools=True,
-                                        network=False)
+                                        network=False, enforces=ENFORCED)
 
     def __init__(
         self,

@@ -308,8 +308,25 @@ def _exec_error(exc: pm.MontyError) -> ExecError:
     frames = exc.traceback() if isinstance(exc, pm.MontyRuntimeError) else []
     # Monty's feed time limit stops the code outside any of its frames; whatever the code
     # raises itself carries at least one frame, so it can never look like this.
-    stopped = kind == "TimeoutError" and not frames
+    stopped = kind == "TimeoutError" and (not frames or _stopped_asleep(message, frames[-1].source_line))
     return ExecError(kind, message, _traceback(frames, kind, message), origin="executor" if stopped else "code")
+
+
+def _stopped_asleep(message: str, line: str | None) -> bool:
+    """Whether Monty's sleep limit (the run's wall limit, ``max_total_sleep_secs``) stopped the
+    code: it raises at the ``sleep`` call that would pass the limit, a line that calls ``sleep``
+    and raises nothing itself. A TimeoutError the code raises with the same words comes from a
+    ``raise`` (in the innermost frame), and stays the code's."""
+    if not message.startswith("sleep limit exceeded: ") or not line:
+        return False
+    try:
+        tree = ast.parse(line.strip())
+    except SyntaxError:
+        return False
+    nodes = list(ast.walk(tree))
+    calls_sleep = any(isinstance(node, ast.Call) and "sleep" in (getattr(node.func, "attr", None),
+                                                                 getattr(node.func, "id", None)) for node in nodes)
+    return calls_sleep and not any(isinstance(node, ast.Raise) for node in nodes)
 
 
 def _traceback(frames: list[Any], kind: str, message: str) -> str:

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringzero.core.contract.errors import ExecutorError, InvalidArgument
-from ringzero.core.contract.protocols import ExecutorCapabilities, Tool
+from ringzero.core.contract.protocols import ENFORCED, ExecutorCapabilities, Tool
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.core.support.owner_only import owner_only_folder
 from ringzero.core.support.timeouts import fail_after
@@ -177,7 +177,8 @@ class ProcessExecutor:
     @property
     def capabilities(self) -> ExecutorCapabilities:
         return ExecutorCapabilities(isolation="process", full_cpython=True, sessions=False, tools=True,
-                                    network="namespaces" not in self._controls and bool(self._servers))
+                                    network="namespaces" not in self._controls and bool(self._servers),
+                                    enforces=ENFORCED)
 
     @property
     def servers(self) -> tuple[ForkServer, ...]:
