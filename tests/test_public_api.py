@@ -159,8 +159,8 @@ async def test_a_checkpointer_named_by_a_string_is_the_one_the_name_says(tmp_pat
     assert "x.db" in os.listdir(db.parent)
 
     for name in ("redis://localhost/0", "mysql://db/x"):
-        with pytest.raises(InvalidArgument, match=r"no checkpointer is installed for \w+://; the schemes installed are sqlite://, "
-                                                  r"postgresql://"):
+        with pytest.raises(InvalidArgument, match=r"no checkpointer is installed for \w+://; the schemes installed "
+                                                  r"are sqlite://, postgresql://"):
             ringzero.Kernel(checkpointer=name)
     with pytest.raises(InvalidArgument, match="a SQLite URL names an absolute path"):
         open_checkpointer("sqlite://relative.db")

@@ -20,7 +20,7 @@ from typing import Any
 from ringzero import ExecError, ExecLimits, ExecResult, ExecutorCapabilities, Tool, ToolCallRecord
 
 CHILD = r"""
-import ast, builtins, contextlib, io, json, sys
+import ast, builtins, contextlib, io, json, os, sys
 
 def send(message):
     sys.__stdout__.write(json.dumps(message) + "\n")
@@ -29,7 +29,10 @@ def send(message):
 def tool(name):
     def call(*args, **kwargs):
         send({"op": "call", "name": name, "args": list(args), "kwargs": kwargs})
-        reply = json.loads(sys.stdin.readline())
+        line = sys.stdin.readline()
+        if not line:  # the host is gone
+            os._exit(1)
+        reply = json.loads(line)
         if reply["op"] == "result":
             return reply["value"]
         kind = getattr(builtins, reply["type"], None)
