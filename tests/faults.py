@@ -22,7 +22,7 @@ from ringzero import Context, Kernel, LLMGate, ProcessFailed, ProviderError, Rat
 from ringzero.core.contract.protocols import Checkpointer
 from ringzero.core.support.timeouts import fail_after
 from ringzero.testing import InProcessExecutor
-from tests.vendor_servers import (
+from ringzero.compat.vendor_servers import (
     Reply,
     Vendor,
     VendorServer,

@@ -27,7 +27,7 @@ import pytest
 from tests import chaos
 from tests.hosts import kill_host_when
 from tests.postgres import fresh_database
-from tests.vendor_servers import VendorServer, openai_answer
+from ringzero.compat.vendor_servers import VendorServer, openai_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIALS = int(os.environ.get("CHAOS_TRIALS", "20"))

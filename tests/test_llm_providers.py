@@ -23,7 +23,7 @@ from ringzero.core.contract.protocols import LLMProvider
 from ringzero.core.contract.types import LLMRequest, Message, ToolCall, ToolSchema
 from ringzero.core.support.gate import RetryPolicy
 from ringzero.providers.llm import AnthropicProvider, OpenAIProvider
-from tests.vendor_servers import (
+from ringzero.compat.vendor_servers import (
     Reply,
     anthropic_answer,
     anthropic_error,

@@ -15,7 +15,7 @@ from ringzero.core.contract.errors import ProviderUnavailable
 from ringzero.core.contract.types import LLMRequest, Message, ToolCall
 from ringzero.core.support.gate import RetryPolicy
 from tests.test_llm_providers import WEATHER, provider_for
-from tests.vendor_servers import Stream, anthropic_error, anthropic_stream, openai_stream, vendor_server
+from ringzero.compat.vendor_servers import Stream, anthropic_error, anthropic_stream, openai_stream, vendor_server
 
 VENDORS = ["openai", "anthropic"]
 ASK = LLMRequest(messages=(Message("user", "Weather in Paris?"),), max_tokens=50)
@@ -168,7 +168,7 @@ async def graph_streams_messages(ctx: Context, question: str) -> str:
 @pytest.mark.parametrize("vendor", VENDORS)
 async def test_stream_mode_messages_yields_tokens_and_a_resumed_graph_yields_the_recorded_message(
         vendor: str, tmp_path: Path) -> None:
-    from tests.vendor_servers import Reply
+    from ringzero.compat.vendor_servers import Reply
 
     db = tmp_path / "k.db"
     STREAMED.clear()

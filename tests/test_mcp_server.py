@@ -22,7 +22,7 @@ from mcp.client.stdio import stdio_client
 
 from tests.agent_tools import expected_totals
 from tests.test_agents import sales_script
-from tests.vendor_servers import openai_model, vendor_server
+from ringzero.compat.vendor_servers import openai_model, vendor_server
 
 ROOT = Path(__file__).resolve().parent.parent
 

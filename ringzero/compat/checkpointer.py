@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ringzero.core.contract.protocols import Appending, Batching, Checkpointer
+from ringzero.core.contract.protocols import Appending, Batching, Checkpointer, backend_problems
 from ringzero.core.contract.types import JSON, Checkpoint, PendingWrite
 
 __all__ = ["CheckpointerConformance"]
@@ -50,6 +50,52 @@ class CheckpointerConformance:
     """Addressing, latest-by-id, replacement, newest-first listing with filter/before/limit,
     writes returned with their checkpoint, deletion, and (where declared) atomic claims,
     ``put_many`` and ``append``/``append_many``/``append_writes``."""
+
+    async def test_it_is_a_checkpointer(self, checkpointer: Checkpointer) -> None:
+        """What ``Kernel(checkpointer=...)`` checks: every member of the protocol is there, each
+        method a declared capability needs too, and claims wherever several kernels may share it."""
+        assert backend_problems(checkpointer, Checkpointer) == []
+
+    async def test_parent_links_make_the_history(self, checkpointer: Checkpointer) -> None:
+        """Each checkpoint keeps the id of the one it followed (``parent_id``): walking back from
+        the latest is the thread's history, as LangGraph's ``get_state_history`` walks it."""
+        parent = None
+        for cid in ("1", "2", "3"):
+            await checkpointer.put(Checkpoint("t", "", cid, cid.encode(), parent_id=parent))
+            parent = cid
+        history, at = [], await checkpointer.get("t")
+        while at is not None:
+            history.append(at.id)
+            at = None if at.parent_id is None else await checkpointer.get("t", "", at.parent_id)
+        assert history == ["3", "2", "1"], "parent links were lost"
+        assert [(c.id, c.parent_id) async for c in checkpointer.list("t")] == [("3", "2"), ("2", "1"), ("1", None)]
+
+    async def test_list_of_every_thread_is_newest_id_first(self, checkpointer: Checkpointer) -> None:
+        """Across threads and namespaces, ``list()`` orders by id, greatest first (ties: thread,
+        then namespace, greatest first)."""
+        await checkpointer.put(cp("t", "002"))
+        await checkpointer.put(cp("u", "003"))
+        await checkpointer.put(cp("t", "001", ns="sub"))
+        await checkpointer.put(cp("a", "002"))
+        assert [(c.thread_id, c.id) async for c in checkpointer.list()] == [
+            ("u", "003"), ("t", "002"), ("a", "002"), ("t", "001")]
+
+    async def test_put_over_an_existing_address_keeps_its_writes(self, checkpointer: Checkpointer) -> None:
+        """Writes belong to the address, not to one version of the checkpoint stored there."""
+        await checkpointer.put(cp("t", "1"))
+        await checkpointer.put_writes("t", "", "1", [PendingWrite("task", "c", b"v")])
+        await checkpointer.put(Checkpoint("t", "", "1", b"again"))
+        got = await checkpointer.get("t")
+        assert got is not None and got.payload == b"again" and [w.value for w in got.writes] == [b"v"]
+
+    async def test_delete_thread_removes_its_writes_too(self, checkpointer: Checkpointer) -> None:
+        """A thread deleted and begun again under the same ids starts with no writes."""
+        await checkpointer.put(cp("t", "1"))
+        await checkpointer.put_writes("t", "", "1", [PendingWrite("task", "c", b"old")])
+        await checkpointer.delete_thread("t")
+        await checkpointer.put(cp("t", "1"))
+        got = await checkpointer.get("t")
+        assert got is not None and got.writes == (), "delete_thread left the thread's writes behind"
 
     async def test_get_returns_the_latest_or_the_named_checkpoint(self, checkpointer: Checkpointer) -> None:
         assert await checkpointer.get("t") is None

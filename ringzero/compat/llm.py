@@ -15,17 +15,29 @@ answers every request as that scenario says::
                     yield MyProvider(base_url=url, timeout=0.5)
             return start
 
+A provider that speaks OpenAI's or Anthropic's wire format can let the kit's own servers act
+the scenarios out instead (``ringzero.compat.llm_wire``): subclass ``OpenAIWireConformance`` or
+``AnthropicWireConformance`` and provide a ``provider_at`` fixture, a function from the server's
+base URL to your provider (with a timeout under ``llm_wire.SLOW_SECONDS``)::
+
+    class TestMyProvider(OpenAIWireConformance):
+        @pytest.fixture
+        def provider_at(self):
+            return lambda url: MyProvider(base_url=url, timeout=0.5)
+
 Needs pytest-asyncio (``pytest -p ringzero.compat`` checks it is there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, ClassVar
 
 import pytest
 
+from ringzero.compat.llm_wire import scenario_server
+from ringzero.compat.vendor_servers import Vendor
 from ringzero.core.contract.errors import (
     AuthenticationFailed,
     ContextTooLong,
@@ -33,10 +45,11 @@ from ringzero.core.contract.errors import (
     ProviderUnavailable,
     RateLimited,
 )
-from ringzero.core.contract.protocols import LLMProvider, Streaming
-from ringzero.core.contract.types import LLMRequest, Message, ToolCall, ToolSchema
+from ringzero.core.contract.protocols import LLMProvider, Streaming, backend_problems
+from ringzero.core.contract.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema
+from ringzero.core.support.gate import LLMGate, RetryPolicy
 
-__all__ = ["SCENARIOS", "WEATHER", "LLMProviderConformance"]
+__all__ = ["SCENARIOS", "WEATHER", "AnthropicWireConformance", "LLMProviderConformance", "OpenAIWireConformance"]
 
 WEATHER = ToolSchema("weather", "The weather in a city.",
                      {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
@@ -52,6 +65,8 @@ SCENARIOS: dict[str, str] = {
     "timeout": "take longer to answer than the provider's own timeout",
     "context_overflow": "refuse with the vendor's context-length error",
     "auth_failed": "refuse the credentials (HTTP 401)",
+    "forbidden": "refuse the request as not permitted for these credentials (HTTP 403)",
+    "unreachable": "be down: nothing listens where the provider connects (connection refused)",
 }
 """Each scenario the ``provider_for`` fixture must act out, and what its backend does. A provider
 that declares ``capabilities.streaming`` is also asked to ``stream`` ``answer``, ``tool_call`` and
@@ -86,18 +101,43 @@ async def _refusal(provider_for: ProviderFor, scenario: str) -> ProviderError:
     raise AssertionError(f"scenario {scenario!r}: the provider answered instead of raising a ProviderError")
 
 
+class _Counted:
+    """A provider whose calls are counted: how often the gate tried."""
+
+    def __init__(self, provider: LLMProvider) -> None:
+        self.provider = provider
+        self.capabilities = provider.capabilities
+        self.calls = 0
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self.calls += 1
+        return await self.provider.complete(request)
+
+
 @pytest.mark.asyncio
 class LLMProviderConformance:
     """Answers with usage, tool calls both ways, and each failure as the kernel's typed error."""
 
+    async def test_it_is_an_llm_provider(self, provider_for: ProviderFor) -> None:
+        """What ``Kernel(llm=...)`` checks: every member of the protocol is there."""
+        from ringzero.core.contract.protocols import ProviderCapabilities
+
+        async with provider_for("answer") as provider:
+            assert backend_problems(provider, LLMProvider) == []
+            assert isinstance(provider.capabilities, ProviderCapabilities)
+
     async def test_an_answer_comes_back_with_its_usage(self, provider_for: ProviderFor) -> None:
+        """``stop_reason`` speaks one vocabulary whatever the vendor: ``end_turn`` for an answer,
+        ``tool_use`` for tool calls, ``max_tokens`` and ``stop_sequence``."""
         response = await _complete(provider_for, "answer")
         assert response.content == "pong" and response.tool_calls == ()
         assert (response.usage.input_tokens, response.usage.output_tokens) == (11, 7)
+        assert response.stop_reason == "end_turn"
 
     async def test_a_tool_call_comes_back_parsed(self, provider_for: ProviderFor) -> None:
         response = await _complete(provider_for, "tool_call")
         assert response.tool_calls == (ToolCall("call_1", "weather", {"city": "Paris"}),)
+        assert response.stop_reason == "tool_use"
 
     async def test_a_tool_result_reaches_the_model_with_the_call_it_answers(self, provider_for: ProviderFor) -> None:
         asked = Message("assistant", "", tool_calls=(ToolCall("call_1", "weather", {"city": "Paris"}),))
@@ -122,8 +162,22 @@ class LLMProviderConformance:
     async def test_a_context_overflow_is_context_too_long(self, provider_for: ProviderFor) -> None:
         assert type(await _refusal(provider_for, "context_overflow")) is ContextTooLong
 
-    async def test_refused_credentials_are_authentication_failed(self, provider_for: ProviderFor) -> None:
-        assert type(await _refusal(provider_for, "auth_failed")) is AuthenticationFailed
+    @pytest.mark.parametrize("scenario", ["auth_failed", "forbidden"])
+    async def test_refused_credentials_are_authentication_failed(self, provider_for: ProviderFor,
+                                                                scenario: str) -> None:
+        """401 and 403 alike: the credentials do not allow this call, and a retry will not help."""
+        assert type(await _refusal(provider_for, scenario)) is AuthenticationFailed
+
+    async def test_a_server_that_is_down_is_provider_unavailable_and_retried(self, provider_for: ProviderFor) -> None:
+        """Connection refused is ``ProviderUnavailable`` (nothing else escapes ``complete``), so
+        the gate in front of the provider tries again."""
+        assert type(await _refusal(provider_for, "unreachable")) is ProviderUnavailable
+        async with provider_for("unreachable") as provider:
+            counted = _Counted(provider)
+            gate = LLMGate(counted, retry=RetryPolicy(max_retries=2, base_delay=0.01, max_delay=0.01))
+            with pytest.raises(ProviderUnavailable):
+                await gate.complete(ASK)
+        assert counted.calls == 3, f"the gate tried {counted.calls} time(s), not 1 + 2 retries"
 
     async def test_a_streamed_answer_is_the_whole_answer_in_pieces(self, provider_for: ProviderFor) -> None:
         pieces: list[str] = []
@@ -139,3 +193,32 @@ class LLMProviderConformance:
         with pytest.raises(RateLimited) as refused:
             await _stream(provider_for, "rate_limited_retry_after", [])
         assert refused.value.retry_after == 2.0
+
+
+class OpenAIWireConformance(LLMProviderConformance):
+    """The kit's scenarios acted out by its own server in OpenAI's chat completions wire format
+    (``ringzero.compat.llm_wire``). Provide ``provider_at``: base URL -> your provider."""
+
+    wire: ClassVar[Vendor] = "openai"
+    answers: ClassVar[int] = 1
+    """How many requests each scenario's server answers (a client that retries a 429 itself needs more)."""
+
+    @pytest.fixture
+    def provider_for(self, provider_at: Callable[[str], LLMProvider]) -> ProviderFor:
+        @asynccontextmanager
+        async def start(scenario: str) -> AsyncIterator[LLMProvider]:
+            with scenario_server(self.wire, scenario, self.answers) as url:
+                provider = provider_at(url)
+                try:
+                    yield provider
+                finally:
+                    close = getattr(provider, "aclose", None)
+                    if close is not None:
+                        await close()
+        return start
+
+
+class AnthropicWireConformance(OpenAIWireConformance):
+    """The kit's scenarios acted out by its own server in Anthropic's messages wire format."""
+
+    wire: ClassVar[Vendor] = "anthropic"

@@ -18,7 +18,7 @@ import asyncio
 
 import pytest
 
-from ringzero.core.contract.protocols import Scheduler
+from ringzero.core.contract.protocols import Scheduler, backend_problems
 from ringzero.core.support.timeouts import fail_after
 
 __all__ = ["SchedulerConformance"]
@@ -55,6 +55,10 @@ async def _drain(scheduler: Scheduler, order: list[int], expected: int) -> None:
 @pytest.mark.asyncio
 class SchedulerConformance:
     """Priorities, fairness among equals, cancellation that leaves no trace, ``should_yield``."""
+
+    async def test_it_is_a_scheduler(self, scheduler: Scheduler) -> None:
+        """What ``Kernel(scheduler=...)`` checks: every member of the protocol is there."""
+        assert backend_problems(scheduler, Scheduler) == []
 
     async def test_a_free_slot_is_taken_at_once(self, scheduler: Scheduler) -> None:
         async with fail_after(5):  # a slot that is not free hangs here: the test fails, not the suite
@@ -97,6 +101,23 @@ class SchedulerConformance:
         await asyncio.wait_for(scheduler.acquire(4, 10), 5)  # the slot is free, nobody holds it
         scheduler.release(4)
         await stays
+
+    async def test_a_wait_cancelled_right_after_hand_off_leaks_no_slot(self, scheduler: Scheduler) -> None:
+        """The slot is handed to a waiter whose wait is cancelled before it ever runs again
+        (its process was killed): the slot is free afterwards, held by nobody."""
+        await scheduler.acquire(1, 10)
+        waiter = asyncio.create_task(scheduler.acquire(2, 10))
+        await _settle()
+        scheduler.release(1)  # handed to pid 2...
+        waiter.cancel()  # ...which is cancelled before it could take it
+        await asyncio.gather(waiter, return_exceptions=True)
+        if not waiter.cancelled():
+            scheduler.release(2)  # it had the slot after all, and gives it back
+        try:
+            await asyncio.wait_for(scheduler.acquire(3, 10), 5)
+        except asyncio.TimeoutError:
+            raise AssertionError("the slot handed to a cancelled wait was never given back") from None
+        scheduler.release(3)
 
     async def test_should_yield_when_an_equal_or_more_urgent_process_waits(self, scheduler: Scheduler) -> None:
         await scheduler.acquire(1, 10)

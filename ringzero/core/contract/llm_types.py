@@ -160,6 +160,8 @@ class LLMResponse:
     message: Message
     usage: Usage = field(default_factory=Usage)
     stop_reason: str = "end_turn"
+    """``end_turn``, ``tool_use``, ``max_tokens`` or ``stop_sequence`` whatever the vendor's
+    words (another reason the vendor gives passes as it is)."""
     model: str | None = None
     id: str | None = None
     """The provider's id for this answer (``gen_ai.response.id``), where it gave one."""

@@ -63,8 +63,14 @@ class LLMProvider(Protocol):
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Answer ``request``.
 
-        Raises: RateLimited (with retry_after when known), ProviderUnavailable,
-        ContextTooLong, BadRequest, AuthenticationFailed. Nothing else escapes.
+        ``stop_reason`` is ``end_turn`` (an answer), ``tool_use`` (tool calls), ``max_tokens``
+        or ``stop_sequence``, whatever words the vendor used (another reason the vendor gives
+        passes as it is).
+
+        Raises: RateLimited (HTTP 429, with retry_after when known); ProviderUnavailable (a
+        server error, an overload, a timeout, a connection refused or cut: retried by the
+        gate); ContextTooLong; AuthenticationFailed (HTTP 401 and 403); BadRequest (any
+        other refusal). Nothing else escapes: a client library's own exceptions are mapped.
         """
         ...
 
@@ -207,8 +213,9 @@ class Checkpointer(Protocol):
         ...
 
     async def put(self, checkpoint: Checkpoint) -> None:
-        """Store ``checkpoint``, replacing one with the same address. Durable on return
-        when ``capabilities.durable``. Raises CheckpointerError."""
+        """Store ``checkpoint`` (its ``parent_id`` too), replacing one with the same address;
+        the writes stored against that address stay. Durable on return when
+        ``capabilities.durable``. Raises CheckpointerError."""
         ...
 
     async def put_writes(
@@ -224,7 +231,8 @@ class Checkpointer(Protocol):
 
     async def get(self, thread_id: str, namespace: str = "", checkpoint_id: str | None = None) -> Checkpoint | None:
         """The checkpoint with that id, or the latest one when ``checkpoint_id`` is None;
-        None when there is none. Raises CheckpointerError."""
+        None when there is none. Its ``writes`` are every write stored against it, in any
+        order (a reader that needs one sorts them by ``(task_id, idx)``). Raises CheckpointerError."""
         ...
 
     def list(
@@ -236,12 +244,15 @@ class Checkpointer(Protocol):
         before: str | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[Checkpoint]:
-        """Checkpoints newest first. ``None`` for thread or namespace means any; ``filter``
-        keeps those whose metadata has these exact values; ``before`` keeps ids below it."""
+        """Checkpoints newest first: by id, greatest first, and among equal ids (other threads or
+        namespaces) by thread id, then namespace, greatest first. ``None`` for thread or
+        namespace means any; ``filter`` keeps those whose metadata has these exact values;
+        ``before`` keeps ids below it; ``limit`` keeps the first that many after the filter."""
         ...
 
     async def delete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint and write of the thread. Raises CheckpointerError."""
+        """Delete every checkpoint and every write of the thread, in every namespace. Raises
+        CheckpointerError."""
         ...
 
     async def delete_checkpoints(self, thread_id: str, namespace: str, ids: Sequence[str]) -> None:
@@ -315,7 +326,8 @@ class Scheduler(Protocol):
         ...
 
     async def acquire(self, pid: int, priority: int) -> None:
-        """Wait for a run slot. Cancelling the wait leaves no trace."""
+        """Wait for a run slot. Cancelling the wait leaves no trace, even when the slot was
+        handed to this wait an instant before (the slot goes to the next waiter)."""
         ...
 
     def release(self, pid: int) -> None:

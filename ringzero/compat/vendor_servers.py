@@ -1,4 +1,5 @@
-"""HTTP servers on 127.0.0.1 that speak OpenAI's and Anthropic's wire formats, for the provider tests.
+"""HTTP servers on 127.0.0.1 that speak OpenAI's and Anthropic's wire formats: the LLM kit's own
+(``ringzero.compat.llm``, for providers that speak either) and ringzero's provider tests'.
 
 Each checks an incoming request the way the vendor's API does (headers, required fields,
 every tool result answering a tool call of the turn before) and refuses a malformed one with
@@ -233,8 +234,8 @@ class VendorServer:
     @property
     def url(self) -> str:
         """The base URL a provider takes (``.../v1`` for OpenAI, the host for Anthropic)."""
-        host, port = self._http.server_address[:2]
-        return f"http://{host}:{port}" + ("/v1" if self.vendor == "openai" else "")
+        port = self._http.server_address[1]
+        return f"http://127.0.0.1:{port}" + ("/v1" if self.vendor == "openai" else "")
 
     def refusal(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply | None:
         """What the vendor's API answers a request it refuses (a wrong route, a malformed body)."""
