@@ -19,9 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ringzero import Context, Kernel, LLMGate, ProcessFailed, ProviderError, RateLimit, RetryPolicy
-from ringzero.core.contract.protocols import Checkpointer
-from ringzero.core.support.timeouts import fail_after
-from ringzero.testing import InProcessExecutor
 from ringzero.compat.vendor_servers import (
     Reply,
     Vendor,
@@ -31,6 +28,9 @@ from ringzero.compat.vendor_servers import (
     openai_answer,
     openai_error,
 )
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.support.timeouts import fail_after
+from ringzero.testing import InProcessExecutor
 
 FAULT_WEIGHTS: dict[str, float] = {
     "ok": 0.60,

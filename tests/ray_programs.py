@@ -12,9 +12,9 @@ from typing import Any
 
 from ringzero import Context, Kernel, Limits
 from ringzero.checkpointers.postgres import PostgresCheckpointer
+from ringzero.compat.vendor_servers import Reply, VendorServer, openai_answer, openai_error
 from ringzero.core.support.gate import LLMGate, RetryPolicy
 from ringzero.providers.llm.openai import OpenAIProvider
-from ringzero.compat.vendor_servers import Reply, VendorServer, openai_answer, openai_error
 
 
 def node_kernel(dsn: str, llm_url: str) -> Kernel:

@@ -11,11 +11,11 @@ from crewai import LLM
 from ringzero import Context, Kernel
 from ringzero.adapters.crewai import CrewLLMProvider
 from ringzero.checkpointers import MemoryCheckpointer
+from ringzero.compat.vendor_servers import openai_answer, openai_error, vendor_server
 from ringzero.core.contract.errors import BadRequest, InvalidArgument, RateLimited
 from ringzero.core.contract.types import LLMRequest, Message, ToolCall
 from ringzero.core.support.gate import LLMGate, RetryPolicy
 from tests.test_llm_providers import WEATHER
-from ringzero.compat.vendor_servers import openai_answer, openai_error, vendor_server
 
 
 def crew_llm(url: str, **options: Any) -> LLM:
@@ -88,8 +88,8 @@ async def test_a_custom_base_llm_with_only_a_sync_call_works_and_a_non_llm_is_re
 
 
 async def test_a_crewai_llm_streams_its_text_through_the_gate_before_the_answer_ends() -> None:
-    from ringzero.core.support.gate import LLMGate
     from ringzero.compat.vendor_servers import openai_stream
+    from ringzero.core.support.gate import LLMGate
 
     stream = openai_stream(["It is ", "sunny."], hold_after=2)
     got: list[str] = []

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ringzero.core.contract.types import LLMRequest, Message
 from ringzero.compat.vendor_servers import Reply, openai_answer, vendor_server
+from ringzero.core.contract.types import LLMRequest, Message
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_KEYS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
+from ringzero.compat.vendor_servers import VendorServer, openai_answer
 from tests import chaos
 from tests.hosts import kill_host_when
 from tests.postgres import fresh_database
-from ringzero.compat.vendor_servers import VendorServer, openai_answer
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIALS = int(os.environ.get("CHAOS_TRIALS", "20"))

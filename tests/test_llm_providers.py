@@ -10,6 +10,14 @@ import pytest
 
 from ringzero import Context, Kernel, LLMGate
 from ringzero.checkpointers import MemoryCheckpointer
+from ringzero.compat.vendor_servers import (
+    Reply,
+    anthropic_answer,
+    anthropic_error,
+    openai_answer,
+    openai_error,
+    vendor_server,
+)
 from ringzero.core.contract.errors import (
     AuthenticationFailed,
     BadRequest,
@@ -23,14 +31,6 @@ from ringzero.core.contract.protocols import LLMProvider
 from ringzero.core.contract.types import LLMRequest, Message, ToolCall, ToolSchema
 from ringzero.core.support.gate import RetryPolicy
 from ringzero.providers.llm import AnthropicProvider, OpenAIProvider
-from ringzero.compat.vendor_servers import (
-    Reply,
-    anthropic_answer,
-    anthropic_error,
-    openai_answer,
-    openai_error,
-    vendor_server,
-)
 
 VENDORS = ["openai", "anthropic"]
 WEATHER = ToolSchema("weather", "The weather of a city", {"type": "object", "properties": {"city": {"type": "string"}},

@@ -11,11 +11,11 @@ import pytest
 
 from ringzero import Context, Kernel, LLMGate
 from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.compat.vendor_servers import Stream, anthropic_error, anthropic_stream, openai_stream, vendor_server
 from ringzero.core.contract.errors import ProviderUnavailable
 from ringzero.core.contract.types import LLMRequest, Message, ToolCall
 from ringzero.core.support.gate import RetryPolicy
 from tests.test_llm_providers import WEATHER, provider_for
-from ringzero.compat.vendor_servers import Stream, anthropic_error, anthropic_stream, openai_stream, vendor_server
 
 VENDORS = ["openai", "anthropic"]
 ASK = LLMRequest(messages=(Message("user", "Weather in Paris?"),), max_tokens=50)

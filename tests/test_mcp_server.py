@@ -20,9 +20,9 @@ from typing import Any
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from ringzero.compat.vendor_servers import openai_model, vendor_server
 from tests.agent_tools import expected_totals
 from tests.test_agents import sales_script
-from ringzero.compat.vendor_servers import openai_model, vendor_server
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,11 @@ import pytest
 import pytest_asyncio
 
 from ringzero import InvalidArgument, Kernel
+from ringzero.compat.checkpointer import CheckpointerConformance
 from ringzero.compat.executor import ExecutorConformance
-from ringzero.core.contract.protocols import Executor
+from ringzero.compat.llm import OpenAIWireConformance
+from ringzero.compat.scheduler import SchedulerConformance
+from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider, Scheduler
 from tests.hosts import kill_host_when
 from tests.outside_install import REPO, environment, install
 from tests.outside_programs import charge
@@ -152,3 +155,31 @@ class TestPipeExecutor(ExecutorConformance):
         await instance.aclose()
 
 
+
+
+class TestOutsideStore(CheckpointerConformance):
+    @pytest_asyncio.fixture
+    async def checkpointer(self, site: Path, tmp_path: Path) -> AsyncIterator[Checkpointer]:
+        from ringzero_outside.store import OutsideStore
+
+        store = OutsideStore(str(tmp_path / "kit.db"))
+        yield store
+        await store.aclose()
+
+
+class TestChatCompletions(OpenAIWireConformance):
+    """The outside provider, judged on the kit's own OpenAI-format server."""
+
+    @pytest.fixture
+    def provider_at(self, site: Path) -> Callable[[str], LLMProvider]:
+        from ringzero_outside.provider import ChatCompletions
+
+        return lambda url: ChatCompletions(url, timeout=0.3)
+
+
+class TestHeapScheduler(SchedulerConformance):
+    @pytest.fixture
+    def scheduler(self, site: Path) -> Scheduler:
+        from ringzero_outside.scheduler import HeapScheduler
+
+        return HeapScheduler(slots=1)

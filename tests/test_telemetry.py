@@ -434,9 +434,9 @@ async def test_a_vendor_call_s_span_has_the_conventions_parts_response_id_and_se
     address and port, and the provider's name on the agent span too."""
     import json
 
+    from ringzero.compat.vendor_servers import openai_answer, vendor_server
     from ringzero.core.contract.types import ToolCall
     from ringzero.providers.llm import OpenAIProvider
-    from ringzero.compat.vendor_servers import openai_answer, vendor_server
 
     history = [Message("system", "Be brief."), Message("user", "Weather in Paris?"),
                Message("assistant", "", tool_calls=(ToolCall("call_1", "weather", {"city": "Paris"}),)),

@@ -98,6 +98,9 @@ async def _refusal(provider_for: ProviderFor, scenario: str) -> ProviderError:
             await provider.complete(ASK)
         except ProviderError as error:
             return error
+        except Exception as exc:
+            raise AssertionError(f"scenario {scenario!r}: {type(exc).__module__}.{type(exc).__name__} escaped "
+                                 "complete(), which raises only the kernel's ProviderErrors") from exc
     raise AssertionError(f"scenario {scenario!r}: the provider answered instead of raising a ProviderError")
 
 
@@ -166,12 +169,14 @@ class LLMProviderConformance:
     async def test_refused_credentials_are_authentication_failed(self, provider_for: ProviderFor,
                                                                 scenario: str) -> None:
         """401 and 403 alike: the credentials do not allow this call, and a retry will not help."""
-        assert type(await _refusal(provider_for, scenario)) is AuthenticationFailed
+        error = await _refusal(provider_for, scenario)
+        assert type(error) is AuthenticationFailed, f"{scenario}: {type(error).__name__}, not AuthenticationFailed"
 
     async def test_a_server_that_is_down_is_provider_unavailable_and_retried(self, provider_for: ProviderFor) -> None:
         """Connection refused is ``ProviderUnavailable`` (nothing else escapes ``complete``), so
         the gate in front of the provider tries again."""
-        assert type(await _refusal(provider_for, "unreachable")) is ProviderUnavailable
+        error = await _refusal(provider_for, "unreachable")
+        assert type(error) is ProviderUnavailable, f"unreachable: {type(error).__name__}, not ProviderUnavailable"
         async with provider_for("unreachable") as provider:
             counted = _Counted(provider)
             gate = LLMGate(counted, retry=RetryPolicy(max_retries=2, base_delay=0.01, max_delay=0.01))

@@ -77,10 +77,9 @@ class PipeExecutor:
         try:
             done = await asyncio.wait_for(self._converse(child, tools, records), wall)
         except asyncio.TimeoutError:
-            child.kill()
-            await child.wait()
-            return ExecResult(error=ExecError("TimeoutError", f"the code ran past {wall} s", origin="executor"),
-                              duration=time.perf_counter() - started, tool_calls=tuple(records))
+            await self.stop(child)
+            return ExecResult(error=self.timed_out(wall), duration=time.perf_counter() - started,
+                              tool_calls=tuple(records))
         await child.wait()
         error = done.get("error")
         return ExecResult(value=done.get("value"), stdout=done.get("stdout", ""),
@@ -111,6 +110,15 @@ class PipeExecutor:
                 records.append(ToolCallRecord(name, args, kwargs, None, f"{type(exc).__name__}: {exc}"))
             child.stdin.write(json.dumps(reply).encode() + b"\n")
             await child.stdin.drain()
+
+    async def stop(self, child: asyncio.subprocess.Process) -> None:
+        """The run is over: its child goes, with whatever it was doing."""
+        child.kill()
+        await child.wait()
+
+    def timed_out(self, wall: float) -> ExecError:
+        """The run's outcome when it passed its wall limit: the executor's, not the code's."""
+        return ExecError("TimeoutError", f"the code ran past {wall} s", origin="executor")
 
     async def aclose(self) -> None:
         """Nothing is kept between runs."""
