@@ -66,16 +66,16 @@ CONSTRUCTORS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ("Kernel: an executor name that is not one", lambda: Kernel(executor="nope"), InvalidArgument,
      "no executor named 'nope'"),
     ("Kernel: an executor that is not one", lambda: Kernel(executor=object()), InvalidArgument,  # type: ignore[arg-type]
-     "executor must be a ringzero Executor"),
+     "executor builtins.object is not a ringzero Executor: it has no capabilities, run, aclose"),
     ("Kernel: a checkpointer that is not one", lambda: Kernel(checkpointer=42), InvalidArgument,  # type: ignore[arg-type]
-     "checkpointer must be a ringzero Checkpointer"),
+     "checkpointer builtins.int is not a ringzero Checkpointer: it has no capabilities, put"),
     ("Kernel: an LLM that is not a provider", lambda: Kernel(llm="gpt-4"), InvalidArgument,  # type: ignore[arg-type]
-     "llm must be an LLMProvider"),
+     "llm builtins.str is not a ringzero LLMProvider: it has no capabilities, complete"),
     ("Kernel: tools that are not functions", lambda: Kernel(tools={"search": 1}), InvalidArgument,  # type: ignore[dict-item]
      "tools maps names to functions"),
     ("Kernel: max_running of zero", lambda: Kernel(max_running=0), InvalidArgument, "max_running"),
     ("Kernel: a scheduler that is not one", lambda: Kernel(scheduler="fifo"), InvalidArgument,  # type: ignore[arg-type]
-     "scheduler must be a ringzero Scheduler"),
+     "scheduler builtins.str is not a ringzero Scheduler: it has no capabilities, acquire, release, should_yield"),
     ("LLMGate: no provider", lambda: LLMGate(None), InvalidArgument, "LLMGate needs an LLMProvider"),  # type: ignore[arg-type]
     ("LLMGate: a rate limit that is not one", lambda: LLMGate(ScriptedProvider("x"), rate_limit=60),  # type: ignore[arg-type]
      InvalidArgument, "LLMGate takes a RateLimit"),

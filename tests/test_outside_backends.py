@@ -76,8 +76,9 @@ def test_kill_9_inside_the_third_of_five_keyed_tool_calls_then_resume_runs_each_
     assert calls[2] == calls[3], "the call in doubt ran again under another key"
     assert len(set(keys.values())) == 5 and all(keys.values()), keys
 
-    shown = cli(site, "ps", "--db", db)
-    assert shown.returncode == 0 and "payments" in shown.stdout and "exited" in shown.stdout, shown.stdout
+    for command in (["ps"], ["top", "--once"], ["show", "1"]):  # every command reaches the registered store
+        shown = cli(site, command[0], "--db", db, *command[1:])
+        assert shown.returncode == 0 and "payments" in shown.stdout and "exited" in shown.stdout, shown.stdout
 
 
 async def test_code_sets_no_parameter_the_host_keeps_through_the_outside_executor(site: Path, tmp_path: Path,

@@ -184,3 +184,82 @@ async def test_ctx_send_takes_the_handle_ctx_spawn_returned(tmp_path: Path) -> N
         waiting = await kernel.spawn(child)
         await kernel.send(waiting, "from outside")  # the kernel's send takes a handle too
         assert await waiting.wait() == "from outside"
+
+
+class OnlyWhatEveryStoreNeeds:
+    """A Checkpointer with no optional method (no ``claim``, ``delete_checkpoints``, ``put_many``,
+    ``append``), over a MemoryCheckpointer."""
+
+    capabilities = ringzero.CheckpointerCapabilities(durable=False)
+
+    def __init__(self) -> None:
+        from ringzero.checkpointers import MemoryCheckpointer
+
+        self.rows = MemoryCheckpointer()
+        self.put, self.put_writes, self.get = self.rows.put, self.rows.put_writes, self.rows.get
+        self.list, self.delete_thread, self.aclose = self.rows.list, self.rows.delete_thread, self.rows.aclose
+
+
+async def test_a_store_without_the_optional_methods_runs_a_kernel(tmp_path: Path) -> None:
+    """``claim`` and ``delete_checkpoints`` are optional, as documented: a store without them
+    (and without the capabilities that need them) is refused nowhere."""
+    async def hello(ctx: ringzero.Context) -> str:
+        return await ctx.tool(str.upper, "hi")  # type: ignore[arg-type]
+
+    async with ringzero.Kernel(checkpointer=OnlyWhatEveryStoreNeeds(), monitor_interval=None) as kernel:  # type: ignore[arg-type]
+        assert await (await kernel.spawn(hello)).wait() == "HI"
+
+
+def test_a_backend_missing_members_is_refused_naming_them_and_their_capability() -> None:
+    """Each missing member is named, with the capability that needs it where it is optional,
+    and the whole message is there (not cut mid-word)."""
+    from ringzero.checkpointers import MemoryCheckpointer
+    from ringzero.core.contract.errors import InvalidArgument
+    from ringzero.providers.executors.monty import MontyExecutor
+    from ringzero.providers.schedulers.local import LocalScheduler
+    from ringzero.testing import ScriptedProvider
+
+    class NoClose(OnlyWhatEveryStoreNeeds):
+        def __init__(self) -> None:
+            super().__init__()
+            del self.aclose
+
+    class ClaimsWithoutClaim(OnlyWhatEveryStoreNeeds):
+        capabilities = ringzero.CheckpointerCapabilities(durable=False, claims=True)
+
+    class Executor:
+        capabilities = MontyExecutor.capabilities
+
+        async def run(self, code: str, **given: object) -> ringzero.ExecResult:
+            return ringzero.ExecResult()
+
+    class Scheduler:
+        capabilities = LocalScheduler.capabilities
+        acquire, release = LocalScheduler.acquire, LocalScheduler.release
+
+    class Provider:
+        async def complete(self, request: ringzero.LLMRequest) -> ringzero.LLMResponse:
+            raise NotImplementedError
+
+    name = f"{__name__}.test_a_backend_missing_members_is_refused_naming_them_and_their_capability.<locals>"
+    cases = [
+        (dict(checkpointer=NoClose()), f"checkpointer {name}.NoClose is not a ringzero Checkpointer: it has no aclose "
+         "(every Checkpointer needs capabilities, put, put_writes, get, list, delete_thread, aclose)"),
+        (dict(checkpointer=ClaimsWithoutClaim()), "it declares capabilities.claims but has no claim (implement it, "
+         "or leave the capability off)"),
+        (dict(checkpointer=MemoryCheckpointer(), executor=Executor()), f"executor {name}.Executor is not a ringzero "
+         "Executor: it has no aclose (every Executor needs capabilities, run, aclose)"),
+        (dict(checkpointer=MemoryCheckpointer(), scheduler=Scheduler()), "it has no should_yield (every Scheduler "
+         "needs capabilities, acquire, release, should_yield)"),
+        (dict(checkpointer=MemoryCheckpointer(), llm=Provider()), f"llm {name}.Provider is not a ringzero LLMProvider: "
+         "it has no capabilities (every LLMProvider needs capabilities, complete)"),
+        (dict(checkpointer=MemoryCheckpointer(), llm={"fast": ScriptedProvider(["x"]), "slow": Provider()}),
+         "it has no capabilities"),
+    ]
+    for given, words in cases:
+        with pytest.raises(InvalidArgument) as refused:
+            ringzero.Kernel(monitor_interval=None, **given)  # type: ignore[arg-type]
+        assert words in str(refused.value), str(refused.value)
+        assert str(refused.value).endswith("See ringzero.core.contract.protocols."
+                                           f"{str(refused.value).split(' is not a ringzero ')[1].split(':')[0]} and "
+                                           "its conformance kit, ringzero.compat")
