@@ -40,8 +40,8 @@ __all__ = ["FACTORY_SIGNATURE", "KernelFactory", "Start", "StoreCounts", "build_
 
 KernelFactory = Callable[[Any], "Kernel"]
 
-FACTORY_SIGNATURE = ("def make_kernel(db):  # db: a pathlib.Path (SQLite), or a URL string (postgresql://, a registered "
-                     "store's)\n"
+FACTORY_SIGNATURE = ("def make_kernel(db):  # db: a pathlib.Path (SQLite), or a URL string (postgresql://, "
+                     "a registered store's)\n"
                      "    return Kernel(checkpointer=SqliteCheckpointer(db), llm=..., tools=..., executor=...)")
 """What ``--kernel module:function`` names, as its help and its errors show it."""
 

@@ -5,7 +5,11 @@ declares, in a folder of its own that goes on ``sys.path`` (or ``PYTHONPATH``)."
 from __future__ import annotations
 
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 try:
     import tomllib
@@ -36,3 +40,17 @@ def environment(site: Path, **extra: str) -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), **extra}
+
+
+@pytest.fixture(scope="module", name="site")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The outside package, installed in a folder of its own and on ``sys.path`` for the
+    module's tests (a test module imports this fixture)."""
+    folder = install(tmp_path_factory.mktemp("site"))
+    sys.path.insert(0, str(folder))
+    try:
+        yield folder
+    finally:
+        sys.path.remove(str(folder))
+        for name in [name for name in sys.modules if name.startswith("ringzero_outside")]:
+            del sys.modules[name]

@@ -26,8 +26,18 @@ def charge(n: int, idempotency_key: str = "") -> str:
     return f"paid {n}"
 
 
+def charge_unkeyed(n: int) -> str:
+    """``charge`` without a key: a call of it in doubt may not run again."""
+    return charge(n)
+
+
 async def pay_five(ctx: Context) -> JSON:
     result = await ctx.exec("[charge(i) for i in range(5)]", tools={"charge": charge})
+    return result.value
+
+
+async def pay_five_unkeyed(ctx: Context) -> JSON:
+    result = await ctx.exec("[charge(i) for i in range(5)]", tools={"charge": charge_unkeyed})
     return result.value
 
 
@@ -35,4 +45,4 @@ def make_kernel(db: str) -> Kernel:
     """``ringzero resume --kernel tests.outside_programs:make_kernel``: the outside store and executor."""
     from ringzero_outside.executor import PipeExecutor
 
-    return Kernel(checkpointer=db, executor=PipeExecutor(), tools={"charge": charge}, monitor_interval=None)
+    return Kernel(checkpointer=db, executor=PipeExecutor(), monitor_interval=None)

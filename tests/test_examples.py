@@ -83,7 +83,7 @@ def test_a_third_party_scheduler_passes_its_kit_through_the_pytest_plugin() -> N
                           "examples/third_party_scheduler.py"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "ringzero SchedulerConformance on TestStrictPriorityScheduler: 5 passed" in out.stdout, out.stdout
+    assert "ringzero SchedulerConformance on TestStrictPriorityScheduler: 7 passed" in out.stdout, out.stdout
 
 
 def readme_kit_example() -> str:

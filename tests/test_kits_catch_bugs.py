@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -24,19 +23,7 @@ from ringzero.compat.llm import LLMProviderConformance
 from ringzero.compat.llm_wire import scenario_server
 from ringzero.compat.scheduler import SchedulerConformance
 from ringzero.core.contract.protocols import LLMProvider
-from tests.outside_install import install
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    folder = install(tmp_path_factory.mktemp("site"))
-    sys.path.insert(0, str(folder))
-    try:
-        yield folder
-    finally:
-        sys.path.remove(str(folder))
-        for name in [name for name in sys.modules if name.startswith("ringzero_outside")]:
-            del sys.modules[name]
+from tests.outside_install import installed  # noqa: F401  (the site fixture)
 
 
 async def fails(check: Callable[[], Awaitable[None]], control: Callable[[], Awaitable[None]], words: str) -> None:

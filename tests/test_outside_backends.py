@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +21,8 @@ from ringzero.compat.llm import OpenAIWireConformance
 from ringzero.compat.scheduler import SchedulerConformance
 from ringzero.core.contract.protocols import Checkpointer, Executor, LLMProvider, Scheduler
 from tests.hosts import kill_host_when
-from tests.outside_install import REPO, environment, install
+from tests.outside_install import REPO, environment, installed  # noqa: F401  (the site fixture)
 from tests.outside_programs import charge
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The outside package, installed in a folder of its own and on ``sys.path``."""
-    folder = install(tmp_path_factory.mktemp("site"))
-    sys.path.insert(0, str(folder))
-    try:
-        yield folder
-    finally:
-        sys.path.remove(str(folder))
-        for name in [name for name in sys.modules if name.startswith("ringzero_outside")]:
-            del sys.modules[name]
 
 
 def cli(site: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -79,6 +66,22 @@ def test_kill_9_inside_the_third_of_five_keyed_tool_calls_then_resume_runs_each_
     for command in (["ps"], ["top", "--once"], ["show", "1"]):  # every command reaches the registered store
         shown = cli(site, command[0], "--db", db, *command[1:])
         assert shown.returncode == 0 and "payments" in shown.stdout and "exited" in shown.stdout, shown.stdout
+
+
+def test_kill_9_inside_an_unkeyed_call_then_resume_leaves_it_in_doubt_not_run_again(site: Path,
+                                                                                   tmp_path: Path) -> None:
+    """A tool with no key and not declared idempotent, killed inside: on resume the program
+    gets ToolInDoubt for it, and neither it nor any later call runs."""
+    db, log = f"outside://{tmp_path / 'state.db'}", tmp_path / "charges.log"
+    host = subprocess.Popen([sys.executable, "-m", "tests.outside_host", db, "unkeyed"], cwd=REPO,
+                            stdout=subprocess.PIPE, env=environment(site, OUTSIDE_LOG=str(log)))
+    assert kill_host_when(host, lambda: 2 in [n for n, _ in started(log)]) == -signal.SIGKILL
+    resumed = cli(site, "resume", "--db", db, "--kernel", "tests.outside_programs:make_kernel",
+                  OUTSIDE_LOG=str(log))
+    report = " ".join(resumed.stdout.split())
+    assert "1 call(s) in doubt: 0 run again (idempotent, or under their idempotency key), 1 raised as " \
+        "ToolInDoubt in the program" in report, report
+    assert [n for n, _ in started(log)] == [0, 1, 2], started(log)
 
 
 async def test_code_sets_no_parameter_the_host_keeps_through_the_outside_executor(site: Path, tmp_path: Path,

@@ -4,8 +4,15 @@ One kit per protocol, each a base class to subclass with one fixture:
 
 - ``ringzero.compat.checkpointer.CheckpointerConformance``: a ``checkpointer`` fixture.
 - ``ringzero.compat.executor.ExecutorConformance``: an ``executor`` fixture.
-- ``ringzero.compat.llm.LLMProviderConformance``: a ``provider_for(scenario)`` fixture.
+- ``ringzero.compat.llm.LLMProviderConformance``: a ``provider_for(scenario)`` fixture; for a
+  provider of OpenAI's or Anthropic's wire format, ``OpenAIWireConformance`` or
+  ``AnthropicWireConformance`` with a ``provider_at(base_url)`` fixture: the kit's own servers
+  (``ringzero.compat.llm_wire``, ``ringzero.compat.vendor_servers``) act the scenarios out.
 - ``ringzero.compat.scheduler.SchedulerConformance``: a ``scheduler`` fixture (one run slot).
+
+Each kit's first test is what ``Kernel(...)`` checks when it is built
+(``ringzero.core.contract.protocols.backend_problems``). WRITING_A_BACKEND.md, beside the
+README, gives each protocol's contract and a worked package of four backends.
 
 This package is also a pytest plugin: ``pytest -p ringzero.compat tests/`` checks that what the
 kits need is there (pytest-asyncio), and ends the run with a line per kit saying how many of its

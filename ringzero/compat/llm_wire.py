@@ -5,6 +5,7 @@ judges it against the vendor's real answers and error bodies, not a fake the imp
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -80,9 +81,7 @@ def _whole(vendor: Vendor, scenario: str) -> Reply:
         call = [("call_1", "weather", {"city": "Paris"})]
         return openai_answer(None, call) if vendor == "openai" else anthropic_answer("", call)
     if scenario == "timeout":
-        slow = answer("pong", usage=(11, 7))
-        slow.delay = SLOW_SECONDS
-        return slow
+        return dataclasses.replace(answer("pong", usage=(11, 7)), delay=SLOW_SECONDS)
     return _refusal(vendor, scenario)
 
 

@@ -91,8 +91,9 @@ class ToolBoundary:
         """What journals the run's calls, one by one: the journal the tools ``ctx.exec`` handed
         over are bound to (``bound_tools``); None for a run outside a kernel process."""
         for name, tool in tools.items():
-            self.tools[name], journal = unbound(tool)
-            self.journal = journal or self.journal
+            self.tools[name], bound_to = unbound(tool)
+            if bound_to is not None:  # the tools ctx.exec handed over: their run's journal
+                self.journal = bound_to
         self.tool_bytes = limits.tool_bytes
         self.budget = limits.run_tool_bytes
         self.spent = 0
