@@ -280,11 +280,11 @@ def bound_tools(tools: Mapping[str, Tool], limits: ExecLimits | None,
     after it runs, a recorded call is answered from the journal and one in doubt is never run
     again unless its tool is safe to repeat.
 
-    An async tool's stands-in is a coroutine function. A sync tool's is a plain function that
-    waits for its call from any thread but the event loop's (the journal is written there):
-    called on the loop's own thread it raises RuntimeError, and ``tool.acall(...)`` is the
-    coroutine to await instead. A failed call raises what the tool raised (or the TypeError or
-    ValueError of a call refused)."""
+    An async tool's stand-in is a coroutine function, awaited on any loop (the call itself is
+    made on the kernel's, where the journal is written). A sync tool's is a plain function that
+    waits for its call from any thread but the event loop's: called on the loop's own thread it
+    raises RuntimeError, and ``tool.acall(...)`` is the coroutine to await instead. A failed
+    call raises what the tool raised (or the TypeError or ValueError of a call refused)."""
     loop = asyncio.get_running_loop()
     boundary = ToolBoundary(tools, dataclasses.replace(limits or ExecLimits(), egress=None), journal=journal)
     return {name: _bound(name, tool, boundary, journal, loop) for name, tool in boundary.tools.items()}
@@ -292,11 +292,17 @@ def bound_tools(tools: Mapping[str, Tool], limits: ExecLimits | None,
 
 def _bound(name: str, tool: Tool, boundary: ToolBoundary, journal: ToolCallJournal | None,
            loop: asyncio.AbstractEventLoop) -> Tool:
-    async def acall(*args: Any, **kwargs: Any) -> Any:
-        ok, outcome = await boundary.call(name, list(args), dict(kwargs))
+    async def on_loop(args: list[Any], kwargs: dict[str, Any]) -> Any:
+        ok, outcome = await boundary.call(name, args, kwargs)
         if ok:
             return outcome
         raise outcome.original
+
+    async def acall(*args: Any, **kwargs: Any) -> Any:
+        if asyncio.get_running_loop() is loop:
+            return await on_loop(list(args), dict(kwargs))
+        # awaited on another loop (an executor's own thread): the journal is written on the kernel's
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(on_loop(list(args), dict(kwargs)), loop))
 
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -307,7 +313,7 @@ def _bound(name: str, tool: Tool, boundary: ToolBoundary, journal: ToolCallJourn
             raise RuntimeError(f"tool {name!r} was called on the event loop's own thread, where its journaled call "
                                f"cannot wait for the journal: call it from another thread (asyncio.to_thread), or "
                                f"await {name}.acall(...)")
-        return asyncio.run_coroutine_threadsafe(acall(*args, **kwargs), loop).result()
+        return asyncio.run_coroutine_threadsafe(on_loop(list(args), dict(kwargs)), loop).result()
 
     bound = acall if is_async(tool) else call
     functools.update_wrapper(bound, tool)
