@@ -124,6 +124,16 @@ async def test_a_store_named_by_its_registered_scheme_is_the_package_s(site: Pat
         assert await (await kernel.spawn(hello)).wait() == "hi"
     assert (tmp_path / "state.db").exists()
 
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from ringzero.adapters.langgraph import KernelSaver
+
+    async with KernelSaver.from_conn_string(f"outside://{tmp_path / 'graphs.db'}") as saver:
+        assert isinstance(saver.checkpointer, OutsideStore)
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        saved = await saver.aput(config, empty_checkpoint(), {"source": "input", "step": -1}, {})  # type: ignore[arg-type]
+        assert (await saver.aget_tuple(saved)) is not None
+
 
 def test_an_unknown_scheme_is_refused_in_one_line_naming_the_installed_ones(site: Path) -> None:
     refused = cli(site, "ps", "--db", "redis://127.0.0.1:6390/0")
