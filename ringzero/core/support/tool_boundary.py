@@ -30,6 +30,8 @@ from ringzero.core.support.tool_pool import CallHere, ToolPool, shared_pool
 
 __all__ = ["BINDING", "CALL_BYTES", "ShownError", "ToolBinding", "ToolBoundary", "bound_tools", "unbound"]
 
+NO_LIMITS = ExecLimits()
+
 
 CALL_BYTES = 512
 """What one tool call costs a run's byte budget besides its values: its intent and its record
@@ -286,7 +288,10 @@ def bound_tools(tools: Mapping[str, Tool], limits: ExecLimits | None,
     raises RuntimeError, and ``tool.acall(...)`` is the coroutine to await instead. A failed
     call raises what the tool raised (or the TypeError or ValueError of a call refused)."""
     loop = asyncio.get_running_loop()
-    boundary = ToolBoundary(tools, dataclasses.replace(limits or ExecLimits(), egress=None), journal=journal)
+    limits = limits or NO_LIMITS
+    if limits.egress is not None:  # the executor's own boundary (HostTools) carries the run's egress
+        limits = dataclasses.replace(limits, egress=None)
+    boundary = ToolBoundary(tools, limits, journal=journal)
     return {name: _bound(name, tool, boundary, journal, loop) for name, tool in boundary.tools.items()}
 
 
