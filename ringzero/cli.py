@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import ringzero
-from ringzero.checkpointers import SqliteCheckpointer, open_checkpointer, require_scheme, scheme_of
+from ringzero.checkpointers import SqliteCheckpointer, open_checkpointer, scheme_of
 from ringzero.core.contract.errors import InvalidArgument, RingzeroError
 from ringzero.core.contract.protocols import Checkpointer
 from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
@@ -202,18 +202,14 @@ def _is_dsn(db: str) -> bool:
 
 def _database(db: str) -> Path | str:
     """What ``--db`` names: a PostgreSQL DSN as it is, a SQLite file as a Path (also written as
-    SQLAlchemy writes one: ``sqlite:///relative.db``, ``sqlite:////absolute.db``), the URL of a
-    store a package registered as it is. Any other scheme is refused by name, not looked for as a
-    file."""
+    SQLAlchemy writes one: ``sqlite:///relative.db``, ``sqlite:////absolute.db``), any other URL
+    as it is: ``open_checkpointer`` opens a store a package registered for its scheme, and refuses
+    another naming those installed, rather than looking for a file."""
     if _is_dsn(db):
         return db
     if db.startswith("sqlite:///"):
         return Path(db[len("sqlite:///"):])
-    scheme = scheme_of(db)
-    if scheme is None:
-        return Path(db)
-    require_scheme(scheme)
-    return db
+    return Path(db) if scheme_of(db) is None else db  # a URL: open_checkpointer opens it, or names the schemes
 
 
 def _store(db: Path | str) -> Checkpointer:

@@ -4,6 +4,7 @@ declares, in a folder of its own that goes on ``sys.path`` (or ``PYTHONPATH``)."
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -37,8 +38,6 @@ def install(site: Path) -> Path:
 
 def environment(site: Path, **extra: str) -> dict[str, str]:
     """An environment for a subprocess that sees the installed package and this checkout's tests."""
-    import os
-
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), **extra}
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from ringzero import Context, Kernel, LLMGate
 from ringzero.checkpointers import MemoryCheckpointer
+from ringzero.compat.llm_wire import vendor_error
 from ringzero.compat.vendor_servers import (
     Reply,
     anthropic_answer,
@@ -124,25 +125,18 @@ async def test_anthropic_thinking_blocks_are_kept_and_sent_back_with_their_turn(
 
 
 def rate_limit(vendor: str, headers: dict[str, str]) -> Reply:
-    if vendor == "openai":
-        return openai_error(429, "Rate limit reached for requests", "requests", "rate_limit_exceeded", headers)
-    return anthropic_error(429, "rate_limit_error", "Number of request tokens has exceeded your rate limit", headers)
+    return vendor_error(vendor, "rate_limited", headers)  # type: ignore[arg-type]
 
 
 ERRORS: dict[str, tuple[Callable[[], Reply], Callable[[], Reply], type[ProviderError]]] = {
-    "context overflow": (
-        lambda: openai_error(400, "This model's maximum context length is 128000 tokens. However, your messages "
-                             "resulted in 130000 tokens.", "invalid_request_error", "context_length_exceeded"),
-        lambda: anthropic_error(400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"),
-        ContextTooLong),
-    "bad credentials": (
-        lambda: openai_error(401, "Incorrect API key provided: sk-test.", "invalid_request_error", "invalid_api_key"),
-        lambda: anthropic_error(401, "authentication_error", "invalid x-api-key"),
-        AuthenticationFailed),
-    "server overloaded": (
-        lambda: openai_error(503, "The server is overloaded or not ready yet.", "server_error"),
-        lambda: anthropic_error(529, "overloaded_error", "Overloaded"),
-        ProviderUnavailable),
+    "context overflow": (lambda: vendor_error("openai", "context_overflow"),
+                         lambda: vendor_error("anthropic", "context_overflow"), ContextTooLong),
+    "bad credentials": (lambda: vendor_error("openai", "auth_failed"),
+                        lambda: vendor_error("anthropic", "auth_failed"), AuthenticationFailed),
+    "not permitted": (lambda: vendor_error("openai", "forbidden"),
+                      lambda: vendor_error("anthropic", "forbidden"), AuthenticationFailed),
+    "server overloaded": (lambda: vendor_error("openai", "server_error"),
+                          lambda: vendor_error("anthropic", "server_error"), ProviderUnavailable),
     "malformed request": (
         lambda: openai_error(400, "Invalid type for 'temperature'", "invalid_request_error", "invalid_type"),
         lambda: anthropic_error(400, "invalid_request_error", "temperature: Input should be less than or equal to 1"),

@@ -62,11 +62,9 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
     def __init__(self, checkpointer: Checkpointer, *, serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
-        if not callable(getattr(checkpointer, "put", None)):
-            raise InvalidArgument(f"KernelSaver needs a ringzero Checkpointer, not {checkpointer!r}")
+        check_backend(checkpointer, Checkpointer, "KernelSaver's checkpointer")
         self.checkpointer = checkpointer
         """The ringzero Checkpointer the graph's checkpoints are kept in."""
-        check_backend(checkpointer, Checkpointer, "checkpointer")
         capabilities = getattr(checkpointer, "capabilities", None)
         appending = checkpointer if capabilities is not None and capabilities.append \
             and isinstance(checkpointer, Appending) else None

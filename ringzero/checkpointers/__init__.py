@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ringzero.core.contract.protocols import Checkpointer
 
 __all__ = ["ENTRY_POINTS", "NAMES", "MemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer",
-           "open_checkpointer", "registered_schemes", "require_scheme", "scheme_of"]
+           "open_checkpointer", "registered_schemes", "scheme_of"]
 
 
 NAMES = ("memory (or :memory:)", "sqlite:///absolute/path.db", "a file path", "postgresql://...")
@@ -44,7 +44,7 @@ def scheme_of(target: str) -> str | None:
     return None if found is None else found.group(1).lower()
 
 
-def require_scheme(scheme: str) -> EntryPoint | None:
+def _require_scheme(scheme: str) -> EntryPoint | None:
     """The entry point a package registered ``scheme`` under (None for one of ringzero's own);
     InvalidArgument, one line naming every installed scheme, where there is none."""
     if scheme in BUILT_IN_SCHEMES:
@@ -59,10 +59,10 @@ def require_scheme(scheme: str) -> EntryPoint | None:
 
 
 def _registered(scheme: str, target: str) -> Checkpointer:
-    """The store a package registered for ``scheme``, opened on ``target`` (see ``require_scheme``)."""
+    """The store a package registered for ``scheme``, opened on ``target`` (see ``_require_scheme``)."""
     from ringzero.core.contract.protocols import Checkpointer, check_backend
 
-    point = require_scheme(scheme)
+    point = _require_scheme(scheme)
     if point is None:  # a built-in scheme written so that open_checkpointer did not take it
         raise InvalidArgument(f"{target!r} is not a checkpointer's name; a checkpointer is named by "
                               + ", ".join(NAMES))

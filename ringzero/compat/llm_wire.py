@@ -24,7 +24,7 @@ from ringzero.compat.vendor_servers import (
     vendor_server,
 )
 
-__all__ = ["SLOW_SECONDS", "scenario_reply", "scenario_server"]
+__all__ = ["SLOW_SECONDS", "scenario_reply", "scenario_server", "vendor_error"]
 
 SLOW_SECONDS = 2.0
 """How long the ``timeout`` scenario's server waits before it answers: give the provider a
@@ -42,35 +42,30 @@ def _last_text(body: dict[str, Any]) -> str:
     return inner if isinstance(inner, str) else "".join(part.get("text", "") for part in inner)
 
 
-def _refusal(vendor: Vendor, scenario: str) -> Reply:
-    """The vendor's own answer for each refusal the kit names."""
+def vendor_error(vendor: Vendor, kind: str, headers: dict[str, str] | None = None) -> Reply:
+    """The vendor's own error answer for ``kind``: ``rate_limited`` (429), ``server_error``
+    (OpenAI's 503, Anthropic's 529 overload), ``context_overflow``, ``auth_failed`` (401) or
+    ``forbidden`` (403), with ``headers``."""
     if vendor == "openai":
-        return {
-            "rate_limited_retry_after": lambda: openai_error(429, "Rate limit reached for requests", "requests",
-                                                             "rate_limit_exceeded", {"retry-after": "2"}),
-            "rate_limited": lambda: openai_error(429, "Rate limit reached for requests", "requests",
-                                                 "rate_limit_exceeded"),
-            "server_error": lambda: openai_error(503, "The server is overloaded or not ready yet.", "server_error"),
-            "context_overflow": lambda: openai_error(
-                400, "This model's maximum context length is 128000 tokens. However, your messages resulted in "
-                "130000 tokens.", "invalid_request_error", "context_length_exceeded"),
-            "auth_failed": lambda: openai_error(401, "Incorrect API key provided: sk-test.", "invalid_request_error",
-                                                "invalid_api_key"),
-            "forbidden": lambda: openai_error(403, "Project does not have access to model gpt-test",
-                                              "invalid_request_error", "model_not_found"),
-        }[scenario]()
-    return {
-        "rate_limited_retry_after": lambda: anthropic_error(429, "rate_limit_error", "Number of request tokens has "
-                                                            "exceeded your rate limit", {"retry-after": "2"}),
-        "rate_limited": lambda: anthropic_error(429, "rate_limit_error", "Number of request tokens has exceeded your "
-                                                "rate limit"),
-        "server_error": lambda: anthropic_error(529, "overloaded_error", "Overloaded"),
-        "context_overflow": lambda: anthropic_error(400, "invalid_request_error", "prompt is too long: 210000 tokens "
-                                                    "> 200000 maximum"),
-        "auth_failed": lambda: anthropic_error(401, "authentication_error", "invalid x-api-key"),
-        "forbidden": lambda: anthropic_error(403, "permission_error", "Your API key does not have permission to use "
-                                             "the specified resource."),
-    }[scenario]()
+        status, message, kind_name, code = {
+            "rate_limited": (429, "Rate limit reached for requests", "requests", "rate_limit_exceeded"),
+            "server_error": (503, "The server is overloaded or not ready yet.", "server_error", None),
+            "context_overflow": (400, "This model's maximum context length is 128000 tokens. However, your messages "
+                                 "resulted in 130000 tokens.", "invalid_request_error", "context_length_exceeded"),
+            "auth_failed": (401, "Incorrect API key provided: sk-test.", "invalid_request_error", "invalid_api_key"),
+            "forbidden": (403, "Project does not have access to model gpt-test", "invalid_request_error",
+                          "model_not_found"),
+        }[kind]
+        return openai_error(status, message, kind_name, code, headers)
+    status, kind_name, message = {
+        "rate_limited": (429, "rate_limit_error", "Number of request tokens has exceeded your rate limit"),
+        "server_error": (529, "overloaded_error", "Overloaded"),
+        "context_overflow": (400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"),
+        "auth_failed": (401, "authentication_error", "invalid x-api-key"),
+        "forbidden": (403, "permission_error", "Your API key does not have permission to use the specified "
+                      "resource."),
+    }[kind]
+    return anthropic_error(status, kind_name, message, headers)
 
 
 def _whole(vendor: Vendor, scenario: str) -> Reply:
@@ -82,7 +77,9 @@ def _whole(vendor: Vendor, scenario: str) -> Reply:
         return openai_answer(None, call) if vendor == "openai" else anthropic_answer("", call)
     if scenario == "timeout":
         return dataclasses.replace(answer("pong", usage=(11, 7)), delay=SLOW_SECONDS)
-    return _refusal(vendor, scenario)
+    if scenario == "rate_limited_retry_after":
+        return vendor_error(vendor, "rate_limited", {"retry-after": "2"})
+    return vendor_error(vendor, scenario)
 
 
 def scenario_reply(vendor: Vendor, scenario: str) -> Reply | Callable[[dict[str, Any]], Reply | Stream]:

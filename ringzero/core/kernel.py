@@ -79,8 +79,7 @@ class Kernel:
             checkpointer = backends.checkpointer(checkpointer, Path(state_dir))
         if executor is None or isinstance(executor, str):
             executor = backends.executor(executor)
-        check_backend(checkpointer, Checkpointer, "checkpointer")
-        check_backend(executor, Executor, "executor")
+        check_backend(executor, Executor, "executor")  # the checkpointer: by KernelStore, below
         if scheduler is not None:
             check_backend(scheduler, Scheduler, "scheduler")
         if tools is not None and (not isinstance(tools, Mapping) or not all(
