@@ -130,6 +130,17 @@ def process_table(rows: list[ProcessInfo], title: str = "ringzero processes",
     return table
 
 
+def next_firing_text(spec: ScheduleSpec, now: float) -> str:
+    """When ``spec`` fires next, in local time, or why it cannot (its row's problem, or its
+    slots failing to compute here)."""
+    if spec.problem is not None:
+        return f"cannot fire: {spec.problem}"
+    try:
+        return datetime.datetime.fromtimestamp(spec.next_after(now)).astimezone().isoformat(timespec="seconds")
+    except Exception as exc:
+        return f"cannot fire: {type(exc).__name__}: {exc}"
+
+
 def schedule_table(specs: list[ScheduleSpec]) -> Table:
     """The schedules of ``ps``: each with its program, when it fires and its next firing."""
     table = Table(title="schedules", title_justify="left", expand=False)
@@ -137,8 +148,7 @@ def schedule_table(specs: list[ScheduleSpec]) -> Table:
         table.add_column(column)
     now = time.time()
     for spec in specs:
-        when = "paused" if spec.paused else datetime.datetime.fromtimestamp(
-            spec.next_after(now)).astimezone().isoformat(timespec="seconds")
+        when = "paused" if spec.paused else next_firing_text(spec, now)
         table.add_row(spec.name, spec.program, f"{spec.every:g} s" if spec.every is not None else f"cron {spec.cron}",
                       spec.missed, when)
     return table

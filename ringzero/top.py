@@ -100,6 +100,8 @@ class Snapshot:
     rows: list[Row]
     kernels: list[KernelActivity]
     at: float
+    failing_schedules: dict[str, str] = field(default_factory=dict)
+    """Schedules that cannot fire, by name: why (their row's ``problem``)."""
 
 
 async def live_activity(checkpointer: Checkpointer) -> tuple[list[KernelActivity], dict[int, dict[str, Any]]]:
@@ -113,10 +115,13 @@ async def live_activity(checkpointer: Checkpointer) -> tuple[list[KernelActivity
 
 
 async def read_snapshot(checkpointer: Checkpointer) -> Snapshot:
-    """The process table and the live kernels' activity, merged: three queries and one."""
-    records = await KernelStore(checkpointer).load_processes()
+    """The process table, the live kernels' activity, merged, and the schedules that cannot fire."""
+    store = KernelStore(checkpointer)
+    records = await store.load_processes()
     kernels, live = await live_activity(checkpointer)
-    return Snapshot([Row.of(r, live.get(r.pid)) for r in records], kernels, time.time())
+    failing = {str(s["name"]): str(s["problem"]) for s in await store.schedules()
+               if s.get("problem") is not None and not s.get("removed")}
+    return Snapshot([Row.of(r, live.get(r.pid)) for r in records], kernels, time.time(), failing)
 
 
 @dataclass
@@ -239,6 +244,8 @@ class TopView:
         return Group(*lines)
 
     def _gate_lines(self) -> Iterator[Text]:
+        for name, problem in sorted(self.snapshot.failing_schedules.items()):
+            yield Text(f"schedule {name} cannot fire: {problem}", style="bold yellow")
         for kernel in self.snapshot.kernels:
             for name, gate in sorted(kernel.gates.items()):
                 closed = f" · closed {gate['closed_for_s']:.1f}s by a 429" if gate.get("closed_for_s") else ""

@@ -193,3 +193,76 @@ async def test_ps_shows_each_schedule_with_its_next_firing(tmp_path: Path) -> No
     next_hour = datetime.datetime.fromtimestamp((time.time() // 3600 + 1) * 3600).astimezone()
     assert next_hour.isoformat(timespec="seconds") in out, out
     assert "morning" in out and "cron 0 7 * * *" in out and "paused" in out, out
+
+
+async def test_a_cron_schedule_registered_between_its_slots_fires_at_its_next_slot_not_at_once(
+        tmp_path: Path) -> None:
+    """Every 2 seconds by cron (croniter's sixth field is seconds), registered half-way between
+    two slots: each firing is at one of its slots, the first the next one after registration."""
+    FIRED.clear()
+    while time.time() % 2 < 0.7 or time.time() % 2 > 1.3:  # half-way between two even seconds
+        await asyncio.sleep(0.05)
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        registered = time.time()
+        schedule = await kernel.schedule(tick, "c", name="cron-2s", cron="* * * * * */2")
+        firer = kernel.fire_schedules()
+        await asyncio.sleep(0.5)
+        assert FIRED["c"] == 0  # nothing at registration: its first slot is still to come
+        await asyncio.sleep(3.0)
+        await schedule.remove()
+        await quiet(kernel)
+        firings = await schedule.firings()
+    slots = sorted(f["slot"] for f in firings)
+    assert slots and all(slot % 2 == 0 for slot in slots), slots
+    assert registered < slots[0] < registered + 2, (registered, slots)
+    assert FIRED["c"] == len(slots) and firer.failures == 0
+
+
+async def test_the_readme_cron_registered_at_any_time_leaves_the_schedules_after_it_firing(
+        tmp_path: Path) -> None:
+    """``cron="0 7 * * *"`` registered now (between two of its slots) and looked at later than
+    ``GRACE`` after: it waits for 07:00 UTC, and a schedule listed after it fires as it should."""
+    FIRED.clear()
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        morning = await kernel.schedule(tick, "m", name="a-morning", cron="0 7 * * *")
+        often = await kernel.schedule(tick, "o", name="b-often", every=0.3, missed="skip")
+        await asyncio.sleep(1.5)  # past GRACE: the registration time is long gone when the firer looks
+        firer = kernel.fire_schedules()
+        await asyncio.sleep(2.0)
+        await often.remove()
+        await quiet(kernel)
+        assert firer.failures == 0 and await morning.firings() == []
+        assert morning.next_firing is not None and (morning.next_firing.hour, morning.next_firing.minute) == (7, 0)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    assert FIRED["o"] >= 4 and FIRED["m"] == (1 if (now.hour, now.minute) == (7, 0) else 0)
+
+
+async def test_a_schedule_that_cannot_fire_is_reported_and_the_others_keep_firing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A schedule row whose slots cannot be computed (a cron expression that no longer reads)
+    is logged once, counted, and named by ``ps`` and ``top``; the schedule after it fires."""
+    import os
+    import sys
+
+    from ringzero.top import read_snapshot
+
+    FIRED.clear()
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        broken = ScheduleSpec("a-broken", "tests.test_schedules:tick", ("x",), None, "61 * * * *", "once", time.time())
+        await kernel.store.put_schedule(broken.name, broken.to_json())
+        often = await kernel.schedule(tick, "k", name="b-often", every=0.3, missed="skip")
+        firer = kernel.fire_schedules()
+        await asyncio.sleep(2.5)
+        await often.remove()
+        await quiet(kernel)
+        snapshot = await read_snapshot(kernel.checkpointer)
+    assert FIRED["k"] >= 5 and firer.failures >= 2
+    assert list(snapshot.failing_schedules) == ["a-broken"]
+    assert "not a cron expression" in snapshot.failing_schedules["a-broken"]
+    logged = [r for r in caplog.records if r.name == "ringzero.schedules" and "a-broken" in r.getMessage()]
+    assert len(logged) == 1, logged  # once per change, not once per look
+    ps = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ringzero.cli", "ps", "--db", str(tmp_path / "state.db"),
+        env={**os.environ, "COLUMNS": "250"}, stdout=asyncio.subprocess.PIPE)
+    out = (await asyncio.wait_for(ps.communicate(), 60))[0].decode()
+    assert "a-broken" in out and "cannot fire" in out, out

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import math
 import re
 import time
@@ -29,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ringzero.core._engine.runtime import Runtime
-from ringzero.core.contract.errors import InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.contract.errors import CheckpointerError, Closed, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.contract.types import JSON, Program, ensure_json
 from ringzero.core.support.references import check_program, import_reference, program_reference
 from ringzero.core.support.timeouts import cancel_and_wait
@@ -46,6 +47,7 @@ RECENT_FIRINGS = 100
 LOOK_EVERY = 1.0
 """Seconds between looks at the store's schedules (new, paused, removed ones)."""
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+log = logging.getLogger("ringzero.schedules")
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class ScheduleSpec:
     """Wall-clock time of the first slot of ``every``; for ``cron``, no slot comes before it."""
     paused: bool = False
     removed: bool = False
+    problem: str | None = None
+    """Why the firers cannot fire it now (its slots cannot be computed, its program does not
+    import), as the last firer to look wrote it; None while all is well. ``ps`` and ``top`` show it."""
 
     def to_json(self) -> dict[str, JSON]:
         return {**asdict(self), "args": list(self.args)}
@@ -74,7 +79,13 @@ class ScheduleSpec:
         return cls(name=str(data["name"]), program=str(data["program"]), args=tuple(data.get("args") or ()),
                    every=None if data.get("every") is None else float(data["every"]), cron=data.get("cron"),
                    missed=str(data.get("missed", "once")), start=float(data["start"]),
-                   paused=bool(data.get("paused")), removed=bool(data.get("removed")))
+                   paused=bool(data.get("paused")), removed=bool(data.get("removed")),
+                   problem=None if data.get("problem") is None else str(data["problem"]))
+
+    def first_slot(self) -> float:
+        """Its first slot: ``start`` for ``every``; for ``cron``, the expression's first slot at
+        or after ``start`` (a schedule registered between two slots waits for the next one)."""
+        return self.next_after(self.start - 1e-3)
 
     def next_after(self, t: float) -> float:
         """The first slot strictly after ``t``."""
@@ -184,6 +195,8 @@ class ScheduleFirer:
         self.host = host
         """Who claims the firings (the kernel's monitor id, or its host and OS pid)."""
         self.programs: Mapping[str, Program] = programs or {}
+        self.failures = 0
+        """Looks at a schedule that failed (its slots or its program): each is logged too."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -199,14 +212,45 @@ class ScheduleFirer:
             wake = time.time() + LOOK_EVERY
             try:
                 for data in await self.runtime.store.schedules():
-                    spec = ScheduleSpec.from_json(data)
-                    recent = await self.runtime.store.firings(spec.name, limit=RECENT_FIRINGS)  # one read for both
-                    await self.settle(spec, recent)  # a firing claimed is owed, whatever became of its schedule
-                    if not spec.paused and not spec.removed:
-                        wake = min(wake, await self.fire_due(spec, recent[:1]))
+                    wake = min(wake, await self._look(data))
             except (RingzeroError, OSError):  # the store failed: looked at again a moment later
                 pass
             await asyncio.sleep(max(0.01, wake - time.time()))
+
+    async def _look(self, data: Mapping[str, Any]) -> float:
+        """Settle and fire one schedule; when to look at it again. One that fails (its slots or
+        its program) is logged, counted and its row says why; the others go on firing."""
+        try:
+            spec = ScheduleSpec.from_json(data)
+            recent = await self.runtime.store.firings(spec.name, limit=RECENT_FIRINGS)  # one read for both
+            await self.settle(spec, recent)  # a firing claimed is owed, whatever became of its schedule
+            wake = math.inf
+            if not spec.paused and not spec.removed:
+                wake = await self.fire_due(spec, recent[:1])
+        except (CheckpointerError, Closed, OSError):
+            raise  # the store's: every schedule waits for it alike
+        except Exception as exc:
+            await self._failing(data, f"{type(exc).__name__}: {exc}")
+            return math.inf
+        if spec.problem is not None:
+            await self._failing(data, None)
+        return wake
+
+    async def _failing(self, data: Mapping[str, Any], problem: str | None) -> None:
+        """Keep what is wrong with a schedule in its row (None: it fires again), logged once
+        per change; each failed look is counted."""
+        name = str(data.get("name"))
+        if problem is not None:
+            self.failures += 1
+        if data.get("problem") == problem:
+            return
+        if problem is None:
+            log.warning("schedule %r fires again", name)
+        else:
+            log.error("schedule %r cannot fire: %s", name, problem)
+        current = await self.runtime.store.schedule(name)
+        if current is not None:
+            await self.runtime.store.put_schedule(name, {**current, "problem": problem})
 
     async def fire_due(self, spec: ScheduleSpec, newest: Sequence[Mapping[str, Any]] | None = None) -> float:
         """Fire what of ``spec`` is due now (``newest``: its latest firing, where read already);
@@ -216,13 +260,12 @@ class ScheduleFirer:
         if newest is None:
             newest = await store.firings(spec.name, limit=1)
         done = float(newest[0]["slot"]) if newest else None
-        due = spec.next_after(done) if done is not None else spec.start
+        due = spec.next_after(done) if done is not None else spec.first_slot()
         while due <= now:
             if now - due <= GRACE or spec.missed == "all":
                 await self._fire(spec, due)
-            else:  # missed while nothing fired
-                last = spec.last_at_or_before(now)
-                assert last is not None
+            else:  # missed while nothing fired: ``due`` is a slot at or before now, so there is a last one
+                last = spec.last_at_or_before(now) or due
                 if spec.missed == "once":
                     await self._fire(spec, last)
                 else:
