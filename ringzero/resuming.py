@@ -172,6 +172,8 @@ async def resume(kernel: Kernel, console: Console, *, db: str, kernel_spec: str 
         handles, before = await start(kernel)
         console.print(f"found {len(handles)} unfinished process(es)" if start is recover_all else
                       "started " + ", ".join(f"pid {h.pid}" for h in handles))
+        for pid, holder in sorted(kernel.runtime.held_elsewhere.items()):
+            console.print(f"  pid {pid}: run by another live kernel ({holder}), left alone")
         ends = await _follow(kernel, handles, console)
         await kernel.flush()
         done = ends.done = await StoreCounts.read(kernel.store, [h.pid for h in handles]) - before

@@ -94,6 +94,13 @@ class Cluster:
         epoch = (current[0] if current else 0) + 1
         return (epoch, self.node) if await self.store.claim_owner(pid, epoch, self.node) else None
 
+    async def claim_wake(self, pid: int, host: str, epoch: int) -> tuple[int, str] | None:
+        """One machine's kernels sharing a store: take ``pid`` for ``host`` before it runs again,
+        as owner ``epoch + 1`` where ``epoch`` is the owner the waker saw (0: none yet). Of kernels
+        racing to wake it from what they saw, one gets ``(epoch + 1, host)``; the others, and a
+        kernel whose view is stale (someone took it since), get None and leave it alone."""
+        return (epoch + 1, host) if await self.store.claim_owner(pid, epoch + 1, host) else None
+
     def stop_watching(self) -> None:
         """Stop following remote children (the kernel shuts down; their refunds are not due)."""
         for watch in list(self._watches):

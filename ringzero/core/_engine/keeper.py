@@ -30,6 +30,8 @@ from ringzero.core._engine.runtime import Runtime
 from ringzero.core.contract.errors import RingzeroError
 from ringzero.core.contract.records import waiting_of
 from ringzero.core.contract.types import ProcessStatus, Program
+from ringzero.core.support.holders import alive
+from ringzero.core.support.monitor import read_activity
 from ringzero.core.support.timeouts import retrieved
 
 __all__ = ["Keeper"]
@@ -45,6 +47,9 @@ class Keeper:
         self.programs: Mapping[str, Program] = programs or {}
         self.let_go: dict[int, float | None] = {}
         """Pid of each process let go, with its timer's wall-clock deadline (None: no timer)."""
+        self._epochs: dict[int, int] = {}
+        """The owner each process let go had then (0: none), where wakes are claimed: its wake
+        claims the next one, so that of kernels holding it let go, one brings it back."""
         self._due: list[tuple[float, int]] = []
         """(deadline, pid) of the timers of the processes let go: a heap, earliest first."""
         self._alarm: asyncio.TimerHandle | None = None
@@ -91,13 +96,15 @@ class Keeper:
         assert task is not None
         # Synchronously, from here: a message sent from now on finds it let go, stored for it.
         self.runtime.release(process)
-        self._keep(process.pid, process.wake_at)
+        owner = process.journal.owner
+        self._keep(process.pid, process.wake_at, 0 if owner is None else owner[0])
         task.cancel()
         stopping = self._stopping[process.pid] = asyncio.ensure_future(_stopped(task))
         stopping.add_done_callback(lambda _: self._stopping.pop(process.pid, None))
 
-    def _keep(self, pid: int, until: float | None) -> None:
+    def _keep(self, pid: int, until: float | None, epoch: int) -> None:
         self.let_go[pid] = until
+        self._epochs[pid] = epoch
         if until is not None:
             heapq.heappush(self._due, (until, pid))
             self._arm()
@@ -107,22 +114,30 @@ class Keeper:
         """Bring ``pid`` back, if it was let go here (a message came for it, or its timer)."""
         if pid not in self.let_go or pid in self._waking:
             return
-        until = self.let_go.pop(pid)
-        waking = self._waking[pid] = asyncio.get_running_loop().create_task(self._bring_back(pid, until))
+        until, epoch = self.let_go.pop(pid), self._epochs.pop(pid, 0)
+        waking = self._waking[pid] = asyncio.get_running_loop().create_task(self._bring_back(pid, until, epoch))
         waking.add_done_callback(lambda _: self._waking.pop(pid, None))
         waking.add_done_callback(retrieved)
 
-    async def _bring_back(self, pid: int, until: float | None) -> None:
+    async def _bring_back(self, pid: int, until: float | None, epoch: int) -> None:
         stopping = self._stopping.get(pid)
         if stopping is not None:
             await stopping
+        runtime = self.runtime
+        if runtime.runs(pid):
+            return
+        owner = None
         try:
-            record = await self.runtime.store.load_process(pid, as_spawned=True)
-            if record is None or record.status.terminal or self.runtime.runs(pid):
+            if runtime.claims_wakes:  # one host per wake: another kernel that woke it first runs it
+                owner = await runtime.claim_wake(pid, epoch)
+                if owner is None:
+                    return
+            record = await runtime.store.load_process(pid, as_spawned=True)
+            if record is None or record.status.terminal or runtime.runs(pid):
                 return
-            process = await load(self.runtime, record, self.programs, None)
-        except (RingzeroError, OSError):
-            self._keep(pid, until)  # the store failed: still let go, for the next message or its timer
+            process = await load(runtime, record, self.programs, owner)
+        except (RingzeroError, OSError):  # the store failed: still let go, for the next message or its timer
+            self._keep(pid, until, epoch if owner is None else owner[0])
             raise
         if process.left_unfinished is None:
             launch(process)
@@ -155,16 +170,22 @@ class Keeper:
         page at a time: a store of 100,000 waiting processes is not held in memory at once."""
         store = self.runtime.store
         delivered = await store.last_mail_seqs()
+        owners = await store.owners() if self.runtime.claims_wakes else {}
+        activity = {row.kernel: row for row in await read_activity(self.runtime.checkpointer)} if owners else {}
         now = time.time()
         let_go: list[int] = []
         resume: list[int] = []
         async for pid, row in store.statuses():
             if ProcessStatus(row["status"]).terminal or self.runtime.runs(pid):
                 continue
+            epoch, holder = owners.get(pid, (0, ""))
+            if epoch and holder != self.runtime.host_id and alive(holder, activity):
+                self.runtime.held_elsewhere[pid] = holder  # a live kernel runs it (or holds it let go)
+                continue
             waits, until = _still_waits(row, delivered.get(pid, 0), now)
             if waits:
                 let_go.append(pid)
-                self._keep(pid, until)
+                self._keep(pid, until, epoch)
             else:
                 resume.append(pid)
         return let_go, await recover(self.runtime, self.programs, pids=resume) if resume else []

@@ -87,7 +87,7 @@ class Monitor:
             task.result()  # an error that ended the ticks early
         for acting in list(self._acting):
             acting.cancel()
-        if self._written:  # a kernel that wrote a row says it is gone; one that never did, nothing
+        if self._written or self.runtime.claimed_wakes:  # a kernel that wrote a row (or holds claims) says it is gone
             with contextlib.suppress(Exception):
                 await self._write({"kernel": self.id, "at": time.time(), "interval": self.interval, "closed": True,
                                    "processes": [], "gates": {}})

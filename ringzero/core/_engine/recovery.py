@@ -25,6 +25,8 @@ from ringzero.core.contract.errors import InvalidArgument, NotResumed, ProgramNo
 from ringzero.core.contract.records import Ending, received_seq
 from ringzero.core.contract.store import ProcessRecord
 from ringzero.core.contract.types import JSON, ProcessStatus, Program
+from ringzero.core.support.holders import alive
+from ringzero.core.support.monitor import read_activity
 from ringzero.core.support.references import import_reference
 
 __all__ = ["fork", "load", "recover", "retry"]
@@ -40,20 +42,36 @@ async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
     taken: dict[int, tuple[int, str] | None] = {}
     everything = await store.load_processes()
     runtime.remember_spawns(everything)
+    owners = await store.owners() if runtime.claims_wakes else {}
+    activity = {row.kernel: row for row in await read_activity(runtime.checkpointer)} if owners else {}
+    lease = cluster.node is not None
     for record in everything:
         if runtime.runs(record.pid) or record.status.terminal:
             continue  # an ended one is read from the store if a resumed parent asks for it
         if wanted is not None and record.pid not in wanted:
             continue
-        owner = None if cluster.node is None else await cluster.take_over(record.pid, from_node)
-        if cluster.node is None or owner is not None:
+        epoch, holder = owners.get(record.pid, (0, ""))
+        if from_node is None and epoch and holder != runtime.host_id and alive(holder, activity):
+            runtime.held_elsewhere[record.pid] = holder  # a live kernel runs it: left alone
+            continue
+        if cluster.node is not None:
+            owner = await cluster.take_over(record.pid, from_node)
+        elif runtime.claims_wakes:  # one host per wake: of kernels resuming it at once, one takes it
+            owner = await runtime.claim_wake(record.pid, epoch)
+            lease = lease or epoch > 0
+        else:
+            taken[record.pid] = None
+            continue
+        if owner is not None:
             taken[record.pid] = owner
+        else:
+            runtime.held_elsewhere[record.pid] = "a kernel that took it at the same moment"
     if not taken:
         return []
-    if cluster.node is not None:
-        # A process taken from another node starts once that node's ownership lease has run out:
-        # if it is alive after all, its next check stops it before this one runs, and what it
-        # recorded until then is read below.
+    if lease:
+        # A process taken from another kernel starts once that kernel's ownership lease has run
+        # out: if it is alive after all, its next check stops it before this one runs, and what
+        # it recorded until then is read below.
         await asyncio.sleep(OWNER_RECHECK)
     # Each starts from the state it was spawned with: its replay rebuilds the rest.
     records = [r for r in await store.load_processes(as_spawned=True) if r.pid in taken and not r.status.terminal]

@@ -36,6 +36,7 @@ from ringzero.core.contract.protocols import Checkpointer, Executor, Scheduler, 
 from ringzero.core.contract.records import Event
 from ringzero.core.contract.store import ProcessRecord
 from ringzero.core.contract.types import JSON, Limits, Program, StopReason
+from ringzero.core.support import holders
 from ringzero.core.support.gate import LLMGate
 from ringzero.core.support.memory import MemoryStore
 from ringzero.core.support.monitor import deliver_elsewhere
@@ -80,6 +81,11 @@ class Runtime:
         """Spans and metrics, set at ``start`` (``NO_TELEMETRY`` where there are no OpenTelemetry
         providers)."""
         self.closed = False
+        self.claimed_wakes = 0
+        """Stored processes this kernel took by a claim (``claim_wake``): its monitor then says
+        when it closes, so that a resumer on another machine need not wait for its row to age."""
+        self.held_elsewhere: dict[int, str] = {}
+        """Stored processes ``recover`` left alone because a live kernel holds them: pid -> its host id."""
         self.replay_only = False
         """A replay check's kernel: a syscall past its journal raises ``ReplayEnded`` instead of
         running (``ringzero.core._engine.replay_check``)."""
@@ -93,6 +99,8 @@ class Runtime:
 
     def close(self) -> None:
         """The kernel is closing: no new process is taken."""
+        if self._started and not self.closed:
+            holders.OPEN[self.host_id] -= 1
         self.closed = True
 
     def monitored_as(self, monitor_id: str) -> None:
@@ -109,10 +117,31 @@ class Runtime:
         if self._started:
             return
         self._started = True
+        holders.OPEN[self.host_id] += 1
         tracer_provider, meter_provider, capture_content = self._telemetry_from
         self.telemetry = Telemetry.detect(tracer_provider, meter_provider, capture_content,
                                           lambda: Counter(p.status.value for p in self.procs.values())) or NO_TELEMETRY
         await self.pids.start()
+
+    @property
+    def claims_wakes(self) -> bool:
+        """Whether every wake of a stored process (a timer, a message, a resume, a retry) is
+        claimed first, as the next owner in the store: a kernel on a store other kernels may
+        share (``multi_process``)."""
+        return self.checkpointer.capabilities.multi_process
+
+    @property
+    def host_id(self) -> str:
+        """Who this kernel is in the store's claims: its cluster node, else its monitor's id
+        (its host and OS pid where it has no monitor)."""
+        return self._pid_owner()
+
+    async def claim_wake(self, pid: int, epoch: int) -> tuple[int, str] | None:
+        """Take stored process ``pid`` for this kernel before it runs here again, as owner
+        ``epoch + 1`` (``Cluster.claim_wake``); None where another kernel took it first."""
+        owner = await self.cluster.claim_wake(pid, self.host_id, epoch)
+        self.claimed_wakes += owner is not None
+        return owner
 
     def _pid_owner(self) -> str:
         if self.cluster.node is not None:
