@@ -99,9 +99,38 @@ async def waiting_in(db: Path, program: Any) -> int:
         return handle.pid
 
 
+class CardDeclined(Exception):
+    """A payment API's own error, raised by a tool, caught by the program by its class."""
+
+    def __init__(self, reason: str, code: int) -> None:
+        super().__init__(reason, code)
+        self.reason, self.code = reason, code
+
+
+class ModelRetry(Exception):
+    """What an agent framework raises to make the model try again (pydantic-ai's name)."""
+
+
+class Refusal(Exception):
+    """An error whose constructor takes keywords only: it cannot be rebuilt from a record."""
+
+    def __init__(self, *, why: str) -> None:
+        super().__init__(f"refused: {why}")
+
+
+def charge_card(amount: int) -> str:
+    RUNS[f"charge_card {amount}"] += 1
+    raise CardDeclined("insufficient funds", 51)
+
+
+def refuse(amount: int) -> str:
+    RUNS[f"refuse {amount}"] += 1
+    raise Refusal(why="over the limit")
+
+
 def make_kernel(db: Any) -> Kernel:
     return Kernel(checkpointer=SqliteCheckpointer(Path(db)), llm=ScriptedProvider(answer),
-                  tools={"charge": charge, "pay": pay})
+                  tools={"charge": charge, "pay": pay, "charge_card": charge_card, "refuse": refuse})
 
 
 async def crash_in(db: Path, program: Any, hang: str) -> int:
@@ -124,3 +153,50 @@ async def run_to_end(db: Path, program: Any) -> int:
         handle = await kernel.spawn(program)
         await handle.wait(timeout=30)
         return handle.pid
+
+
+async def pays_like_a_framework(ctx: Context) -> str:
+    """Pays inside the loop an agent framework runs around a tool (smolagents' ``CodeAgent``
+    does this): any ``Exception`` becomes an observation for the model, which calls the tool
+    again. An in-doubt payment must not become a second payment."""
+    observation = ""
+    for _attempt in range(3):
+        try:
+            return str(await ctx.tool("pay", 7))
+        except Exception as exc:
+            observation = f"Error: {exc}. Try again."
+    return observation
+
+
+async def declined_then_charges(ctx: Context) -> list[Any]:
+    """A card declined (caught by its class), then an idempotent charge a crash interrupts."""
+    seen: list[Any] = []
+    try:
+        await ctx.tool("charge_card", 5)
+    except CardDeclined as exc:
+        seen.append(["declined", exc.reason, exc.code])
+    try:
+        await ctx.tool("refuse", 5)
+    except Exception as exc:
+        seen.append([type(exc).__name__, str(exc)])
+    seen.append(await ctx.tool("charge", 9))
+    return seen
+
+
+async def retried_by_a_framework(ctx: Context) -> list[Any]:
+    """An adapter's journaled call whose live run raised a framework's ``ModelRetry``: the
+    recorded failure raised again (``served``) is a ModelRetry live and on replay."""
+    from ringzero import failure
+    from ringzero.core.support.effects import served
+
+    async def live() -> Any:
+        RUNS["validate"] += 1
+        return failure(ModelRetry("the answer had no date: ask again"))
+
+    seen: list[Any] = []
+    try:
+        served(await ctx.journaled_tool("validate", {"answer": "soon"}, live))
+    except ModelRetry as exc:
+        seen.append(["retry", str(exc)])
+    seen.append(await ctx.tool("charge", 10))
+    return seen

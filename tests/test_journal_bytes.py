@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ringzero import Kernel, ToolFailed
+from ringzero import Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.protocols import Executor
 from ringzero.core.contract.types import ExecLimits
@@ -88,8 +88,8 @@ async def test_4_ctx_tool_keeps_a_clipped_error_text(tmp_path: Path) -> None:
         for _ in range(5):
             try:
                 await ctx.tool(fails)
-            except ToolFailed as exc:
-                seen.append(len(exc.error_message))
+            except ValueError as exc:  # the tool's own class, its text clipped as the journal keeps it
+                seen.append(len(str(exc)))
         return seen
 
     store = SqliteCheckpointer(tmp_path / "state.db")

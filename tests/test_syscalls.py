@@ -62,24 +62,37 @@ async def test_an_exception_in_exec_code_is_data_not_a_host_error(kernel: Kernel
     assert await (await kernel.spawn(program)).wait() == [False, "ZeroDivisionError"]
 
 
-async def test_tool_by_name_and_by_callable_and_a_raising_tool_gives_toolfailed() -> None:
+async def test_tool_by_name_and_by_callable_and_a_raising_tool_gives_its_own_exception() -> None:
+    """A tool's KeyError reaches the program as a KeyError; one of a class defined in a function
+    (it cannot be rebuilt from the journal) as ToolFailed naming it."""
+    class Local(Exception):
+        pass
+
     def add(a: int, b: int) -> int:
         return a + b
 
     def broken() -> None:
         raise KeyError("missing")
 
+    def local() -> None:
+        raise Local("here only")
+
     async def program(ctx: Context) -> Any:
         x = await ctx.tool("add", 2, b=3)
         y = await ctx.tool(add, 10, 1)
+        seen: list[Any] = [x, y]
         try:
             await ctx.tool("broken")
+        except KeyError as exc:
+            seen.append(exc.args[0])
+        try:
+            await ctx.tool(local)
         except ToolFailed as exc:
-            return [x, y, exc.error_type]
-        return None
+            seen.append(exc.error_type)
+        return seen
 
     async with Kernel(checkpointer=MemoryCheckpointer(), tools={"add": add, "broken": broken}) as kernel:
-        assert await (await kernel.spawn(program)).wait() == [5, 11, "KeyError"]
+        assert await (await kernel.spawn(program)).wait() == [5, 11, "missing", "Local"]
 
         async def unknown(ctx: Context) -> None:
             await ctx.tool("nope")

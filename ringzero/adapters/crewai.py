@@ -302,10 +302,8 @@ async def kickoff(crew_or_flow: Any, inputs: dict[str, Any] | None = None, *, in
                             "started with kernel.spawn(...), or call crew.kickoff() directly")
     token = _IN_DOUBT.set(check_in_doubt(in_doubt))
     _journal_tool_runs()
-    try:
+    try:  # a ToolInDoubt passes CrewAI's catch of a tool's exceptions: a KernelInterrupt
         return await asyncio.to_thread(crew_or_flow.kickoff, inputs=inputs)
-    except _CrewStopped as stopped:
-        raise stopped.error from None
     finally:
         _IN_DOUBT.reset(token)
 
@@ -326,15 +324,6 @@ def _hide_key(tool: Any) -> None:
     fields: Any = {name: (field.annotation, field) for name, field in schema.model_fields.items()
                    if name != IDEMPOTENCY_KEY}
     tool.args_schema = create_model(schema.__name__, __doc__=schema.__doc__, **fields)
-
-
-class _CrewStopped(BaseException):
-    """Carries a ``ToolInDoubt`` out of a crew: CrewAI catches a tool's exceptions and lets the
-    agent try the tool again, which would run an in-doubt call a second time."""
-
-    def __init__(self, error: ToolInDoubt) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 _JOURNALED = "__ringzero_journaled__"
@@ -392,10 +381,10 @@ def _journaled_run(tool: BaseTool, run: Callable[..., Any]) -> Callable[..., Any
             outcome = ctx.call_from_thread(ctx.journaled_tool(f"crewai:{name}", request, live,
                                                               retry_safe=lambda: retry_safe(tool)),
                                            f"the CrewAI tool {name!r}")
-        except ToolInDoubt as exc:
+        except ToolInDoubt:
             if _IN_DOUBT.get() == "report":  # the agent is told, the same on every replay
                 return in_doubt_report(name)
-            raise _CrewStopped(exc) from None  # the program decides, not the agent
+            raise  # the program decides, not the agent: CrewAI's `except Exception` lets it by
         return served(outcome)
 
     setattr(journaled, _JOURNALED, True)

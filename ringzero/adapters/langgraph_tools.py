@@ -13,7 +13,8 @@ What a record cannot carry, it does not pretend to:
 - An interrupt (``interrupt()`` in a tool) or an invalid resume value is not recorded: the call
   runs again when the graph is resumed, as LangGraph requires.
 - An error the node's ``handle_tool_errors`` lets through reaches the graph as itself when the
-  call runs live; replayed, it is served as ``ToolFailed`` naming the original type and message.
+  call runs live; replayed, as the same class where it imports and is rebuilt from the recorded
+  arguments (``outcomes.rebuilt``), else as ``ToolFailed`` naming the original type and message.
 - Output written with the stream writer is emitted when the call runs live, not on replay.
 - Sync tool calls (``graph.invoke`` run from a worker thread, or a sync ``wrap_tool_call`` on the
   async path) run one at a time, in call order, so that their journal slots follow program
@@ -46,11 +47,10 @@ from ringzero.core.contract.errors import (
     MissingExtra,
     NonDeterminismError,
     NotSerializable,
-    ToolFailed,
     ToolInDoubt,
     WrongEventLoop,
 )
-from ringzero.core.contract.outcomes import Failure, Outcome, Value, failure
+from ringzero.core.contract.outcomes import Failure, Outcome, Value, failure, tool_exception
 from ringzero.core.support.effects import check_in_doubt, in_doubt_report, retry_safe, takes_idempotency_key
 from ringzero.core.support.loops import forward, running_loop
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
@@ -225,7 +225,7 @@ async def _journaled(ctx: Context, request: ToolCallRequest, run: Callable[[Tool
     if isinstance(outcome, Failure):
         if raised:
             raise raised[0]
-        raise ToolFailed(call["name"], outcome.type, outcome.message)
+        raise tool_exception(call["name"], outcome)  # on replay, the class raised live where it is rebuilt
     if fresh:
         return fresh[0]
     value = outcome.value if isinstance(outcome, Value) else None

@@ -208,7 +208,11 @@ class Context:
     def tool(self, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> Coroutine[Any, Any, JSON]:
         """Call a host tool (by name from the kernel's tools, or a callable) with JSON arguments.
 
-        An exception in the tool reaches the program as ToolFailed, live and on replay alike.
+        An exception the tool raises reaches the program as its own class (``except
+        CardDeclined:`` catches it), live and on replay alike, wherever that class imports and
+        is rebuilt from the recorded arguments (``ringzero.core.contract.outcomes.rebuilt``);
+        otherwise (a class defined in a function or in ``__main__``, a constructor that takes
+        other arguments) as ``ToolFailed`` naming its type, live and on replay alike.
         """
         return sys_tools.tool(self._process, tool, *args, **kwargs)
 

@@ -11,6 +11,7 @@ from ringzero.core._engine.context import Context, enter
 from ringzero.core._engine.new_run import ContinueAsNew, begin_new_run
 from ringzero.core.contract.errors import (
     CheckpointerError,
+    KernelInterrupt,
     NonDeterminismError,
     NotResumed,
     NotSerializable,
@@ -71,7 +72,7 @@ async def run(process: Process) -> None:
         status, reason, error = ProcessStatus.FAILED, StopReason.NON_DETERMINISM, _error_info(exc)
     except ReplayEnded as exc:  # a replay check's process, stopped at the end of its journal
         status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(exc)
-    except Exception as exc:
+    except (Exception, KernelInterrupt) as exc:  # ToolInDoubt, unhandled, ends the program as any error
         status, reason, error = ProcessStatus.FAILED, StopReason.RAISED, _error_info(exc)
     finally:
         process.release_slot()

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from ringzero.core._engine.syscall import syscall
 from ringzero.core._engine.tool_calls import ToolCalls
-from ringzero.core.contract.errors import InvalidArgument, NonDeterminismError, ToolFailed, ToolInDoubt, ToolNotFound
+from ringzero.core.contract.errors import InvalidArgument, NonDeterminismError, ToolInDoubt, ToolNotFound
 from ringzero.core.contract.fingerprints import trimmed
-from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Value, failure, number
+from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Value, failure, number, tool_exception
 from ringzero.core.contract.protocols import Tool
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, ensure_json
 from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
@@ -100,6 +100,8 @@ async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSO
     def target() -> Tool:
         return fn if fn is not None else kernel_tool(process, name)  # a replay needs no tool
 
+    raised: list[Exception] = []
+
     async def live() -> Outcome:
         call = target()
         given = {**kwargs, IDEMPOTENCY_KEY: process.idempotency_key(current_slot())} \
@@ -107,6 +109,7 @@ async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSO
         try:
             value = await call_tool(call, list(args), given)
         except Exception as exc:
+            raised.append(exc)
             return failure(exc)
         return Value(ensure_json(value, f"the result of tool {name!r}"))
 
@@ -115,8 +118,8 @@ async def tool(process: Process, tool: str | Tool, /, *args: JSON, **kwargs: JSO
                             about=lambda: {"gen_ai.tool.name": name})
     if isinstance(outcome, InDoubt):
         raise ToolInDoubt(process.pid, name, outcome.slot)
-    if isinstance(outcome, Failure):
-        raise ToolFailed(name, outcome.type, outcome.message)
+    if isinstance(outcome, Failure):  # the tool's own exception where it can be rebuilt, live and replayed
+        raise tool_exception(name, outcome, raised[0] if raised else None)
     return outcome.value if isinstance(outcome, Value) else None
 
 

@@ -18,7 +18,13 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ringzero.core._engine.effect import perform
-from ringzero.core.contract.errors import CheckpointerError, NonDeterminismError, RingzeroError, ToolInDoubt
+from ringzero.core.contract.errors import (
+    CheckpointerError,
+    KernelInterrupt,
+    NonDeterminismError,
+    RingzeroError,
+    ToolInDoubt,
+)
 from ringzero.core.contract.fingerprints import fingerprint
 from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Value, exception_of, failure
 from ringzero.core.contract.types import strict_json
@@ -45,7 +51,7 @@ class ToolCalls:
         self.slot = slot
         self.key_prefix = key_prefix
         self.owner = owner
-        self.problem: RingzeroError | None = None
+        self.problem: RingzeroError | KernelInterrupt | None = None
         self.served = 0
         """Calls answered from the journal."""
         self.rerun = 0
@@ -104,7 +110,7 @@ class ToolCalls:
             raise raised[0]
         return outcome.value if isinstance(outcome, Value) else None
 
-    def _abandon(self, problem: RingzeroError) -> RuntimeError:
+    def _abandon(self, problem: RingzeroError | KernelInterrupt) -> RuntimeError:
         if self.problem is None:
             self.problem = problem
         return self._abandoned()

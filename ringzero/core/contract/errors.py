@@ -12,13 +12,11 @@ The tree::
     ├── Fenced                       another kernel took the process over (a cluster node's failover)
     ├── ProcessFailed                wait() on a process that failed or was killed
     │   └── BudgetExceeded           ... because it crossed one of its Limits
-    ├── NonDeterminismError          a resumed program's syscalls diverged from its journal
     ├── ProgramNotFound              recover() cannot import a journaled program
     ├── NotResumed                   recover() left a process unfinished: it needs what this kernel lacks
     ├── NoProvider                   ctx.llm() on a kernel that has no LLM provider
     ├── ToolNotFound                 ctx.tool() named a tool the kernel does not have
     ├── ToolFailed                   a host tool called through ctx.tool() raised
-    ├── ToolInDoubt                  a tool call was in flight when its host died: it may have run
     ├── ToolError                    raised by a host tool on purpose: its message reaches sandboxed code
     │   ├── ToolCrashed              the worker process running a cpu_bound tool died (a segfault, an OOM kill)
     │   ├── EgressRefused            a run's egress policy refused a request (ExecLimits.egress)
@@ -35,6 +33,13 @@ The tree::
     ├── Closed                       an object was used after its close()/aclose()
     ├── WrongEventLoop               a call cannot reach the event loop its object lives on
     └── MissingExtra                 an optional dependency is not installed (also ImportError)
+
+    KernelInterrupt (a BaseException: what the kernel raises inside a program to stop it)
+    ├── ToolInDoubt                  a tool call was in flight when its host died: it may have run
+    └── NonDeterminismError          a resumed program's syscalls diverged from its journal
+
+``KernelInterrupt`` is not a ``RingzeroError``: like ``asyncio.CancelledError``, it must pass
+through the ``except Exception`` a framework wraps around a tool or a step.
 
 An exception raised by user code inside an executor is *data* (``ExecResult.error``), never
 one of these. Backends translate their native errors (sqlite3, httpx, subprocess) into this
@@ -60,6 +65,7 @@ __all__ = [
     "Fenced",
     "InvalidArgument",
     "InvalidLimits",
+    "KernelInterrupt",
     "MissingExtra",
     "NoProvider",
     "NonDeterminismError",
@@ -86,6 +92,16 @@ __all__ = [
 
 class RingzeroError(Exception):
     """Root of every error ringzero raises."""
+
+
+class KernelInterrupt(BaseException):
+    """Root of the signals the kernel raises inside a program to stop what it was doing:
+    ``ToolInDoubt`` (a call that may have had its effect) and ``NonDeterminismError`` (a replay
+    that left its journal). Like ``asyncio.CancelledError`` and ``KeyboardInterrupt``, a
+    ``BaseException``: the ``except Exception`` with which frameworks (smolagents, CrewAI,
+    LangChain's tool nodes) turn a tool's failure into text for the model lets it by, so the
+    model is never told "try again" about a call that may have been made. Catch it by its own
+    name (``except ToolInDoubt:``); code that catches ``BaseException`` must re-raise it."""
 
 
 class InvalidArgument(RingzeroError, ValueError):
@@ -124,8 +140,9 @@ class Fenced(RingzeroError):
     only where its slot is free, so of two kernels running one process only one ever records."""
 
 
-class NonDeterminismError(RingzeroError):
-    """A resumed program issued a syscall that differs from the one its journal recorded."""
+class NonDeterminismError(KernelInterrupt):
+    """A resumed program issued a syscall that differs from the one its journal recorded (a
+    ``KernelInterrupt``: a framework's ``except Exception`` does not swallow it)."""
 
 
 class ProgramNotFound(RingzeroError):
@@ -244,10 +261,12 @@ class ResultRefused(ToolError, ValueError):
     in the words the boundary uses for any tool's result."""
 
 
-class ToolInDoubt(RingzeroError):
+class ToolInDoubt(KernelInterrupt):
     """A tool call whose intent was recorded but whose result was not: its host died while it
     ran, so it may or may not have had its effect. The kernel does not run it again (it might
     pay twice); the program decides, for instance by asking the other system what happened.
+    A ``KernelInterrupt``: ``except Exception`` in a framework lets it by; ``except ToolInDoubt``
+    catches it.
 
     A tool that may safely run again says so (``ringzero.idempotent``), or takes the
     ``idempotency_key`` parameter, which the kernel fills with the same key on every attempt

@@ -27,6 +27,8 @@ existed (a tool called from code kept ``args`` alone) read as well.
 from __future__ import annotations
 
 import builtins
+import importlib
+import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple, Union
@@ -35,7 +37,7 @@ from ringzero.core.contract import errors
 from ringzero.core.contract.json_data import JSON
 
 __all__ = ["ERROR_CHARS", "NONE", "Failure", "InDoubt", "Outcome", "Stopped", "Value", "clip", "decode", "exception_of",
-           "failure", "number", "with_beside"]
+           "failure", "number", "rebuilt", "tool_exception", "with_beside"]
 
 NOTHING: Mapping[str, JSON] = MappingProxyType({})
 """The empty mapping most outcomes keep beside them: one, read-only."""
@@ -161,7 +163,13 @@ def clip(text: str, limit: int = ERROR_CHARS) -> str:
 
 
 def failure(exc: BaseException, **details: JSON) -> Failure:
-    """``exc`` as the journal keeps it (see the module docstring), with ``details``."""
+    """``exc`` as the journal keeps it (see the module docstring), with ``details``; an
+    exception of a class found neither among the built-ins nor among ringzero's errors keeps its
+    class's import path (``"class": "module:QualName"``, where it has one), so that it is raised
+    again as itself (``rebuilt``)."""
+    reference = _class_reference(type(exc))
+    if reference is not None:
+        details = {**details, CLASS: reference}
     message = clip(str(exc))
     if len(exc.args) == 1 and isinstance(exc.args[0], str) and clip(exc.args[0]) == message:
         return Failure(type(exc).__name__, message, None, details or NOTHING)
@@ -178,18 +186,82 @@ def failure(exc: BaseException, **details: JSON) -> Failure:
 
 
 def exception_of(failed: Failure) -> Exception:
-    """The exception a failure stands for: the built-in or ringzero error of that name (so that
-    a ``ToolError``'s message reads on replay as it did live), else an exception class of that
-    name, made with the recorded arguments (its text where none were kept)."""
-    args = failed.args if failed.args is not None else (failed.message,)
+    """The exception a failure stands for: ``rebuilt``, else an exception class of that name,
+    made with the recorded arguments (its text where none were kept)."""
+    rebuilt_one = rebuilt(failed)
+    if rebuilt_one is not None:
+        return rebuilt_one
+    return errors.exception_named(failed.type)(*_arguments(failed))
+
+
+def rebuilt(failed: Failure) -> Exception | None:
+    """The exception a failure recorded, as its own class, where that class imports and takes
+    the recorded arguments: the class of the recorded import path (``failure``), else the
+    built-in or ringzero error of that name (so that a ``ToolError``'s message reads on replay
+    as it did live). None where neither is so: a class defined in a function or in
+    ``__main__``, one that is gone, one whose constructor takes other arguments."""
+    args = _arguments(failed)
+    reference = failed.details.get(CLASS)
+    if isinstance(reference, str):
+        cls = _imported_class(reference)
+        return None if cls is None else _made(cls, args)
     for home in (builtins, errors):
         cls = getattr(home, failed.type, None)
         if isinstance(cls, type) and issubclass(cls, Exception):
-            try:
-                return cls(*args)
-            except TypeError:  # an error whose constructor takes other arguments
-                continue
-    return errors.exception_named(failed.type)(*args)
+            made = _made(cls, args)
+            if made is not None:
+                return made
+    return None
+
+
+def tool_exception(tool: str, failed: Failure, original: BaseException | None = None) -> Exception:
+    """What a program's tool call that failed raises: the tool's exception as its own class
+    where it is ``rebuilt`` from the record, else ``ToolFailed`` naming its type. Live and on
+    replay alike (made from the record both times, its text clipped as the journal keeps it),
+    so that ``except CardDeclined:`` matches both or neither; live, it carries the traceback of
+    ``original``, the exception the tool raised."""
+    error = rebuilt(failed) or errors.ToolFailed(tool, failed.type, failed.message)
+    return error if original is None else error.with_traceback(original.__traceback__)
+
+
+CLASS = "class"
+"""The key of a failure's details that holds its exception's ``module:QualName``."""
+
+
+def _arguments(failed: Failure) -> tuple[JSON, ...]:
+    return failed.args if failed.args is not None else (failed.message,)
+
+
+def _made(cls: type[Exception], args: tuple[JSON, ...]) -> Exception | None:
+    try:
+        return cls(*args)
+    except Exception:  # a constructor that takes other arguments (or fails on these)
+        return None
+
+
+def _class_reference(cls: type[BaseException]) -> str | None:
+    """``module:QualName`` of an exception class that a resumed host can import, where the
+    built-ins and ringzero's errors do not already name it; None for those and for a class that
+    does not import back (defined in a function, in ``__main__``, made at run time)."""
+    module, qualname = cls.__module__, cls.__qualname__
+    if module in ("builtins", errors.__name__) or module == "__main__" or "<" in qualname:
+        return None
+    return f"{module}:{qualname}" if _imported_class(f"{module}:{qualname}") is cls else None
+
+
+def _imported_class(reference: str) -> type[Exception] | None:
+    """The Exception class at ``module:QualName`` (imported where it is not yet), or None."""
+    module_name, _, qualname = reference.partition(":")
+    module = sys.modules.get(module_name)
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:
+            return None
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found if isinstance(found, type) and issubclass(found, Exception) else None
 
 
 def number(value: JSON) -> float:
