@@ -52,12 +52,17 @@ def test_all_is_sorted_and_names_real_objects(name: str) -> None:
         assert hasattr(module, attr), f"{name}.__all__ names {attr}, which does not exist"
 
 
-def test_every_error_descends_from_ringzero_error_and_appears_in_the_tree() -> None:
+def test_every_error_descends_from_one_of_the_two_roots_and_appears_in_the_tree() -> None:
+    """Errors under RingzeroError; the signals a program must not swallow (ToolInDoubt,
+    NonDeterminismError) under KernelInterrupt, a BaseException."""
     classes = [obj for _, obj in inspect.getmembers(errors, inspect.isclass) if obj.__module__ == errors.__name__]
     assert classes
     for cls in classes:
-        assert issubclass(cls, ringzero.RingzeroError)
+        assert issubclass(cls, (ringzero.RingzeroError, ringzero.KernelInterrupt)), cls
         assert cls.__name__ in (errors.__doc__ or ""), f"{cls.__name__} is missing from the tree in the docstring"
+    signals = [cls for cls in classes if issubclass(cls, ringzero.KernelInterrupt)]
+    assert {cls.__name__ for cls in signals} == {"KernelInterrupt", "ToolInDoubt", "NonDeterminismError"}
+    assert not any(issubclass(cls, Exception) for cls in signals)
 
 
 def test_every_error_is_importable_from_ringzero() -> None:
