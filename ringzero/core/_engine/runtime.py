@@ -36,7 +36,7 @@ from ringzero.core.contract.protocols import Checkpointer, Executor, Scheduler, 
 from ringzero.core.contract.records import Event
 from ringzero.core.contract.store import ProcessRecord
 from ringzero.core.contract.types import JSON, Limits, Program, StopReason
-from ringzero.core.support import holders
+from ringzero.core.support import holders, loop_pool
 from ringzero.core.support.gate import LLMGate
 from ringzero.core.support.memory import MemoryStore
 from ringzero.core.support.monitor import deliver_elsewhere
@@ -118,6 +118,7 @@ class Runtime:
             return
         self._started = True
         holders.OPEN[self.host_id] += 1
+        loop_pool.install(asyncio.get_running_loop())  # threads blocked on this loop never starve it
         tracer_provider, meter_provider, capture_content = self._telemetry_from
         self.telemetry = Telemetry.detect(tracer_provider, meter_provider, capture_content,
                                           lambda: Counter(p.status.value for p in self.procs.values())) or NO_TELEMETRY

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ringzero.core.contract.protocols import Tool, ToolCallJournal
+from ringzero.core.support.loop_pool import wait_for_loop
 from ringzero.core.support.telemetry import exec_tool_span
 from ringzero.core.support.tool_pool import CallHere, ToolPool, as_exception, is_cpu_bound, shared_pool
 
@@ -76,7 +77,7 @@ def call_tool_here(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, pool:
         with span:
             result = pool.run_here(tool, args, kwargs, call)
     if type(result) not in _PLAIN and inspect.isawaitable(result):
-        result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+        result = wait_for_loop(asyncio.run_coroutine_threadsafe(_awaited(result), loop))
     return result
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ringzero.core.contract.errors import Closed, WrongEventLoop
+from ringzero.core.support.loop_pool import wait_for_loop
 from ringzero.core.support.timeouts import cancel_and_wait
 
 __all__ = ["RUNTIME_LOOP", "Closing", "LoopHome", "LoopThread", "RuntimeLoop", "forward", "on_this_loop", "run_on",
@@ -82,7 +83,7 @@ def run_on(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], what: 
         raise WrongEventLoop(f"{what} was called synchronously on the event loop it runs on, which it would "
                              "block forever: await the async variant there, or call it from a worker thread "
                              "(await asyncio.to_thread(...))")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+    return wait_for_loop(asyncio.run_coroutine_threadsafe(coro, loop))
 
 
 async def forward(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:

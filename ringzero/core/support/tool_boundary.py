@@ -25,6 +25,7 @@ from ringzero.core.contract.protocols import Tool, ToolCallJournal
 from ringzero.core.contract.types import ExecLimits, ToolCallRecord
 from ringzero.core.support.host_tools import call_tool, call_tool_here, is_async, runs_here
 from ringzero.core.support.json_cost import measure, measure_async
+from ringzero.core.support.loop_pool import wait_for_loop
 from ringzero.core.support.tool_parameters import ToolParameters
 from ringzero.core.support.tool_pool import CallHere, ToolPool, shared_pool
 
@@ -318,7 +319,7 @@ def _bound(name: str, tool: Tool, boundary: ToolBoundary, journal: ToolCallJourn
             raise RuntimeError(f"tool {name!r} was called on the event loop's own thread, where its journaled call "
                                f"cannot wait for the journal: call it from another thread (asyncio.to_thread), or "
                                f"await {name}.acall(...)")
-        return asyncio.run_coroutine_threadsafe(on_loop(list(args), dict(kwargs)), loop).result()
+        return wait_for_loop(asyncio.run_coroutine_threadsafe(on_loop(list(args), dict(kwargs)), loop))
 
     bound = acall if is_async(tool) else call
     functools.update_wrapper(bound, tool)

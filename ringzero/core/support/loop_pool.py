@@ -1,0 +1,74 @@
+"""asyncio's default thread pool, as a kernel's loop has it: a thread blocked waiting for the
+loop does not count against the pool's cap.
+
+The README's way to run a sync framework (a LangChain ``invoke``, a CrewAI crew, a sync
+LangGraph graph) in a kernel process is a worker thread, ``asyncio.to_thread``: a thread of the
+loop's default pool, which then blocks while its syscalls run on the loop (``run_on``). What
+those syscalls need may itself use that pool (``loop.getaddrinfo`` for a provider's first
+connection, ``asyncio.to_thread`` in an executor's first run): with as many processes blocked
+as the pool holds (``min(32, cores + 4)``), nothing could run, for good.
+
+``LoopPool`` is ``ThreadPoolExecutor`` with one addition: while one of its threads blocks in
+``blocked()`` (every wait for a loop from a thread goes through ``wait_for_loop``), the pool
+may hold one more thread, as a work-stealing pool compensates a worker that blocks. The kernel
+installs it as its loop's default executor when it starts (``install``); its cap is the
+default one for everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import TypeVar
+
+__all__ = ["LoopPool", "install", "wait_for_loop"]
+
+T = TypeVar("T")
+_HERE = threading.local()
+"""``pool``: the LoopPool whose thread this is, where it is one."""
+
+
+class LoopPool(concurrent.futures.ThreadPoolExecutor):
+    """The default executor of a kernel's loop (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(thread_name_prefix="asyncio", initializer=self._mark)
+        self.blocked_now = 0
+        """Threads of this pool waiting for a loop now: each adds one to the cap."""
+
+    def _mark(self) -> None:
+        _HERE.pool = self
+
+    @contextlib.contextmanager
+    def blocked(self) -> Iterator[None]:
+        """The calling thread, one of this pool's, waits for a loop meanwhile: work submitted
+        then may start a thread more than the cap."""
+        with self._shutdown_lock:
+            self._max_workers += 1
+            self.blocked_now += 1
+        try:
+            yield
+        finally:
+            with self._shutdown_lock:
+                self._max_workers -= 1
+                self.blocked_now -= 1
+
+
+def install(loop: asyncio.AbstractEventLoop) -> None:
+    """Make a ``LoopPool`` the default executor of ``loop`` (the running kernel's), unless it
+    has one. A plain pool it had goes on with what it runs; new work goes to the new one."""
+    if not isinstance(getattr(loop, "_default_executor", None), LoopPool):
+        loop.set_default_executor(LoopPool())
+
+
+def wait_for_loop(future: concurrent.futures.Future[T]) -> T:
+    """``future.result()`` for a coroutine sent to a loop from this thread: where the thread
+    is a ``LoopPool``'s, that pool may start another thread meanwhile."""
+    pool = getattr(_HERE, "pool", None)
+    if not isinstance(pool, LoopPool):
+        return future.result()
+    with pool.blocked():
+        return future.result()

@@ -1,0 +1,61 @@
+"""Sync frameworks on worker threads never hang the kernel: any number of processes that run
+their sync part in ``asyncio.to_thread`` (the README's advice for a sync LangChain, LangGraph or
+CrewAI call) and block there on syscalls all finish, whatever those syscalls need of asyncio's
+default thread pool (an executor's first run, the process sandbox's workspace, a provider's
+first DNS lookup). 48 processes here: eight times the pool's cap on a 2-core machine."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from ringzero import Context, Kernel
+from ringzero.checkpointers import MemoryCheckpointer
+from ringzero.compat.vendor_servers import openai_answer, vendor_server
+from ringzero.providers.executors import MontyExecutor, ProcessExecutor
+
+PROCESSES = 48
+
+
+def runs_code(ctx: Context) -> Any:
+    """A framework's sync step: it runs code through the kernel and waits for it."""
+    return ctx.call_from_thread(ctx.exec("sum(range(5))"), "exec").value
+
+
+async def code_on_a_worker_thread(ctx: Context) -> Any:
+    return await asyncio.to_thread(runs_code, ctx)
+
+
+def asks_a_langchain_model(ctx: Context) -> Any:
+    from ringzero.adapters.langchain import KernelChatModel
+
+    return KernelChatModel().invoke("hello").content  # inside a process: ctx.llm, on the kernel's loop
+
+
+async def model_on_a_worker_thread(ctx: Context) -> Any:
+    return await asyncio.to_thread(asks_a_langchain_model, ctx)
+
+
+async def all_finish(kernel: Kernel, program: Any) -> list[Any]:
+    handles = [await kernel.spawn(program) for _ in range(PROCESSES)]
+    return await asyncio.wait_for(asyncio.gather(*(h.wait() for h in handles)), 60)
+
+
+@pytest.mark.parametrize("executor", ["monty", "process"])
+async def test_processes_blocked_on_worker_threads_all_finish_their_code(executor: str) -> None:
+    made = MontyExecutor() if executor == "monty" else ProcessExecutor()
+    async with Kernel(checkpointer=MemoryCheckpointer(), executor=made) as kernel:
+        assert await all_finish(kernel, code_on_a_worker_thread) == [10] * PROCESSES
+
+
+async def test_langchain_models_on_worker_threads_all_reach_a_server_named_localhost() -> None:
+    from ringzero.providers.llm import OpenAIProvider
+
+    with vendor_server("openai", [openai_answer("hi")] * PROCESSES) as server:
+        url = server.url.replace("127.0.0.1", "localhost")  # a name: its first connection resolves it
+        provider = OpenAIProvider(model="m", base_url=url, api_key="test-key")
+        async with Kernel(checkpointer=MemoryCheckpointer(), llm=provider) as kernel:
+            assert await all_finish(kernel, model_on_a_worker_thread) == ["hi"] * PROCESSES
+        assert len(server.requests) == PROCESSES
