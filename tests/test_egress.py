@@ -443,3 +443,36 @@ async def test_answers_without_a_body_keep_the_clients_connection_going(sandbox:
     result = await paced(sandbox, code, policy(ca, f"api.test:{api.port}"))
     assert result.value[:2] == [[204, 0], [200, 0]] and result.value[2][0] == 200 and result.value[2][1] > 0
     assert [r.method for r in api.received] == ["GET", "HEAD", "GET"]
+
+
+async def posts_twice_without_tools(ctx: Context, port: int, trust: str) -> Any:
+    """The README's form: egress, no tools; two POSTs from code, a second of work between them."""
+    egress = Egress(allow=[f"api.test:{port}"], addresses=["127.0.0.1"], trust=trust,
+                    resolver=lambda host: ["127.0.0.1"])
+    url = f"https://api.test:{port}/orders"
+    code = (f"first = http_request('POST', '{url}', body='10')\nx = 0\nfor i in range(20_000_000):\n    x += i\n"
+            f"second = http_request('POST', '{url}', body='20')\n[first['status'], second['status']]")
+    out = await ctx.exec(code, limits=ExecLimits(egress=egress, wall_seconds=30))
+    return out.value if out.error is None else out.error.message
+
+
+@pytest.mark.parametrize("executor", ["monty", "process"])
+async def test_a_run_with_egress_and_no_tools_journals_its_requests_and_never_sends_one_twice(
+        tmp_path: Path, ca: LocalCA, api: Server, executor: str) -> None:
+    """The host stops after the first POST, while the code works: the resumed run's first POST
+    is answered from the journal, so the server sees each POST once."""
+    from ringzero.providers.executors import MontyExecutor, ProcessExecutor
+
+    def kernel() -> Kernel:
+        made = MontyExecutor() if executor == "monty" else ProcessExecutor()
+        return Kernel(checkpointer=SqliteCheckpointer(tmp_path / "state.db"), executor=made)
+
+    async with kernel() as first:
+        await first.spawn(posts_twice_without_tools, api.port, str(ca.pem))
+        async with fail_after(20):
+            while not api.received:
+                await asyncio.sleep(0.01)
+    async with kernel() as second:
+        [handle] = await second.recover()
+        assert await handle.wait(timeout=30) == [200, 200]
+    assert [(r.method, r.body) for r in api.received] == [("POST", b"10"), ("POST", b"20")]

@@ -32,7 +32,6 @@ from ringzero.core.context import Context
 from ringzero.core.contract.errors import (
     InvalidArgument,
     MissingExtra,
-    NonDeterminismError,
     RingzeroError,
     ToolFailed,
     ToolInDoubt,
@@ -259,20 +258,10 @@ def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: 
 
 async def _in_process(ctx: Context, code: str, inputs: dict[str, Any], tools: dict[str, Tool],
                       runner: ExecutorChoice, journal_name: str) -> ExecResult:
-    """A run inside a process, on its loop: ``ctx.exec`` in the kernel's executor, or a tool
-    syscall around a given executor."""
-    if runner.given is None:
-        return await ctx.exec(code, inputs=inputs, tools=tools)
-    given = runner.given
-
-    async def run_given() -> Any:
-        return (await given.run(code, inputs=inputs, tools=tools)).to_dict()
-
-    run_given.__qualname__ = journal_name
-    ran = await ctx.tool(run_given)
-    if not isinstance(ran, dict):
-        raise NonDeterminismError(f"the run recorded for {journal_name!r} holds no result: {ran!r:.200}")
-    return ExecResult.from_dict(ran)
+    """A run inside a process, on its loop: ``ctx.exec`` in the kernel's executor or the tool's
+    own, each call the code makes journaled under the run's slot (under the tool call's, where
+    the crew's tool runs are journaled: ``kickoff``)."""
+    return await ctx.exec(code, inputs=inputs, tools=tools, executor=runner.given)
 
 
 def _plain_description(tool: BaseTool) -> str:

@@ -18,8 +18,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ringzero.adapters._shipping import ExecutorChoice, raise_as_raised, run_shipped, shippable_call, shippable_source
+from ringzero.core.context import Context
 from ringzero.core.contract.errors import InvalidArgument, MissingExtra, ToolFailed
 from ringzero.core.contract.protocols import Executor
+from ringzero.core.routing import route, route_sync
 from ringzero.core.support.loops import Closing
 from ringzero.core.support.tool_parameters import schema_tool
 
@@ -247,11 +249,15 @@ def code_tool(tools: Sequence[BaseTool | Callable[..., Any]], executor: Executor
     async def call(code: str) -> str:
         return (await runner.get().run(code, tools=host)).for_model(max_output)
 
+    async def in_process(ctx: Context, code: str) -> str:
+        # ctx.exec: the code's tool calls and requests journaled under this call's slot
+        return (await ctx.exec(code, tools=host, executor=runner.given)).for_model(max_output)
+
     async def arun(code: str) -> str:
-        return await runner.run(lambda: call(code))
+        return await route(lambda ctx: in_process(ctx, code), lambda: call(code), runner.home)
 
     def run(code: str) -> str:
-        return runner.run_sync(lambda: call(code), "run_python")
+        return route_sync(lambda ctx: in_process(ctx, code), lambda: call(code), runner.home, "run_python")
 
     template = StructuredTool.from_function(func=run, coroutine=arun, name="run_python", description=description)
     return _executor_tool(runner, name=template.name, description=template.description,

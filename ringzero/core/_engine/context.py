@@ -200,9 +200,15 @@ class Context:
         inputs: Mapping[str, JSON] | None = None,
         tools: Mapping[str, Tool] | None = None,
         limits: ExecLimits | None = None,
+        executor: Executor | None = None,
     ) -> Coroutine[Any, Any, ExecResult]:
-        """Run code in the kernel's executor; the user's exceptions come back in ``error``."""
-        return sys_tools.exec_code(self._process, code, inputs=inputs, tools=tools, limits=limits)
+        """Run code in the kernel's executor (or ``executor``, a tool's own); the user's
+        exceptions come back in ``error``. Every call the code makes to ``tools`` and every
+        request it sends under ``limits.egress`` is journaled under the run's slot (``7.1``,
+        ``7.2``, ...); made inside a tool call a syscall runs (a LangGraph ``code_tool``, a
+        CrewAI ``CodeExecutionTool``), under that tool call's slot: a re-run of the tool call
+        answers the finished ones from the journal."""
+        return sys_tools.exec_code(self._process, code, inputs=inputs, tools=tools, limits=limits, executor=executor)
 
     # --------------------------------------------------------------------- tool
     def tool(self, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> Coroutine[Any, Any, JSON]:

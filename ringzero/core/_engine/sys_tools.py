@@ -13,7 +13,7 @@ from ringzero.core._engine.tool_calls import ToolCalls
 from ringzero.core.contract.errors import InvalidArgument, NonDeterminismError, ToolInDoubt, ToolNotFound
 from ringzero.core.contract.fingerprints import trimmed
 from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Value, failure, number, tool_exception
-from ringzero.core.contract.protocols import Tool
+from ringzero.core.contract.protocols import Executor, Tool
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, ensure_json
 from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
 from ringzero.core.support.host_tools import call_tool
@@ -34,6 +34,7 @@ async def exec_code(
     inputs: Mapping[str, JSON] | None = None,
     tools: Mapping[str, Tool] | None = None,
     limits: ExecLimits | None = None,
+    executor: Executor | None = None,
 ) -> ExecResult:
     """``Context.exec`` (see there), for ``process``."""
     if not isinstance(code, str):
@@ -47,6 +48,7 @@ async def exec_code(
         limits = dataclasses.replace(limits, wall_seconds=wall)
 
     ran_live = False
+    running = executor if executor is not None else process.runtime.executor
 
     async def live() -> Outcome:
         nonlocal ran_live
@@ -56,7 +58,7 @@ async def exec_code(
         token = NESTED_COST.set(nested)
         try:
             handed = bound_tools(tools or {}, limits, calls)
-            result = await process.runtime.executor.run(code, inputs=inputs, tools=handed, limits=limits)
+            result = await running.run(code, inputs=inputs, tools=handed, limits=limits)
         finally:
             NESTED_COST.reset(token)
         if isinstance(calls.problem, ToolInDoubt):  # the program decides, now and on every replay
@@ -69,12 +71,11 @@ async def exec_code(
         return Value(result.to_dict(), beside)
 
     args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
-    executor = process.runtime.executor
     first_line = code.strip().partition("\n")[0]
     outcome = await syscall(process, "exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
                             needs=(("exec_seconds", 1e-9),), slotted=True,
-                            about=lambda: {"ringzero.executor": type(executor).__name__,
-                                           "ringzero.isolation": executor.capabilities.isolation})
+                            about=lambda: {"ringzero.executor": type(running).__name__,
+                                           "ringzero.isolation": running.capabilities.isolation})
     if isinstance(outcome, InDoubt):
         raise ToolInDoubt(process.pid, str(outcome.tool), outcome.slot)
     value = outcome.value if isinstance(outcome, Value) else None

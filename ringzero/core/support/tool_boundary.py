@@ -2,11 +2,12 @@
 
 ``ToolBoundary`` checks a call both ways (the parameters the host keeps, sizes, the run's byte
 budget), runs the tool off the event loop and journals it. ``ctx.exec`` hands an executor its
-tools already bound to the run's journal (``bound_tools``): a callable per tool that goes
-through a ``ToolBoundary`` of its own, so an executor that calls the tools it is given, in
-process or from a message its sandbox sent, journals every call whatever else it does. An
-executor that runs its own ``ToolBoundary`` (``HostTools``) over those tools gets the originals
-back (``unbound``) and the same journal: one boundary per call, never two.
+run's tools as a ``RunTools`` (``bound_tools``): a callable per tool that goes through a
+``ToolBoundary`` of its own, so an executor that calls the tools it is given, in process or from
+a message its sandbox sent, journals every call whatever else it does; and, on the mapping,
+the run's journal and the tools themselves. An executor that runs its own ``ToolBoundary``
+(``HostTools``) over the mapping gets both from it, with no tool given too (its egress
+requests are the run's calls): one boundary per call, never two.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from ringzero.core.support.loop_pool import wait_for_loop
 from ringzero.core.support.tool_parameters import ToolParameters
 from ringzero.core.support.tool_pool import CallHere, ToolPool, shared_pool
 
-__all__ = ["BINDING", "CALL_BYTES", "ShownError", "ToolBinding", "ToolBoundary", "bound_tools", "unbound"]
+__all__ = ["BINDING", "CALL_BYTES", "RunTools", "ShownError", "ToolBinding", "ToolBoundary", "bound_tools",
+           "unbound"]
 
 NO_LIMITS = ExecLimits()
 
@@ -91,12 +93,17 @@ class ToolBoundary:
                  show_errors: bool = False, journal: ToolCallJournal | None = None) -> None:
         self.tools: dict[str, Tool] = {}
         self.journal = journal
-        """What journals the run's calls, one by one: the journal the tools ``ctx.exec`` handed
-        over are bound to (``bound_tools``); None for a run outside a kernel process."""
-        for name, tool in tools.items():
-            self.tools[name], bound_to = unbound(tool)
-            if bound_to is not None:  # the tools ctx.exec handed over: their run's journal
-                self.journal = bound_to
+        """What journals the run's calls, one by one: the journal of the run ``ctx.exec`` handed
+        the tools for (``RunTools.journal``, there even when it gave no tools: the run's own
+        requests, ``http_request``, are journaled too); None for a run outside a kernel process."""
+        if isinstance(tools, RunTools):  # what ctx.exec hands over: the run's journal, the tools themselves
+            self.journal = tools.journal if tools.journal is not None else journal
+            self.tools.update(tools.originals)
+        else:
+            for name, tool in tools.items():
+                self.tools[name], bound_to = unbound(tool)
+                if bound_to is not None:  # a bound tool taken out of its run's mapping
+                    self.journal = bound_to
         self.tool_bytes = limits.tool_bytes
         self.budget = limits.run_tool_bytes
         self.spent = 0
@@ -274,8 +281,26 @@ def unbound(tool: Tool) -> tuple[Tool, ToolCallJournal | None]:
     return tool, None
 
 
+class RunTools(dict[str, Tool]):
+    """The tools ``ctx.exec`` hands an executor, and the run they belong to: each a function
+    bound to the run's journal (``bound_tools``), and, on the mapping itself, the run's
+    ``journal`` and the ``originals``. An executor that calls the tools journals every call;
+    one that builds a ``ToolBoundary`` (``HostTools``) from the mapping gets the run's journal
+    from it, even when the mapping is empty, so that everything the run does through the host
+    (its ``http_request`` calls under egress too) is journaled whatever tools it was given."""
+
+    def __init__(self, bound: Mapping[str, Tool], originals: Mapping[str, Tool],
+                 journal: ToolCallJournal | None) -> None:
+        super().__init__(bound)
+        self.originals: dict[str, Tool] = dict(originals)
+        self.journal = journal
+
+    def __bool__(self) -> bool:
+        return True  # an empty one still carries its run's journal: never replaced by a default
+
+
 def bound_tools(tools: Mapping[str, Tool], limits: ExecLimits | None,
-                journal: ToolCallJournal | None = None) -> dict[str, Tool]:
+                journal: ToolCallJournal | None = None) -> RunTools:
     """The tools as ``ctx.exec`` hands them to an executor: each a function of the tool's own
     signature (``inspect.signature`` reads through it) whose every call crosses a
     ``ToolBoundary``: the parameters the host keeps are refused, arguments and results are held
@@ -293,7 +318,8 @@ def bound_tools(tools: Mapping[str, Tool], limits: ExecLimits | None,
     if limits.egress is not None:  # the executor's own boundary (HostTools) carries the run's egress
         limits = dataclasses.replace(limits, egress=None)
     boundary = ToolBoundary(tools, limits, journal=journal)
-    return {name: _bound(name, tool, boundary, journal, loop) for name, tool in boundary.tools.items()}
+    return RunTools({name: _bound(name, tool, boundary, journal, loop) for name, tool in boundary.tools.items()},
+                    boundary.tools, journal)
 
 
 def _bound(name: str, tool: Tool, boundary: ToolBoundary, journal: ToolCallJournal | None,

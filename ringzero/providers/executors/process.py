@@ -325,6 +325,8 @@ class ProcessExecutor:
         finally:
             if egress is not None:
                 await egress.aclose()
+            if host.egress is not None:  # a run cut short (its host shutting down) closes its upstreams too
+                host.egress.close()
             server.run_ended()
             if isinstance(greeting.get("pid"), int):  # the namespace's init: killing it ends every process
                 with contextlib.suppress(ProcessLookupError, PermissionError):
