@@ -56,7 +56,7 @@ async def test_a_code_tool_s_finished_calls_are_answered_from_the_journal_when_i
     programs = {"pays": pays_from_code}
     async with Kernel(checkpointer=SqliteCheckpointer(db)) as kernel:
         [handle] = await kernel.recover(programs=programs)
-        with pytest.raises(ProcessFailed, match="ToolInDoubt.*run_python"):
+        with pytest.raises(ProcessFailed, match=r"ToolInDoubt.*run_python"):
             await handle.wait(timeout=30)
         intents = await kernel.store.intents(pid)
         assert {"1.1", "1.2"} <= set(intents), intents  # the code's charges, under the tool call's slot (1)
