@@ -59,3 +59,20 @@ async def test_langchain_models_on_worker_threads_all_reach_a_server_named_local
         async with Kernel(checkpointer=MemoryCheckpointer(), llm=provider) as kernel:
             assert await all_finish(kernel, model_on_a_worker_thread) == ["hi"] * PROCESSES
         assert len(server.requests) == PROCESSES
+
+
+async def test_a_kernel_keeps_a_default_pool_the_application_set_and_replaces_asyncio_s_own() -> None:
+    import concurrent.futures
+
+    from ringzero.core.support.loop_pool import LoopPool
+
+    loop = asyncio.get_running_loop()
+    await asyncio.to_thread(lambda: None)  # asyncio makes its own plain pool
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        await kernel.start()
+        assert isinstance(loop._default_executor, LoopPool)  # type: ignore[attr-defined]
+    mine = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="app")
+    loop.set_default_executor(mine)
+    async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
+        await kernel.start()
+        assert loop._default_executor is mine  # type: ignore[attr-defined]

@@ -58,9 +58,13 @@ class LoopPool(concurrent.futures.ThreadPoolExecutor):
 
 
 def install(loop: asyncio.AbstractEventLoop) -> None:
-    """Make a ``LoopPool`` the default executor of ``loop`` (the running kernel's), unless it
-    has one. A plain pool it had goes on with what it runs; new work goes to the new one."""
-    if not isinstance(getattr(loop, "_default_executor", None), LoopPool):
+    """Make a ``LoopPool`` the default executor of ``loop`` (the running kernel's), in place of
+    none or of the plain pool asyncio made itself (which goes on with what it runs; new work
+    goes to the new one). A pool the application set (``loop.set_default_executor``) is kept."""
+    current = getattr(loop, "_default_executor", None)
+    made_by_asyncio = isinstance(current, concurrent.futures.ThreadPoolExecutor) and \
+        type(current) is concurrent.futures.ThreadPoolExecutor and current._thread_name_prefix == "asyncio"
+    if current is None or made_by_asyncio:
         loop.set_default_executor(LoopPool())
 
 
