@@ -13,15 +13,11 @@ from typing import Any
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import open_checkpointer
+from tests.hosts import append_synced
 
 
 def stamp_tool(idempotency_key: str = "") -> str:
-    fd = os.open(os.environ["RINGZERO_TEST_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    try:
-        os.write(fd, f"{idempotency_key}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_synced(os.environ["RINGZERO_TEST_LOG"], idempotency_key)
     return "stamped"
 
 

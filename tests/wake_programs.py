@@ -12,15 +12,11 @@ from typing import Any
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import open_checkpointer
+from tests.hosts import append_synced
 
 
 def stamp_tool(label: str) -> str:
-    fd = os.open(os.environ["RINGZERO_TEST_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{label} {os.getpid()}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_synced(os.environ["RINGZERO_TEST_LOG"], f"{label} {os.getpid()}")
     return "stamped"
 
 
