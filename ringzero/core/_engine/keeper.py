@@ -30,8 +30,7 @@ from ringzero.core._engine.runtime import Runtime
 from ringzero.core.contract.errors import RingzeroError
 from ringzero.core.contract.records import waiting_of
 from ringzero.core.contract.types import ProcessStatus, Program
-from ringzero.core.support.holders import alive
-from ringzero.core.support.monitor import read_activity
+from ringzero.core.support.holders import Holders
 from ringzero.core.support.timeouts import retrieved
 
 __all__ = ["Keeper"]
@@ -170,16 +169,15 @@ class Keeper:
         page at a time: a store of 100,000 waiting processes is not held in memory at once."""
         store = self.runtime.store
         delivered = await store.last_mail_seqs()
-        owners = await store.owners() if self.runtime.claims_wakes else {}
-        activity = {row.kernel: row for row in await read_activity(self.runtime.checkpointer)} if owners else {}
+        holders = await Holders.read(store) if self.runtime.claims_wakes else Holders()
         now = time.time()
         let_go: list[int] = []
         resume: list[int] = []
         async for pid, row in store.statuses():
             if ProcessStatus(row["status"]).terminal or self.runtime.runs(pid):
                 continue
-            epoch, holder = owners.get(pid, (0, ""))
-            if epoch and holder != self.runtime.host_id and alive(holder, activity):
+            epoch, holder = holders.of(pid, self.runtime.host_id)
+            if holder is not None:
                 self.runtime.held_elsewhere[pid] = holder  # a live kernel runs it (or holds it let go)
                 continue
             waits, until = _still_waits(row, delivered.get(pid, 0), now)

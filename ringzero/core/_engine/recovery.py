@@ -25,8 +25,7 @@ from ringzero.core.contract.errors import InvalidArgument, NotResumed, ProgramNo
 from ringzero.core.contract.records import Ending, received_seq
 from ringzero.core.contract.store import ProcessRecord
 from ringzero.core.contract.types import JSON, ProcessStatus, Program
-from ringzero.core.support.holders import alive
-from ringzero.core.support.monitor import read_activity
+from ringzero.core.support.holders import Holders
 from ringzero.core.support.references import import_reference
 
 __all__ = ["fork", "load", "recover", "retry"]
@@ -42,16 +41,15 @@ async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
     taken: dict[int, tuple[int, str] | None] = {}
     everything = await store.load_processes()
     runtime.remember_spawns(everything)
-    owners = await store.owners() if runtime.claims_wakes else {}
-    activity = {row.kernel: row for row in await read_activity(runtime.checkpointer)} if owners else {}
+    holders = await Holders.read(store) if runtime.claims_wakes else Holders()
     lease = cluster.node is not None
     for record in everything:
         if runtime.runs(record.pid) or record.status.terminal:
             continue  # an ended one is read from the store if a resumed parent asks for it
         if wanted is not None and record.pid not in wanted:
             continue
-        epoch, holder = owners.get(record.pid, (0, ""))
-        if from_node is None and epoch and holder != runtime.host_id and alive(holder, activity):
+        epoch, holder = holders.of(record.pid, runtime.host_id)
+        if holder is not None and from_node is None:
             runtime.held_elsewhere[record.pid] = holder  # a live kernel runs it: left alone
             continue
         if cluster.node is not None:

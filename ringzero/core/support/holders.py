@@ -18,15 +18,40 @@ import os
 import socket
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ringzero.core.support.monitor import KernelActivity
+from ringzero.core.contract.store import KernelStore
+from ringzero.core.support.monitor import KernelActivity, read_activity
 
-__all__ = ["OPEN", "alive"]
+__all__ = ["OPEN", "Holders", "alive"]
 
 OPEN: Counter[str] = Counter()
 """Host ids of the kernels of this OS process that are open, counted (added at start, taken
 away at close; kernels without a monitor share their OS process's id)."""
+
+
+@dataclass(frozen=True)
+class Holders:
+    """Who holds each stored process (its latest owner claim) and which kernels are alive, read
+    once for a resume or an adoption of many processes."""
+
+    owners: Mapping[int, tuple[int, str]] = field(default_factory=dict)
+    activity: Mapping[str, KernelActivity] = field(default_factory=dict)
+
+    @classmethod
+    async def read(cls, store: KernelStore) -> Holders:
+        """Two queries: every owner row, and every kernel's activity row (where any process has an owner)."""
+        owners = await store.owners()
+        activity = {row.kernel: row for row in await read_activity(store.checkpointer)} if owners else {}
+        return cls(owners, activity)
+
+    def of(self, pid: int, me: str) -> tuple[int, str | None]:
+        """``(epoch, holder)``: the owner number ``pid`` has (0: none), and the live kernel other
+        than ``me`` that holds it, or None where none does (none claimed it, or its holder died)."""
+        epoch, holder = self.owners.get(pid, (0, ""))
+        live = epoch > 0 and holder != me and alive(holder, self.activity)
+        return epoch, holder if live else None
 
 
 def alive(holder: str, activity: Mapping[str, KernelActivity], *, now: float | None = None) -> bool:

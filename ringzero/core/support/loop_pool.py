@@ -27,8 +27,16 @@ from typing import TypeVar
 __all__ = ["LoopPool", "install", "wait_for_loop"]
 
 T = TypeVar("T")
-_HERE = threading.local()
-"""``pool``: the LoopPool whose thread this is, where it is one."""
+class _ThisThread(threading.local):
+    """What this module knows of the calling thread: the LoopPool it belongs to, if any."""
+
+    pool: LoopPool | None = None
+
+    def belongs_to(self, pool: LoopPool) -> None:
+        self.pool = pool
+
+
+_HERE = _ThisThread()
 
 
 class LoopPool(concurrent.futures.ThreadPoolExecutor):
@@ -40,7 +48,7 @@ class LoopPool(concurrent.futures.ThreadPoolExecutor):
         """Threads of this pool waiting for a loop now: each adds one to the cap."""
 
     def _mark(self) -> None:
-        _HERE.pool = self
+        _HERE.belongs_to(self)
 
     @contextlib.contextmanager
     def blocked(self) -> Iterator[None]:
@@ -61,9 +69,11 @@ def install(loop: asyncio.AbstractEventLoop) -> None:
     """Make a ``LoopPool`` the default executor of ``loop`` (the running kernel's), in place of
     none or of the plain pool asyncio made itself (which goes on with what it runs; new work
     goes to the new one). A pool the application set (``loop.set_default_executor``) is kept."""
+    # asyncio has no public word for its loop's default executor, nor for who made it: the
+    # private attributes are read, by name, and never written.
     current = getattr(loop, "_default_executor", None)
-    made_by_asyncio = isinstance(current, concurrent.futures.ThreadPoolExecutor) and \
-        type(current) is concurrent.futures.ThreadPoolExecutor and current._thread_name_prefix == "asyncio"
+    made_by_asyncio = type(current) is concurrent.futures.ThreadPoolExecutor and \
+        getattr(current, "_thread_name_prefix", None) == "asyncio"
     if current is None or made_by_asyncio:
         loop.set_default_executor(LoopPool())
 
@@ -71,8 +81,8 @@ def install(loop: asyncio.AbstractEventLoop) -> None:
 def wait_for_loop(future: concurrent.futures.Future[T]) -> T:
     """``future.result()`` for a coroutine sent to a loop from this thread: where the thread
     is a ``LoopPool``'s, that pool may start another thread meanwhile."""
-    pool = getattr(_HERE, "pool", None)
-    if not isinstance(pool, LoopPool):
+    pool = _HERE.pool
+    if pool is None:
         return future.result()
     with pool.blocked():
         return future.result()
