@@ -9,7 +9,8 @@ the outside package's ``PipeExecutor`` (which calls its tools itself).
 Everything a host needs comes from the environment, so that ``ringzero resume --kernel
 tests.crash_matrix_programs:make_kernel`` rebuilds the same kernel: ``MATRIX_EXECUTOR``,
 ``MATRIX_LOG`` (where ``charge`` writes ``start N KEY`` and ``end N KEY``), ``MATRIX_HOLD``
-(the payment that waits, the first time, long enough for the host to be killed inside it),
+(the payment that waits, the first time, long enough for the host to be killed inside it, or
+the POST whose answer takes two seconds),
 ``MATRIX_API`` and ``MATRIX_CA`` (the HTTPS server the POSTs go to, and its CA).
 
 ``python -m tests.crash_matrix_programs DB SURFACE EFFECT`` spawns the program, prints its pid,
@@ -56,8 +57,12 @@ def step_kinds(effect: str) -> list[str]:
 
 
 def code_of(effect: str) -> str:
+    """The code of the four steps; the POST ``MATRIX_HOLD`` names goes where the answer takes a
+    while (``/orders?hold``), so that a kill right after it arrives leaves it in flight."""
     url = f"https://api.test:{os.environ.get('MATRIX_API', '0')}/orders"
-    steps = [f"charge({n})" if kind == "charge" else f"http_request('POST', '{url}', body='{n}')['status']"
+    held = os.environ.get("MATRIX_HOLD")
+    steps = [f"charge({n})" if kind == "charge" else
+             f"http_request('POST', '{url}{'?hold' if str(n) == held else ''}', body='{n}')['status']"
              for n, kind in enumerate(step_kinds(effect))]
     return "done = []\n" + "".join(f"done.append({step})\n" for step in steps) + "done"
 

@@ -13,6 +13,7 @@ import http.server
 import json
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -90,6 +91,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._record(body)
+        if "hold" in self.path:  # an answer that takes a while: a host killed meanwhile leaves it in flight
+            time.sleep(2)
         self._send(json.dumps({"received": len(body)}).encode())
 
     def log_message(self, *args: object) -> None:
