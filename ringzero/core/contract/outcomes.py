@@ -244,7 +244,7 @@ def _class_reference(cls: type[BaseException]) -> str | None:
     built-ins and ringzero's errors do not already name it; None for those and for a class that
     does not import back (defined in a function, in ``__main__``, made at run time)."""
     module, qualname = cls.__module__, cls.__qualname__
-    if module in ("builtins", errors.__name__) or module == "__main__" or "<" in qualname:
+    if module in ("builtins", "__main__", errors.__name__) or "<" in qualname:
         return None
     return f"{module}:{qualname}" if _imported_class(f"{module}:{qualname}") is cls else None
 
