@@ -140,6 +140,9 @@ REFUSED = {
     "a name that resolves to loopback": ("https://loop.test:{https}/echo", "loopback"),
     "a name that resolves to a private address": ("https://private.test:{https}/echo", "private"),
     "a name that resolves to the metadata address": ("https://metadata.test:{https}/echo", "link-local"),
+    "a name that resolves to NAT64 of the metadata address": ("https://nat64.test:{https}/echo",
+                                                              "link-local address"),
+    "a name that resolves to 6to4 of a private address": ("https://sixtofour.test:{https}/echo", "private address"),
     "http:// to an HTTPS-only host": ("http://api.test:{https}/echo", "HTTPS only"),
     "a CONNECT to another port": ("https://api.test:{other}/echo", "another port"),
 }
@@ -150,9 +153,11 @@ REFUSED = {
 async def test_a_request_off_the_policy_is_refused_with_a_clear_error(sandbox: Executor, ca: LocalCA, api: Server,
                                                                       row: str) -> None:
     url, why = REFUSED[row]
-    answers = {"loop.test": ["127.0.0.2"], "private.test": ["10.20.30.40"], "metadata.test": ["169.254.169.254"]}
+    answers = {"loop.test": ["127.0.0.2"], "private.test": ["10.20.30.40"], "metadata.test": ["169.254.169.254"],
+               "nat64.test": ["64:ff9b::a9fe:a9fe"], "sixtofour.test": ["2002:a00:1::1"]}
     egress = policy(ca, f"api.test:{api.port}", f"loop.test:{api.port}", f"private.test:{api.port}",
-                    f"metadata.test:{api.port}", answers=answers)
+                    f"metadata.test:{api.port}", f"nat64.test:{api.port}", f"sixtofour.test:{api.port}",
+                    answers=answers)
     result = await paced(sandbox, fetch(sandbox, url.format(https=api.port, other=api.port + 1 if api.port < 65535
                                                             else api.port - 1)), egress)
     assert result.value[0] == "error" and why in result.value[1], result.value
@@ -476,3 +481,31 @@ async def test_a_run_with_egress_and_no_tools_journals_its_requests_and_never_se
         [handle] = await second.recover()
         assert await handle.wait(timeout=30) == [200, 200]
     assert [(r.method, r.body) for r in api.received] == [("POST", b"10"), ("POST", b"20")]
+
+
+TRANSLATED = {
+    "64:ff9b::a9fe:a9fe": "169.254.169.254, a link-local",  # NAT64 (RFC 6052) of the metadata address
+    "64:ff9b::a00:1": "10.0.0.1, a private",
+    "64:ff9b:1::a9fe:a9fe": "a local-use NAT64 one",  # RFC 8215: where the IPv4 sits is the operator's
+    "2002:a9fe:a9fe::1": "169.254.169.254, a link-local",  # 6to4
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2": "192.0.2.45, a private",  # Teredo: its client
+    "::a9fe:a9fe": "169.254.169.254, a link-local",  # IPv4-compatible
+    "::ffff:0:a00:1": "10.0.0.1, a private",  # SIIT, IPv4-translated
+    "::ffff:127.0.0.1": "127.0.0.1, a loopback",  # IPv4-mapped
+    "100::1": "100::1, a private",  # discard-only
+    "2001:db8::1": "2001:db8::1, a private",  # documentation
+}
+
+
+@pytest.mark.parametrize("address", list(TRANSLATED))
+def test_an_ipv6_form_that_carries_an_ipv4_address_is_judged_by_that_address(address: str) -> None:
+    """Python's ipaddress calls NAT64, 6to4, Teredo, compatible and SIIT forms global: each is
+    refused where the IPv4 address it carries would be; public ones pass, listed ones pass."""
+    from ringzero.providers.egress.engine import EgressRun
+
+    run = EgressRun(Egress(allow=["a.test"]))
+    refusal = run.address_refusal(address)
+    assert refusal is not None and TRANSLATED[address] in refusal, refusal
+    for public in ("64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111", "8.8.8.8"):
+        assert run.address_refusal(public) is None, public
+    assert EgressRun(Egress(allow=["a.test"], addresses=["64:ff9b::/96"])).address_refusal("64:ff9b::a00:1") is None

@@ -40,6 +40,7 @@ from ringzero.core.contract.errors import EgressFailed, EgressRefused, ToolError
 from ringzero.core.support.telemetry import egress_span
 from ringzero.core.support.timeouts import fail_after
 from ringzero.core.support.tool_parameters import code_may_set
+from ringzero.providers.egress.addresses import carried_ipv4, translation_without_fixed_place
 from ringzero.providers.egress.upstream import HOP_BY_HOP, Upstreams
 
 __all__ = ["TOOL_NAME", "EgressRun"]
@@ -218,20 +219,44 @@ class EgressRun:
         raise EgressRefused(f"{host} resolves to {'; '.join(refused)}")
 
     def address_refusal(self, address: str) -> str | None:
+        """Why the run may not connect to ``address``, or None: a listed address passes; an IPv6
+        form that carries an IPv4 address (mapped, NAT64, 6to4, Teredo, compatible, SIIT) is
+        judged by what it carries (``addresses.carried_ipv4``); otherwise a public address passes."""
         try:
             ip = ipaddress.ip_address(address)
         except ValueError:
             return f"{address!r}, which is not an IP address"
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        if any(ip in network for network in self.egress.networks):
+        if self._listed(ip):
             return None
-        kind = ("a loopback" if ip.is_loopback else "a link-local" if ip.is_link_local
-                else "an unspecified" if ip.is_unspecified else "a multicast" if ip.is_multicast
-                else "a private" if ip.is_private else "a reserved" if not ip.is_global else None)
+        if isinstance(ip, ipaddress.IPv6Address):
+            carried = carried_ipv4(ip)
+            for inner in carried:
+                why = self._judged(inner)
+                if why is not None:
+                    return why if ip.ipv4_mapped is not None else f"{why} (carried inside {ip})"
+            if carried:
+                return None
+            if translation_without_fixed_place(ip) and self._kind(ip) is None:
+                return (f"{ip}, an IPv6 address outside global unicast (or a local-use NAT64 one) this run's egress "
+                        "policy does not list (Egress.addresses)")
+        return self._judged(ip)
+
+    def _listed(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        return any(ip in network for network in self.egress.networks)
+
+    def _judged(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+        if self._listed(ip):
+            return None
+        kind = self._kind(ip)
         if kind is None:
             return None
         return f"{ip}, {kind} address this run's egress policy does not list (Egress.addresses)"
+
+    @staticmethod
+    def _kind(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+        return ("a loopback" if ip.is_loopback else "a link-local" if ip.is_link_local
+                else "an unspecified" if ip.is_unspecified else "a multicast" if ip.is_multicast
+                else "a private" if ip.is_private else "a reserved" if not ip.is_global else None)
 
     async def _resolve(self, host: str, port: int) -> Sequence[str]:
         resolver = self.egress.resolver
