@@ -8,6 +8,7 @@ import asyncio
 import os
 import secrets
 import socket
+import stat
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -172,7 +173,7 @@ def _serve_mcp(args: argparse.Namespace) -> int:
             print(f"ringzero mcp: WARNING: no token: any local user or program that reaches 127.0.0.1:{args.port} "
                   "can run code and your tools", file=sys.stderr)
         else:
-            token = _mcp_token(args.token or os.environ.get("RINGZERO_MCP_TOKEN"), args.state_dir)
+            token = _mcp_token(args.token or os.environ.get("RINGZERO_MCP_TOKEN") or None, args.state_dir)
     executor: Executor = MontyExecutor() if args.executor == "monty" else ProcessExecutor()
     agent = CodeAgent(args.tools, llm=provider_from_environment(), executor=executor, state_dir=args.state_dir)
     serve(agent, args.transport, args.port, token=token, no_auth=args.no_auth)
@@ -180,14 +181,23 @@ def _serve_mcp(args: argparse.Namespace) -> int:
 
 
 def _mcp_token(given: str | None, state_dir: Path) -> str:
-    """The bearer token: the one given, else the one kept in the state folder (owner-only),
-    made and printed once where there is none."""
-    if given:
-        return given
+    """The bearer token: the one given, else the one kept in the state folder, made and printed
+    once where there is none. Each is refused where it is short or blank (``check_token``); a
+    kept one is read only from a regular file of this user's that no one else may read or
+    write: a token another user planted is never served."""
+    from ringzero.adapters.mcp import check_token
+
+    if given is not None:
+        return check_token(given, "the token given (--token or RINGZERO_MCP_TOKEN)")
     kept = owner_only_folder(state_dir) / "mcp-token"
-    if kept.exists():
+    if os.path.lexists(kept):
+        found = os.lstat(kept)
+        if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o077:
+            raise InvalidArgument(f"{kept} is not a file of yours that only you may read (uid {found.st_uid}, mode "
+                                  f"{stat.S_IMODE(found.st_mode):04o}): another user may have planted it; remove it, "
+                                  "and a new token is made")
         print(f"ringzero mcp: HTTP clients send 'Authorization: Bearer <the token in {kept}>'", file=sys.stderr)
-        return kept.read_text().strip()
+        return check_token(kept.read_text().strip(), f"the token in {kept}")
     token = secrets.token_urlsafe(32)
     owner_only_file(kept)
     kept.write_text(token)

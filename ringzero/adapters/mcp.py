@@ -47,13 +47,25 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+MIN_TOKEN = 16
+"""The fewest characters a bearer token may have: a blank or short one is guessed."""
+
+
+def check_token(token: str, where: str = "the bearer token") -> str:
+    """``token``, refused (InvalidArgument naming ``where``) where it is blank, has white
+    space, or is shorter than ``MIN_TOKEN``."""
+    if not isinstance(token, str) or len(token) < MIN_TOKEN or any(c.isspace() for c in token):
+        raise InvalidArgument(f"{where} must be at least {MIN_TOKEN} characters without white space "
+                              "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return token
+
+
 class BearerToken:
     """An ASGI app that lets through only HTTP requests carrying ``Authorization: Bearer
     <token>`` (compared in constant time); any other gets 401 before the MCP app sees it."""
 
     def __init__(self, app: App, token: str) -> None:
-        if not token:
-            raise InvalidArgument("a bearer token must not be empty")
+        check_token(token)
         self.app = app
         self._expected = f"Bearer {token}".encode()
 

@@ -8,6 +8,7 @@ are folded into the file (``folds``). See the package's docstring for why each i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import json
 import sqlite3
@@ -96,8 +97,7 @@ class SqliteCheckpointer:
             raise Closed(f"{self!r} is closed; open a new SqliteCheckpointer on the same file to go on")
         async with self._opening:
             if self.writer.db is None:
-                if self._create_folder:
-                    await asyncio.to_thread(self._make_folder)
+                await asyncio.to_thread(self._make_files)
                 await self.writer.open()
                 try:
                     with self.writer.errors("preparing"):
@@ -108,16 +108,24 @@ class SqliteCheckpointer:
         assert self.writer.db is not None
         return self.writer.db
 
-    def _make_folder(self) -> None:
-        """The file's folder, made where missing; where the folder is ringzero's (made now, or a
-        ``.ringzero`` one), it and the store's files are the owner's alone (``owner_only``)."""
-        folder = self.path.parent
-        ours = not folder.exists() or OWN_FOLDER in folder.absolute().parts
-        owner_only_folder(folder)
-        if ours:
-            owner_only_file(self.path)
-            for sibling in folder.glob(f"{glob.escape(self.path.name)}-*"):  # WAL, shared memory, append logs
-                owner_only_file(sibling)
+    def _make_files(self) -> None:
+        """The store's file, made the owner's alone (``owner_only``) where ringzero creates it:
+        at any path, whatever the umask (SQLite gives its WAL and shared memory the file's mode);
+        a file the user made keeps the user's modes. With ``create_folder``, the folder too,
+        made where missing; where it is ringzero's (made now, or a ``.ringzero`` one), it and
+        every file of the store in it are the owner's alone."""
+        if self._create_folder:
+            folder = self.path.parent
+            ours = not folder.exists() or OWN_FOLDER in folder.absolute().parts
+            owner_only_folder(folder)
+            if ours:
+                for sibling in folder.glob(f"{glob.escape(self.path.name)}-*"):  # WAL, shared memory, append logs
+                    owner_only_file(sibling)
+                owner_only_file(self.path)
+                return
+        if not self.path.exists():
+            with contextlib.suppress(OSError):  # a folder it may not write in: SQLite's open says so, translated
+                owner_only_file(self.path)
 
     async def _transaction(self, statements: Statements, *, appended: bool = False) -> Pending:
         """Commit ``(sql, rows)`` pairs atomically, grouped with the other writes of this turn

@@ -1,0 +1,71 @@
+"""Files ringzero reads or makes for the user are the user's: a token file another user planted
+(or one others may read) is refused, not served; a blank or short token is refused; a store
+file ringzero creates at a path the user names is owner-only under any umask."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ringzero import Kernel
+from ringzero.checkpointers import SqliteCheckpointer
+from tests.test_cli import ROOT
+
+
+def mcp(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``ringzero mcp --transport http`` with these arguments: it refuses before it listens."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "RINGZERO_MCP"))}
+    return subprocess.run([sys.executable, "-m", "ringzero.cli", "mcp", "--transport", "http", "--port", "1", *args],
+                          cwd=cwd, env={**clean, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("planted", ["another user's", "readable by others"])
+def test_a_token_file_that_is_not_the_user_s_alone_is_refused_not_served(tmp_path: Path, planted: str) -> None:
+    state = tmp_path / "mcp"
+    state.mkdir(mode=0o700)
+    token = state / "mcp-token"
+    token.write_text("a-token-someone-else-knows")
+    if planted == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user (chown) needs root")
+        os.chown(token, 65534, 65534)
+        token.chmod(0o600)
+    else:
+        token.chmod(0o644)
+    out = mcp("--state-dir", str(state), cwd=tmp_path)
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "another user may have planted it" in said and str(token) in said, said
+
+
+@pytest.mark.parametrize("given", [" ", "short-token", "a token with spaces in it"])
+def test_a_blank_short_or_spaced_token_is_refused(tmp_path: Path, given: str) -> None:
+    out = mcp("--token", given, "--state-dir", str(tmp_path / "mcp"), cwd=tmp_path)
+    said = out.stdout + out.stderr
+    assert out.returncode != 0 and "at least 16 characters" in said, said
+
+
+async def test_a_store_ringzero_creates_at_a_named_path_is_the_owner_s_alone(tmp_path: Path) -> None:
+    """``SqliteCheckpointer("x.db")`` under umask 022 made a 0644 database (and WAL): every
+    prompt and tool result readable by other users. A store the user made keeps its modes."""
+    previous = os.umask(0o022)
+    try:
+        async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "x.db")) as kernel:
+            async def hello(ctx: object) -> str:
+                return "hi"
+            assert await (await kernel.spawn(hello)).wait() == "hi"
+            modes = await asyncio.to_thread(lambda: {p.name: stat.S_IMODE(p.stat().st_mode)
+                                                     for p in tmp_path.iterdir()})
+        mine = tmp_path / "mine.db"
+        await asyncio.to_thread(mine.touch, mode=0o640)
+        async with Kernel(checkpointer=SqliteCheckpointer(mine)):
+            await asyncio.sleep(0)
+    finally:
+        os.umask(previous)
+    assert modes.get("x.db") == 0o600 and all(mode == 0o600 for mode in modes.values()), modes
+    assert stat.S_IMODE((await asyncio.to_thread(mine.stat)).st_mode) == 0o640
