@@ -76,3 +76,36 @@ async def test_a_kernel_keeps_a_default_pool_the_application_set_and_replaces_as
     async with Kernel(checkpointer=MemoryCheckpointer()) as kernel:
         await kernel.start()
         assert loop._default_executor is mine  # type: ignore[attr-defined]
+
+
+def test_work_queued_before_every_thread_blocked_on_the_loop_still_runs() -> None:
+    """Every thread of the pool busy, a job queued behind them, then each thread waits for a
+    result that only the queued job gives: the pool starts a thread for it, where a plain pool
+    would wait for good."""
+    import concurrent.futures
+    import threading
+
+    from ringzero.core.support.loop_pool import LoopPool, wait_for_loop
+
+    pool = LoopPool()
+    cap = pool._max_workers  # the cap the test fills
+    answer: concurrent.futures.Future[str] = concurrent.futures.Future()
+    started = threading.Barrier(cap + 1)
+    go = threading.Event()
+
+    def framework_step() -> str:
+        started.wait(10)
+        go.wait(10)  # busy, not yet blocked on the loop, while the job is queued
+        return wait_for_loop(answer)
+
+    try:
+        steps = [pool.submit(framework_step) for _ in range(cap)]
+        started.wait(10)
+        job = pool.submit(answer.set_result, "answered")  # queued: every thread is busy
+        go.set()
+        assert [step.result(timeout=20) for step in steps] == ["answered"] * cap
+        job.result(timeout=1)
+    finally:
+        if not answer.done():
+            answer.set_result("released")  # a failed run lets its threads go
+        pool.shutdown(wait=True)

@@ -44,25 +44,30 @@ class LoopPool(concurrent.futures.ThreadPoolExecutor):
 
     def __init__(self) -> None:
         super().__init__(thread_name_prefix="asyncio", initializer=self._mark)
-        self.blocked_now = 0
-        """Threads of this pool waiting for a loop now: each adds one to the cap."""
 
     def _mark(self) -> None:
         _HERE.belongs_to(self)
 
     @contextlib.contextmanager
     def blocked(self) -> Iterator[None]:
-        """The calling thread, one of this pool's, waits for a loop meanwhile: work submitted
-        then may start a thread more than the cap."""
+        """The calling thread, one of this pool's, waits for a loop meanwhile: the pool may
+        hold a thread more than its cap, started now for work already queued (queued before
+        every thread blocked, it would otherwise wait for good), or for work submitted later."""
         with self._shutdown_lock:
             self._max_workers += 1
-            self.blocked_now += 1
+            queued = not self._work_queue.empty()
+        if queued:  # a submission is what starts a thread: an empty one, behind the queued work
+            with contextlib.suppress(RuntimeError):  # shut down meanwhile
+                self.submit(_nothing)
         try:
             yield
         finally:
             with self._shutdown_lock:
                 self._max_workers -= 1
-                self.blocked_now -= 1
+
+
+def _nothing() -> None:
+    return None
 
 
 def install(loop: asyncio.AbstractEventLoop) -> None:
