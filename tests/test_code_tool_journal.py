@@ -69,3 +69,34 @@ async def test_a_code_tool_s_finished_calls_are_answered_from_the_journal_when_i
     amounts = [amount for amount, _ in CHARGED]
     assert amounts == [1, 2, 2, 3], CHARGED  # the finished charge once; the one in flight again, under its key
     assert CHARGED[1][1] == CHARGED[2][1] != CHARGED[0][1]
+
+
+async def pays_from_a_crew(ctx: Context) -> str:
+    from crewai import Agent, Crew, Task
+
+    from ringzero.adapters.crewai import CodeExecutionTool, KernelLLM, kickoff
+    from tests import crew_programs
+
+    payer = Agent(role="payer", goal="pay bills", backstory="You pay from code.", llm=KernelLLM(),
+                  tools=[CodeExecutionTool([crew_programs.charge])], max_iter=3)
+    bill = Task(description="use run_python with code=<<[charge('1'), charge('2')]>>", expected_output="receipts",
+                agent=payer)
+    return str((await kickoff(Crew(agents=[payer], tasks=[bill]))).raw)
+
+
+async def test_a_crewai_code_tool_under_kickoff_journals_the_code_s_calls_under_its_run(tmp_path: Path) -> None:
+    """Behind ``kickoff``, the crew's ``CodeExecutionTool`` is an exec of the process, and each
+    charge its code makes a keyed call under that exec's slot."""
+    from ringzero.testing import ScriptedProvider
+    from tests import crew_programs
+
+    crew_programs.CHARGE_KEYS.clear()
+    async with Kernel(checkpointer=SqliteCheckpointer(tmp_path / "state.db"),
+                      llm=ScriptedProvider(crew_programs.react_script)) as kernel:
+        handle = await kernel.spawn(pays_from_a_crew)
+        assert "charged 2" in await handle.wait(timeout=60)
+        kinds = {entry.seq: entry.kind for entry in await kernel.store.journal(handle.pid)}
+        nested = sorted(key for key in await kernel.store.intents(handle.pid) if "." in key)
+    [run] = [seq for seq, kind in kinds.items() if kind == "exec"]
+    assert nested == [f"{run}.1", f"{run}.2"], (kinds, nested)
+    assert [key.rsplit("-", 1)[1] for key in crew_programs.CHARGE_KEYS] == nested  # each under its own key

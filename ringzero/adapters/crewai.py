@@ -251,13 +251,13 @@ def _execute(code: str, inputs: dict[str, Any], tools: dict[str, Tool], runner: 
              journal_name: str) -> ExecResult:
     """Run code from a CrewAI worker thread: inside a kernel process as a journaled syscall on
     the process's loop (``_in_process``), else on the tool's own loop."""
-    return route_sync(lambda ctx: _in_process(ctx, code, inputs, tools, runner, journal_name),
+    return route_sync(lambda ctx: _in_process(ctx, code, inputs, tools, runner),
                       lambda: runner.get().run(code, inputs=inputs, tools=tools), runner.home,
                       f"the sandboxed tool {journal_name!r}")
 
 
 async def _in_process(ctx: Context, code: str, inputs: dict[str, Any], tools: dict[str, Tool],
-                      runner: ExecutorChoice, journal_name: str) -> ExecResult:
+                      runner: ExecutorChoice) -> ExecResult:
     """A run inside a process, on its loop: ``ctx.exec`` in the kernel's executor or the tool's
     own, each call the code makes journaled under the run's slot (under the tool call's, where
     the crew's tool runs are journaled: ``kickoff``)."""

@@ -95,8 +95,9 @@ class Cluster:
         return (epoch, self.node) if await self.store.claim_owner(pid, epoch, self.node) else None
 
     async def claim_wake(self, pid: int, host: str, epoch: int) -> tuple[int, str] | None:
-        """One machine's kernels sharing a store: take ``pid`` for ``host`` before it runs again,
-        as owner ``epoch + 1`` where ``epoch`` is the owner the waker saw (0: none yet). Of kernels
+        """Kernels sharing a store: take ``pid`` for ``host`` (this kernel's host id, or its node)
+        before it runs again, as owner ``epoch + 1`` where ``epoch`` is the owner the waker saw
+        (0: none yet). Of kernels
         racing to wake it from what they saw, one gets ``(epoch + 1, host)``; the others, and a
         kernel whose view is stale (someone took it since), get None and leave it alone."""
         return (epoch + 1, host) if await self.store.claim_owner(pid, epoch + 1, host) else None

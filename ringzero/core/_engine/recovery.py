@@ -62,6 +62,7 @@ async def recover(runtime: Runtime, programs: Mapping[str, Program] | None, *,
             continue
         if owner is not None:
             taken[record.pid] = owner
+            runtime.held_elsewhere.pop(record.pid, None)  # left alone by an earlier look, taken now
         else:
             runtime.held_elsewhere[record.pid] = "a kernel that took it at the same moment"
     if not taken:
