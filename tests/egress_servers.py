@@ -1,19 +1,26 @@
-"""Servers the egress tests start on 127.0.0.1: HTTPS with a test CA (trustme), and plain HTTP.
+r"""Servers the egress tests start on 127.0.0.1: HTTPS with a test CA (trustme), and plain HTTP.
 
 Each records what it received (method, path, headers, body), so a test can say what arrived
-and what never did. ``GET /echo`` answers with the request's headers, ``GET /reflect`` puts its Authorization
-header in its reason phrase and an ``X-Seen`` header, ``GET /empty`` answers 204, ``HEAD`` 200
-with a length and no body; ``GET /bytes/N`` with N
-bytes (``?chunked=1``: without a length); ``POST`` answers with the body's length.
+and what never did. ``GET /echo`` answers with the request's path and headers as JSON (gzipped
+where the request accepts gzip; ``?style=escaped``: every character but letters and digits as
+``\uXXXX`` and ``/`` as ``\/``; ``?style=upper``: upper-cased; ``?cut=N``: its first N
+characters), ``GET /gzip`` the same, gzipped whatever was asked, ``GET /missing...`` 404 quoting the
+path, ``GET /reflect`` puts its Authorization header in its reason phrase, an ``X-Seen`` header
+and an ``X-Seen-<token>`` header's name, ``GET /badline`` a status line h11 refuses, quoting the
+Authorization header, ``GET /empty`` answers 204, ``HEAD`` 200 with a length and no body;
+``GET /bytes/N`` with N bytes (``?chunked=1``: without a length); ``POST`` answers with the body's
+length.
 """
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
 import ssl
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,8 +58,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.server.record.received.append(Received(self.command, self.path,
                                                      {k.lower(): v for k, v in self.headers.items()}, body))
 
-    def _send(self, body: bytes, chunked: bool = False) -> None:
-        self.send_response(200)
+    def _send(self, body: bytes, chunked: bool = False, status: int = 200, encoding: str | None = None) -> None:
+        self.send_response(status)
+        if encoding is not None:
+            self.send_header("Content-Encoding", encoding)
         if chunked:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
@@ -70,17 +79,40 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/empty"):
             self.send_response(204)
             self.end_headers()
-        elif self.path.startswith("/reflect"):  # the key back in the reason phrase and a header
+        elif self.path.startswith("/reflect"):  # the key back in the reason phrase, a header and a header's name
             reflected = self.headers.get("Authorization", "")
             self.send_response(200, reflected)
             self.send_header("X-Seen", reflected)
+            self.send_header("X-Seen-" + reflected.rpartition(" ")[2], "1")
             self.send_header("Content-Length", "0")
             self.end_headers()
+        elif self.path.startswith("/badline"):  # h11 refuses the line, and its error quotes it
+            self.wfile.write(b"HTTP/1.1 2x0 " + self.headers.get("Authorization", "").encode() + b"\r\n\r\n")
+            self.close_connection = True
+        elif self.path.startswith("/missing"):
+            self._send(f"no such path: {self.path}".encode(), status=404)
         elif self.path.startswith("/bytes/"):
             size = int(self.path.split("/")[2].split("?")[0])
             self._send(b"x" * size, chunked="chunked=1" in self.path)
         else:
-            self._send(json.dumps({"path": self.path, "headers": dict(self.headers.items())}).encode())
+            self._send_echo()
+
+    def _send_echo(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        text = json.dumps({"path": self.path, "headers": dict(self.headers.items())})
+        style = query.get("style", [""])[0]
+        if style == "escaped":  # as some servers write JSON: every sign escaped, and the solidus
+            text = "".join(c if c.isalnum() or c in '{}":, ' else "\\/" if c == "/" else f"\\u{ord(c):04X}"
+                           for c in text)
+        elif style == "upper":
+            text = text.upper()
+        if "cut" in query:
+            text = text[:int(query["cut"][0])]
+        body = text.encode()
+        if self.path.startswith("/gzip") or "gzip" in self.headers.get("Accept-Encoding", ""):
+            self._send(gzip.compress(body), encoding="gzip")
+        else:
+            self._send(body)
 
     def do_HEAD(self) -> None:
         self._record()

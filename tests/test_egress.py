@@ -53,13 +53,15 @@ def plain() -> Iterator[Server]:
 
 def policy(ca: LocalCA, *allow: str, answers: dict[str, list[str]] | None = None,
            addresses: tuple[str, ...] = ("127.0.0.1",), **options: Any) -> Egress:
-    """Egress to ``allow`` with the secret API_KEY bound to api.test; every ``*.test`` name is
-    127.0.0.1 unless ``answers`` says otherwise."""
+    """Egress to ``allow`` with the secret API_KEY bound to api.test, placed by the code (in
+    headers and the URL) unless ``header`` is given; every ``*.test`` name is 127.0.0.1 unless
+    ``answers`` says otherwise."""
     table = {"api.test": ["127.0.0.1"], "echo.test": ["127.0.0.1"], **(answers or {})}
     return Egress(allow=list(allow), addresses=list(addresses), trust=str(ca.pem),
                   resolver=lambda host: table.get(host, []),
                   secrets={"API_KEY": Secret(KEY, hosts=["api.test"], header=options.pop("header", None),
-                                             format=options.pop("format", "{}"))}, **options)
+                                             format=options.pop("format", "{}"), code_may_place=True,
+                                             in_url=True)}, **options)
 
 
 def fetch(sandbox: Executor, url: str, headers: str = "{}", method: str = "GET", body: str = "None") -> str:

@@ -175,6 +175,9 @@ def _network_note(network: Mapping[str, Any]) -> str:
     if secrets:
         note += (" Where a key goes, write its placeholder (" + ", ".join(f"'{PLACEHOLDER_PREFIX}{n}'" for n in secrets)
                  + "): the host puts the real key in; you never see it.")
+    added = list(network.get("added") or [])
+    if added:
+        note += " The host adds these keys itself (" + "; ".join(str(a) for a in added) + "): send no key for them."
     return note
 
 
@@ -249,7 +252,10 @@ class CodeAgent(Closing):
         elif executor is not None and not isinstance(executor, Executor):
             raise InvalidArgument(f"executor is 'monty', 'process' or an Executor object, not {executor!r:.60}")
         network: dict[str, JSON] = {} if egress is None else {
-            "routes": [str(route) for route in egress.routes], "secrets": list[JSON](sorted(egress.secrets))}
+            "routes": [str(route) for route in egress.routes],
+            "secrets": list[JSON](sorted(n for n, s in egress.secrets.items() if s.code_may_place)),
+            "added": list[JSON](sorted(f"{s.header} for {', '.join(s.hosts)}" for s in egress.secrets.values()
+                                       if s.header is not None and not s.code_may_place))}
         self.config = AgentConfig(tools=self.registry.references(), max_steps=max_steps, tool_limit=tool_limit,
                                   max_observation=max_observation, inputs=inputs, context_budget=context_budget,
                                   network=network)

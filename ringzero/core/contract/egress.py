@@ -5,8 +5,9 @@ lists, through the host: the process sandbox's only route out is a proxy the hos
 (``ringzero.providers.egress``), and every executor offers the code an ``http_request`` tool
 that goes through the same policy. Names are resolved by the host, never the code; an address
 that is private, loopback or link-local is refused unless ``addresses`` lists it; a secret
-never enters the sandbox: the code holds a placeholder (``rz-secret-NAME``) that the host
-replaces with the real value only on an HTTPS request to a host the secret is bound to.
+never enters the sandbox: the host adds it (by default as the ``Authorization`` header) only to
+an HTTPS request to a host the secret is bound to, and the code holds at most a placeholder
+(``rz-secret-NAME``).
 """
 
 from __future__ import annotations
@@ -119,16 +120,23 @@ def _split_port(text: str, default: int, entry: str) -> tuple[str, int]:
 
 @dataclass(frozen=True, repr=False)
 class Secret:
-    """A value the code never holds. Its placeholder (``rz-secret-NAME``, in the process
-    sandbox's environment as ``NAME``) is replaced by ``value`` in the headers and URL of an
-    HTTPS request to one of ``hosts`` (each also in ``Egress.allow``), and nowhere else; with
-    ``header``, that header is set to ``format.format(value)`` on every such request, whatever
-    the code sent. The value found in a response is shown to the code as the placeholder."""
+    """A value the code never holds; the host adds it to HTTPS requests to one of ``hosts``
+    (each also in ``Egress.allow``), and nowhere else.
+
+    By default the host places it: ``header`` (``Authorization``) is set to
+    ``format.format(value)`` (``Bearer {}``) on every such request, whatever the code sent.
+    With ``code_may_place=True`` the code places it itself, writing its placeholder
+    (``rz-secret-NAME``, in the process sandbox's environment as ``NAME``) in a header value
+    (``header=None`` then leaves every header to the code); with ``in_url=True`` as well, in
+    the URL too (percent-encoded there). The value found in a response, in any spelling a
+    server makes (``ringzero.providers.egress.scrub``), is shown to the code as the placeholder."""
 
     value: str
     hosts: tuple[str, ...]
-    header: str | None = None
-    format: str = "{}"
+    header: str | None = "Authorization"
+    format: str = "Bearer {}"
+    code_may_place: bool = False
+    in_url: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.value, str) or not self.value:
@@ -140,9 +148,17 @@ class Secret:
             raise InvalidArgument(f"a Secret's header must be an HTTP header name, not {self.header!r}")
         if not isinstance(self.format, str) or "{}" not in self.format:
             raise InvalidArgument(f"a Secret's format must hold '{{}}' where the value goes, not {self.format!r}")
+        if not isinstance(self.code_may_place, bool) or not isinstance(self.in_url, bool):
+            raise InvalidArgument("a Secret's code_may_place and in_url are True or False")
+        if self.header is None and not self.code_may_place:
+            raise InvalidArgument("a Secret without a header is never sent: give header='X-Api-Key' (the host sets "
+                                  "it), or code_may_place=True (the code writes the placeholder where it goes)")
+        if self.in_url and not self.code_may_place:
+            raise InvalidArgument("a Secret with in_url=True is placed by the code: give code_may_place=True too")
 
     def __repr__(self) -> str:  # the value stays out of logs and tracebacks
-        return f"Secret(hosts={list(self.hosts)!r}, header={self.header!r})"
+        return (f"Secret(hosts={list(self.hosts)!r}, header={self.header!r}, code_may_place={self.code_may_place!r}, "
+                f"in_url={self.in_url!r})")
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,13 +11,17 @@ journal after a crash, never sent twice). A request:
 2. has its host resolved by the host (``Egress.resolver``, else the system's), every address
    checked: a private, loopback or link-local one is refused unless ``Egress.addresses`` lists
    it; the connection goes to a checked address, so a second answer cannot rebind it;
-3. over HTTPS to a host a secret is bound to, has the secret's placeholder replaced by its
-   value in the URL and headers (and the secret's ``header`` set); upstream TLS is verified
-   (``Egress.trust``, else the system's CAs);
+3. over HTTPS to a host a secret is bound to, has the secret's ``header`` set by the host
+   (and, where the secret lets the code place it, its placeholder replaced by its value in
+   header values, and in the URL where ``in_url``); upstream TLS is verified (``Egress.trust``,
+   else the system's CAs); it asks for ``Accept-Encoding: identity``, and a body encoded anyway
+   is refused, since an encoded secret cannot be found;
 4. is charged, request and response in bytes, to ``Egress.budget_bytes``, and refused or cut
    where it would pass it;
-5. shows the code the secret's placeholder wherever the response holds the secret's value,
-   and is logged (``EgressRecord``; attributes on the tool's span).
+5. shows the code the secret's placeholder wherever the response holds the secret, in any
+   spelling a server makes (``scrub``): body, header names and values, reason phrase, and
+   the words of any error, before they reach a span, a log or the code; and is logged
+   (``EgressRecord``; attributes on the tool's span).
 
 HTTP is spoken with ``h11``; nothing here parses HTTP by hand.
 """
@@ -35,17 +39,19 @@ from typing import Any
 
 import h11
 
-from ringzero.core.contract.egress import Egress, EgressRecord, is_ip, normal_host, placeholder
+from ringzero.core.contract.egress import Egress, EgressRecord, Secret, is_ip, normal_host, placeholder
 from ringzero.core.contract.errors import EgressFailed, EgressRefused, ToolError
 from ringzero.core.support.telemetry import egress_span
 from ringzero.core.support.timeouts import fail_after
 from ringzero.core.support.tool_parameters import code_may_set
 from ringzero.providers.egress.addresses import carried_ipv4, translation_without_fixed_place
+from ringzero.providers.egress.scrub import SecretScrub
 from ringzero.providers.egress.upstream import HOP_BY_HOP, Upstreams
 
 __all__ = ["TOOL_NAME", "EgressRun"]
 
 TOOL_NAME = "http_request"
+_SCRUB_ON_LOOP = 64 * 1024
 
 
 class EgressRun:
@@ -56,6 +62,8 @@ class EgressRun:
         self.spent = 0
         """Bytes sent and received so far, against ``egress.budget_bytes``."""
         self.log: list[EgressRecord] = []
+        self.scrub = SecretScrub({placeholder(name): secret.value for name, secret in egress.secrets.items()})
+        """Shows the code each secret's placeholder wherever a secret's value would reach it."""
         self.upstreams = Upstreams(egress.trust)
         """The run's connections upstream, kept open between requests (``close`` ends them)."""
         self.tool = self._make_tool()
@@ -132,7 +140,10 @@ class EgressRun:
             if refusal is not None:
                 raise EgressRefused(refusal)
             with egress_span(method, scheme, host, port, target) as span:
-                response = await self._send(method, scheme, host, port, target, pairs, payload, record)
+                try:
+                    response = await self._send(method, scheme, host, port, target, pairs, payload, record)
+                except ToolError as exc:  # scrubbed here, before the span records it
+                    raise type(exc)(self.scrubbed(str(exc))) from None
                 if span is not None:
                     span.set_attribute("http.response.status_code", response["status"])
             return response
@@ -142,10 +153,8 @@ class EgressRun:
             raise type(exc)(message) from None
 
     def scrubbed(self, text: str) -> str:
-        """``text`` with every secret's value replaced by its placeholder."""
-        for name, secret in self.egress.secrets.items():
-            text = text.replace(secret.value, placeholder(name))
-        return text
+        """``text`` with every secret shown as its placeholder (``scrub``)."""
+        return self.scrub.text(text)
 
     async def _send(self, method: str, scheme: str, host: str, port: int, target: str,
                     pairs: list[tuple[str, str]], payload: bytes, record: dict[str, Any]) -> dict[str, Any]:
@@ -161,15 +170,15 @@ class EgressRun:
             http(target, pairs)
         except h11.LocalProtocolError as exc:
             raise EgressRefused(f"the request is not valid HTTP: {exc}") from None
-        secrets = self._bound_secrets(host) if scheme == "https" else {}
-        for name, value in secrets.items():
-            target = target.replace(placeholder(name), urllib.parse.quote(value, safe=""))
-            pairs = [(k, v.replace(placeholder(name), value)) for k, v in pairs]
-        for name, value in secrets.items():
-            secret = self.egress.secrets[name]
+        pairs = [(k, v) for k, v in pairs if k.lower() != "accept-encoding"] + [("Accept-Encoding", "identity")]
+        for name, secret in (self._bound_secrets(host) if scheme == "https" else {}).items():
+            if secret.code_may_place:
+                if secret.in_url:
+                    target = target.replace(placeholder(name), urllib.parse.quote(secret.value, safe=""))
+                pairs = [(k, v.replace(placeholder(name), secret.value)) for k, v in pairs]
             if secret.header is not None:
                 pairs = [(k, v) for k, v in pairs if k.lower() != secret.header.lower()]
-                pairs.append((secret.header, secret.format.format(value)))
+                pairs.append((secret.header, secret.format.format(secret.value)))
         try:
             request, head = http(target, pairs)
         except h11.LocalProtocolError:
@@ -185,9 +194,12 @@ class EgressRun:
                     address, port, host if scheme == "https" else None, request, payload, _Charge(self, record, out))
         except TimeoutError:
             raise EgressFailed(f"{host}:{port} did not answer within {self.egress.timeout} s") from None
-        for name, secret in self.egress.secrets.items():  # the code sees its placeholder, never the value
-            data = data.replace(secret.value.encode(), placeholder(name).encode())
-        headers = [(k, self.scrubbed(v)) for k, v in headers]
+        encoding = next((v for k, v in headers if k.lower() == "content-encoding"), "identity")
+        if encoding.strip().lower() not in ("", "identity"):
+            raise EgressFailed(f"the server sent its body encoded as {encoding!r}, though asked for identity: an "
+                               "encoded body cannot be checked for the run's secrets, so it is not shown")
+        data = await self._scrubbed_body(data)  # the code sees each secret's placeholder, never the value
+        headers = [(self.scrubbed(k), self.scrubbed(v)) for k, v in headers]
         reason = self.scrubbed(reason)
         self.log.append(EgressRecord(**record, status=status))
         answer: dict[str, Any] = {"status": status, "reason": reason, "headers": [list(h) for h in headers]}
@@ -197,9 +209,15 @@ class EgressRun:
             answer["base64"] = base64.b64encode(data).decode("ascii")
         return answer
 
-    def _bound_secrets(self, host: str) -> dict[str, str]:
-        return {name: secret.value for name, secret in self.egress.secrets.items()
+    def _bound_secrets(self, host: str) -> dict[str, Secret]:
+        return {name: secret for name, secret in self.egress.secrets.items()
                 if any(normal_host(h) == host for h in secret.hosts)}
+
+    async def _scrubbed_body(self, data: bytes) -> bytes:
+        """``data`` scrubbed; a large body off the loop (a megabyte takes tens of milliseconds)."""
+        if len(data) <= _SCRUB_ON_LOOP:
+            return self.scrub.data(data)
+        return await asyncio.get_running_loop().run_in_executor(None, self.scrub.data, data)
 
     async def _checked_address(self, host: str, port: int) -> str:
         """An address of ``host`` the policy allows connecting to: the first one resolved that

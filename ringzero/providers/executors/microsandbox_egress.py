@@ -6,8 +6,10 @@ enforces itself (what it does and does not: SECURITY.md). Each route becomes an 
 (TCP to that port of that domain, domain suffix or address) over a deny-all default, with DNS to
 the sandbox's gateway (the guest resolves names through microsandbox); each secret becomes a
 secret entry with ringzero's placeholder, allowed for its hosts (with its ``header``, substituted
-in that header only). ``Egress.addresses``, ``budget_bytes``, ``resolver`` and ``trust`` have no
-counterpart there and are not passed; ``Secret.format`` neither (the code writes the header).
+in that header only: microsandbox sets no header itself, so the guest's code writes it with the
+placeholder). ``Egress.addresses``, ``budget_bytes``, ``resolver`` and ``trust`` have no
+counterpart there and are not passed; ``Secret.format`` and ``in_url`` neither, and responses
+are not scrubbed (SECURITY.md).
 """
 
 from __future__ import annotations
