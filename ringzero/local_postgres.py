@@ -4,13 +4,19 @@ one command, with no account or config to set up).
 
 The server keeps its data in one folder (``.ringzero/postgres`` by default, its owner's alone),
 listens on 127.0.0.1 only, and stays up until ``ringzero postgres stop``. Every connection needs
-the password of its ``postgres`` user (``scram-sha-256``): generated when the folder is made,
-kept owner-only in it (``password``), and carried by the DSN ``start`` prints, so another user
-of the machine cannot connect (a superuser can run programs as the server's user). A folder
-made by an older ringzero, which trusted local connections, gets a password at its next start.
-It needs PostgreSQL's server programs (``initdb``, ``pg_ctl``: Debian's and Ubuntu's
-``postgresql`` package, Homebrew's ``postgresql``); as root it runs them as the ``postgres``
-user, as PostgreSQL requires.
+the password of its ``postgres`` user (``scram-sha-256``): generated when the folder is made and
+kept owner-only in it, in ``password`` and in a libpq pass file (``pgpass``). The DSN ``start``
+prints names the pass file (``?passfile=...``), never the password, so the password is in no
+command line (where any local user could read it from ``/proc``), and another user of the
+machine cannot connect. A folder made by an older ringzero, which trusted local connections,
+gets a password at its next start. It needs PostgreSQL's server programs (``initdb``,
+``pg_ctl``: Debian's and Ubuntu's ``postgresql`` package, Homebrew's ``postgresql``).
+
+As root it runs them as the ``postgres`` user, as PostgreSQL requires, and changes nothing the
+``postgres`` user could have replaced with a link: the folder, its password files and its
+``data`` folder are made by root (``O_NOFOLLOW``); only ``data``, made empty, is handed to the
+``postgres`` user (``fchown``), whose server writes its log there; the folder and each
+``.ringzero`` above it are 0711, so that user passes through to its data without listing them.
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 from pathlib import Path
 from urllib.parse import quote
 
 from ringzero.core.contract.errors import RingzeroError
-from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
+from ringzero.core.support.owner_only import OWN_FOLDER, owner_only_file, owner_only_folder
 
 __all__ = ["LocalPostgres", "NoPostgres", "server_programs"]
 
@@ -62,33 +69,88 @@ class LocalPostgres:
         self.port = port or (int(kept.read_text()) if kept.exists() else _free_port())
         self.password_file = self.folder / "password"
         """The ``postgres`` user's password, owner-only."""
+        self.pass_file = self.folder / "pgpass"
+        """The same, as a libpq pass file: what the DSN names."""
+        self.log = self.data / "log"
+        """The server's log (in ``data``: the server's user writes it)."""
 
     @property
     def dsn(self) -> str:
-        """How to connect, password included (once the folder is made)."""
-        password = self.password_file.read_text().strip() if self.password_file.exists() else ""
-        user = f"postgres:{quote(password, safe='')}" if password else "postgres"
-        return f"postgresql://{user}@127.0.0.1:{self.port}/postgres"
+        """How to connect: the server, its user, and the pass file that holds the password."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres?passfile={quote(str(self.pass_file), safe='/')}"
 
     def create(self) -> None:
         """Make the folder's database cluster, where it has none, with a password; give one to
         a cluster an older ringzero made without."""
+        owner_only_folder(self.folder)
+        self._reachable()
         if (self.data / "PG_VERSION").exists():
             if not self.password_file.exists():
                 self._add_password()
+            self._write_pass_file()
             return
-        owner_only_folder(self.folder)
-        self.data.mkdir(mode=0o700, exist_ok=True)
-        self._write("password", secrets.token_urlsafe(24))
+        password = secrets.token_urlsafe(24)
+        self._write("password", password)
         self._write("port", str(self.port))
-        self._own(self.folder)
-        self._run("initdb", "-D", str(self.data), "-A", "scram-sha-256", "-U", "postgres", "--pwfile",
-                  str(self.password_file), "--no-instructions")
+        self._write_pass_file()
+        self._make_data()
+        handed = self.folder / "initdb-password"  # initdb reads it as the server's user; gone at once
+        fd = os.open(handed, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, password.encode())
+            self._hand_over(fd)
+        finally:
+            os.close(fd)
+        try:
+            self._run("initdb", "-D", str(self.data), "-A", "scram-sha-256", "-U", "postgres", "--pwfile",
+                      str(handed), "--no-instructions")
+        finally:
+            os.unlink(handed)
 
     def _write(self, name: str, text: str) -> None:
         path = self.folder / name
         owner_only_file(path)
-        path.write_text(text)
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(fd, "w") as file:
+            file.write(text)
+
+    def _write_pass_file(self) -> None:
+        password = self.password_file.read_text().strip()
+        escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+        self._write("pgpass", f"127.0.0.1:{self.port}:*:postgres:{escaped}\n")
+
+    def _make_data(self) -> None:
+        """``data``, empty, 0700, the server user's (handed over by descriptor: no link followed)."""
+        self.data.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(self.data, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o700)
+            self._hand_over(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _hand_over(fd: int) -> None:
+        """As root, give the ``postgres`` user what ``fd`` is open on (PostgreSQL refuses to run as root)."""
+        if os.geteuid() == 0:
+            import pwd
+
+            user = pwd.getpwnam("postgres")
+            os.fchown(fd, user.pw_uid, user.pw_gid)
+
+    def _reachable(self) -> None:
+        """As root, let the ``postgres`` user pass through the folder (and each ``.ringzero`` above
+        it) to its data, 0711; refuse, naming it, a folder above that it cannot pass."""
+        if os.geteuid() != 0:
+            return
+        for part in (self.folder, *self.folder.parents):
+            mode = stat.S_IMODE(part.stat().st_mode)
+            if part == self.folder or part.name == OWN_FOLDER:
+                os.chmod(part, mode | 0o011)
+            elif not mode & 0o001:
+                raise NoPostgres(f"the postgres user, which runs the server, cannot pass through {part} (mode "
+                                 f"{mode:04o}) to {self.data}: give --dir a folder under one every user may pass "
+                                 "through (e.g. /var/lib/ringzero-postgres)")
 
     def _add_password(self) -> None:
         """A cluster made when local connections were trusted: set a password (in single-user
@@ -102,12 +164,19 @@ class LocalPostgres:
                                 text=True, timeout=120)
         if single.returncode != 0:
             raise NoPostgres(f"could not give the postgres user a password: {single.stderr.strip()[-800:]}")
-        rules = self.data / "pg_hba.conf"
-        lines = rules.read_text().splitlines()
-        rules.write_text("\n".join(line if line.lstrip().startswith("#") else line.replace("trust", "scram-sha-256")
-                                   for line in lines) + "\n")
+        # pg_hba.conf is in the server user's folder: opened without following a link, checked as a
+        # file of that user's own with one name (never a link to another file)
+        fd = os.open(self.data / "pg_hba.conf", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(fd, "r+") as rules:
+            found = os.fstat(rules.fileno())
+            if found.st_nlink != 1 or found.st_uid != os.stat(self.data).st_uid:
+                raise NoPostgres(f"{self.data / 'pg_hba.conf'} is not the server's own file: not changed")
+            lines = rules.read().splitlines()
+            rules.seek(0)
+            rules.truncate()
+            rules.write("\n".join(line if line.lstrip().startswith("#") else line.replace("trust", "scram-sha-256")
+                                  for line in lines) + "\n")
         self._write("password", password)
-        self._own(self.folder)
         if running:
             self.start()
 
@@ -116,11 +185,8 @@ class LocalPostgres:
         running already) and return its DSN."""
         self.create()
         if not self.running():
-            log = self.folder / "log"
-            owner_only_file(log)
-            self._own(log)
             options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
-            self._run("pg_ctl", "-D", str(self.data), "-o", options, "-w", "-l", str(self.folder / "log"), "start")
+            self._run("pg_ctl", "-D", str(self.data), "-o", options, "-w", "-l", str(self.log), "start")
         return self.dsn
 
     def running(self) -> bool:
@@ -145,22 +211,13 @@ class LocalPostgres:
     def _run(self, program: str, *args: str) -> None:
         done = subprocess.run(self._as_owner(program, *args), capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            log = self.folder / "log"
-            tail = log.read_text(errors="replace")[-800:] if log.exists() else ""
+            tail = self.log.read_text(errors="replace")[-800:] if self.log.is_file() else ""
             raise NoPostgres(f"{program} {args[0]} ... failed: {(done.stderr or done.stdout).strip()[-800:]}"
                              + (f"\n{tail}" if tail else ""))
 
     def _as_owner(self, program: str, *args: str) -> list[str]:
         command = [str(self.programs / program), *args]
         return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
-
-    @staticmethod
-    def _own(path: Path) -> None:
-        """As root, the ``postgres`` user must own the folder: PostgreSQL refuses to run as root."""
-        if os.geteuid() == 0:
-            for each in (path, *(path.rglob("*") if path.is_dir() else ())):
-                shutil.chown(each, "postgres", "postgres")
-
 
 def _free_port() -> int:
     with socket.socket() as s:

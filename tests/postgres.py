@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 
@@ -56,4 +57,14 @@ def fresh_database(admin_dsn: str) -> str:
     name = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return admin_dsn.rsplit("/", 1)[0] + "/" + name
+    return database_dsn(admin_dsn, name)
+
+
+def database_dsn(dsn: str, name: str) -> str:
+    """``dsn`` with its database changed to ``name`` (its query, a pass file, kept)."""
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + name))
+
+
+def database_of(dsn: str) -> str:
+    return urllib.parse.urlsplit(dsn).path.lstrip("/")

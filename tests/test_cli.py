@@ -158,7 +158,9 @@ async def test_ringzero_postgres_start_prints_a_dsn_a_checkpointer_uses_and_stop
         started = ringzero_cli("postgres", "start", "--dir", folder, cwd=tmp_path, timeout=120)
         assert started.returncode == 0, started.stdout + started.stderr
         dsn = started.stdout.strip()
-        assert re.fullmatch(r"postgresql://postgres:[\w-]{20,}@127\.0\.0\.1:\d+/postgres", dsn), started.stdout
+        assert re.fullmatch(r"postgresql://postgres@127\.0\.0\.1:\d+/postgres\?passfile=/\S+/pgpass", dsn), \
+            started.stdout
+        assert (Path(folder) / "password").read_text().strip() not in dsn  # the password is in no command line
         assert "ringzero postgres stop" in started.stderr
         again = ringzero_cli("postgres", "start", "--dir", folder, cwd=tmp_path, timeout=120)
         assert again.stdout.strip() == dsn, "a second start is the same server"

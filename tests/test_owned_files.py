@@ -69,3 +69,71 @@ async def test_a_store_ringzero_creates_at_a_named_path_is_the_owner_s_alone(tmp
         os.umask(previous)
     assert modes.get("x.db") == 0o600 and all(mode == 0o600 for mode in modes.values()), modes
     assert stat.S_IMODE((await asyncio.to_thread(mine.stat)).st_mode) == 0o640
+
+
+NEEDS_ROOT = "giving a folder or file to another user (chown) needs root"
+
+
+def given_to_nobody(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip(NEEDS_ROOT)
+    os.chown(path, 65534, 65534)
+
+
+def test_an_mcp_state_folder_another_user_made_is_refused_with_its_planted_token(tmp_path: Path) -> None:
+    """Another user made ``.ringzero`` (and in it ``mcp/mcp-token``, 0600, theirs): the server
+    used the folder as found and served their token. Now the folder is refused, named."""
+    own = tmp_path / ".ringzero"
+    (own / "mcp").mkdir(parents=True)
+    (own / "mcp" / "mcp-token").write_text("a-token-someone-else-knows-well")
+    (own / "mcp" / "mcp-token").chmod(0o600)
+    for path in (own, own / "mcp", own / "mcp" / "mcp-token"):
+        given_to_nobody(path)
+    out = mcp(cwd=tmp_path)
+    said = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode != 0 and "belongs to another user" in said and str(own) in said, said
+    assert "a-token-someone-else" not in said
+
+
+STATE = {
+    "a .ringzero folder another user made": ".ringzero",
+    "a state folder others may write in": "open",
+    "a store file another user owns": "theirs.db",
+    "a link planted where a store file goes": ".ringzero/state.db",
+}
+
+
+@pytest.mark.parametrize("row", list(STATE))
+async def test_a_state_folder_or_file_that_is_not_the_user_s_is_refused_naming_it(tmp_path: Path, row: str) -> None:
+    """git's ``safe.directory`` rule for state: what ringzero finds must be the user's, and
+    written by no one else; the store is never opened, and the message names what to remove."""
+    from ringzero.core.contract.errors import InvalidArgument
+
+    target = tmp_path / STATE[row]
+    if row == "a .ringzero folder another user made":
+        target.mkdir()
+        given_to_nobody(target)
+        store = SqliteCheckpointer(target / "state.db", create_folder=True)
+        why = "belongs to another user"
+    elif row == "a state folder others may write in":
+        target.mkdir()
+        target.chmod(0o777)
+        store = SqliteCheckpointer(target / "state.db", create_folder=True)
+        why = "may be written by other users"
+    elif row == "a store file another user owns":
+        target.write_bytes(b"")
+        given_to_nobody(target)
+        store = SqliteCheckpointer(target)
+        why = "belongs to another user"
+    else:
+        target.parent.mkdir(mode=0o700)
+        elsewhere = tmp_path / "elsewhere.db"
+        target.symlink_to(elsewhere)
+        store = SqliteCheckpointer(target, create_folder=True)
+        why = "is a link"
+    with pytest.raises(InvalidArgument, match=why) as refused:
+        async with Kernel(checkpointer=store):
+            pass
+    assert str(target) in str(refused.value)
+    if row == "a link planted where a store file goes":
+        assert not (tmp_path / "elsewhere.db").exists(), "the link was followed"

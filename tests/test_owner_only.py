@@ -7,6 +7,7 @@ project folder is), so that what keeps the other user out is ringzero's modes, n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -172,11 +173,73 @@ def test_the_local_postgresql_needs_its_password(shared_folder: Path) -> None:
         dsn = server.start()
         bare = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
         without = as_nobody(psql, bare, "-c", "select 41 + 1")
-        with_it = as_nobody(psql, dsn, "-tA", "-c", "select 41 + 1")
+        through_the_dsn = as_nobody(psql, dsn, "-c", "select 41 + 1")  # its pass file is the owner's alone
+        password = server.password_file.read_text().strip()
+        with_it = as_nobody(psql, bare, "-tA", "-c", "select 41 + 1",
+                            env={"PATH": "/usr/bin:/bin", "PGPASSWORD": password})
         modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in server.folder.iterdir() if p.is_file()}
         folder = stat.S_IMODE(server.folder.stat().st_mode)
     finally:
         server.remove()
     assert without.returncode != 0 and "password" in without.stderr, without
+    assert through_the_dsn.returncode != 0 and "password" in through_the_dsn.stderr, through_the_dsn
     assert with_it.returncode == 0 and with_it.stdout.strip() == "42", with_it
-    assert folder == 0o700 and set(modes.values()) == {0o600} and "password" in modes, (folder, modes)
+    assert password not in dsn
+    expected = 0o711 if os.geteuid() == 0 else 0o700  # root's: the postgres user passes through to its data
+    assert folder == expected and set(modes.values()) == {0o600} and {"password", "pgpass"} <= set(modes), (
+        folder, modes)
+
+
+def test_a_root_start_with_the_default_folder_works(shared_folder: Path) -> None:
+    """As root, ``ringzero postgres start`` with the default ``.ringzero/postgres`` failed: the
+    server's user could not reach its password file or data through root's 0700 folders. Now
+    root's folders there are 0711 (pass through, no listing), the data the server user's alone."""
+    from ringzero.local_postgres import LocalPostgres
+    from tests.postgres import server_or_skip
+
+    server_or_skip().remove()  # PostgreSQL installed if need be
+    started = subprocess.run([sys.executable, "-m", "ringzero.cli", "postgres", "start"], cwd=shared_folder,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=180)
+    server = LocalPostgres(shared_folder / ".ringzero" / "postgres")
+    try:
+        assert started.returncode == 0, started.stderr
+        import psycopg
+
+        with psycopg.connect(started.stdout.strip(), autocommit=True) as conn:
+            assert conn.execute("select 41 + 1").fetchone() == (42,)
+        modes = {p.name: (stat.S_IMODE(p.stat().st_mode), p.owner())
+                 for p in (shared_folder / ".ringzero", server.folder, server.data)}
+    finally:
+        server.remove()
+    assert modes == {".ringzero": (0o711, "root"), "postgres": (0o711, "root"), "data": (0o700, "postgres")}, modes
+
+
+def test_root_changes_nothing_the_postgres_user_could_link_elsewhere(shared_folder: Path) -> None:
+    """Root's start made ``log`` owner-only and gave it to the ``postgres`` user following links:
+    that user (or anyone with the superuser's password) linked it to a root file and got it.
+    Now root changes nothing there but what it just made, by descriptor."""
+    from ringzero.local_postgres import LocalPostgres, NoPostgres
+    from tests.postgres import server_or_skip
+
+    server_or_skip().remove()
+    server = LocalPostgres(shared_folder / "pg")
+    targets = [shared_folder / "root-file-1", shared_folder / "root-file-2"]
+    try:
+        server.start()
+        server.stop()
+        for target in targets:
+            target.write_text("root's\n")
+            target.chmod(0o644)
+        (server.folder / "log").unlink(missing_ok=True)
+        (server.folder / "log").symlink_to(targets[0])  # where the log was, in a folder the server's user owned
+        log = server.data / "log"  # where the server's user writes it now
+        log.unlink(missing_ok=True)
+        planted = subprocess.run(["runuser", "-u", "postgres", "--", "ln", "-s", str(targets[1]), str(log)],
+                                 capture_output=True, text=True, timeout=30)
+        assert planted.returncode == 0, planted.stderr
+        with contextlib.suppress(NoPostgres):  # the server's user broke its own log: its server may not start
+            server.start()
+    finally:
+        server.remove()
+    found = [(stat.S_IMODE(t.stat().st_mode), t.owner(), t.read_text()) for t in targets]
+    assert found == [(0o644, "root", "root's\n")] * 2, found

@@ -21,7 +21,7 @@ from ringzero.checkpointers import MemoryCheckpointer, PostgresCheckpointer, Sql
 from ringzero.core.contract.store import KernelStore
 from ringzero.core.contract.types import Checkpoint
 from ringzero.testing import InProcessExecutor, ScriptedProvider
-from tests.postgres import PostgresServer, fresh_database, server_or_skip
+from tests.postgres import PostgresServer, database_of, fresh_database, server_or_skip
 
 CALLS: list[str] = []
 AT_CALL: dict[int, Callable[[], object]] = {}
@@ -287,7 +287,7 @@ async def test_a_connection_killed_by_pg_terminate_backend_is_an_error_and_recov
     def terminate_every_connection() -> None:
         with psycopg.connect(own_postgres.dsn, autocommit=True) as admin:
             row = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                "WHERE datname = %s", (dsn.rsplit("/", 1)[1],)).fetchone()
+                                "WHERE datname = %s", (database_of(dsn),)).fetchone()
         killed.append(row[0] if row is not None else 0)
 
     # Killed while a process waits for the model's answer: the record of that answer is the next

@@ -28,7 +28,7 @@ from ringzero.checkpointers.sqlite.writer import Writer
 from ringzero.core.contract.errors import CheckpointerError, Closed, InvalidArgument
 from ringzero.core.contract.protocols import CheckpointerCapabilities
 from ringzero.core.contract.types import JSON, Checkpoint, PendingWrite
-from ringzero.core.support.owner_only import OWN_FOLDER, owner_only_file, owner_only_folder
+from ringzero.core.support.owner_only import OWN_FOLDER, owner_only_file, owner_only_folder, refuse_unless_yours
 
 __all__ = ["DEFAULT_PATH", "SqliteCheckpointer"]
 
@@ -111,9 +111,10 @@ class SqliteCheckpointer:
     def _make_files(self) -> None:
         """The store's file, made the owner's alone (``owner_only``) where ringzero creates it:
         at any path, whatever the umask (SQLite gives its WAL and shared memory the file's mode);
-        a file the user made keeps the user's modes. With ``create_folder``, the folder too,
-        made where missing; where it is ringzero's (made now, or a ``.ringzero`` one), it and
-        every file of the store in it are the owner's alone."""
+        a file the user made keeps the user's modes, and must be the user's
+        (``refuse_unless_yours``). With ``create_folder``, the folder too, made where missing;
+        where it is ringzero's (made now, or a ``.ringzero`` one), it and every file of the store
+        in it are the owner's alone."""
         if self._create_folder:
             folder = self.path.parent
             ours = not folder.exists() or OWN_FOLDER in folder.absolute().parts
@@ -123,9 +124,11 @@ class SqliteCheckpointer:
                     owner_only_file(sibling)
                 owner_only_file(self.path)
                 return
-        if not self.path.exists():
-            with contextlib.suppress(OSError):  # a folder it may not write in: SQLite's open says so, translated
-                owner_only_file(self.path)
+        if self.path.exists():
+            refuse_unless_yours(self.path)  # another user's store is never written to
+            return
+        with contextlib.suppress(OSError):  # a folder it may not write in: SQLite's open says so, translated
+            owner_only_file(self.path)
 
     async def _transaction(self, statements: Statements, *, appended: bool = False) -> Pending:
         """Commit ``(sql, rows)`` pairs atomically, grouped with the other writes of this turn
