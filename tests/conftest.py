@@ -38,7 +38,7 @@ def _release_workspaces(request: pytest.FixtureRequest) -> Iterator[None]:
     if folder is not None:  # asked for at set-up, so that tmp_path is torn down after this
         from ringzero.providers.executors import workspaces
 
-        workspaces.release_under(str(folder))
+        workspaces.release_under(str(folder), forget_images=True)
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

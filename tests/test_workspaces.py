@@ -139,3 +139,112 @@ async def test_5_two_fork_servers_2048_pids_apart_hand_out_different_uids() -> N
     finally:
         await asyncio.gather(*(executor.aclose() for executor in executors))
     assert uids[0] != uids[1], f"two runs of fork servers 2048 pids apart share uid {uids[0]}"
+
+
+LIST = "import os\nsorted(os.listdir(os.environ['RINGZERO_WORKSPACE']))"
+
+
+def _image_with(folder: Path, name: str, files: dict[str, str]) -> Path:
+    """An ext4 image holding ``files``, as another user (or an agent) would make one."""
+    import shutil
+    import subprocess
+
+    image, source = folder / name, folder / f"{name}.files"
+    source.mkdir()
+    for file, text in files.items():
+        (source / file).write_text(text)
+    mkfs = shutil.which("mke2fs") or "/sbin/mke2fs"
+    made = subprocess.run([mkfs, "-q", "-F", "-t", "ext4", "-d", str(source), str(image), "4M"],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    shutil.rmtree(source)
+    return image
+
+
+async def test_69_an_image_another_user_planted_beside_a_workspace_is_never_mounted(tmp_path: Path) -> None:
+    """The image was looked for beside the workspace (``.agent.workspace.ext4``): in a folder
+    others may write, another user's image was mounted as the agent's workspace, and that
+    user read the agent's files. Now images live in root's folder alone."""
+    planted = _image_with(tmp_path, ".agent.workspace.ext4", {"planted.txt": "theirs"})
+    os.chown(planted, 65534, 65534)
+    executor = ProcessExecutor(workspace=tmp_path / "agent", workspace_bytes=8 << 20, warm=1)
+    try:
+        seen = await executor.run(LIST, limits=LIMITS)
+    finally:
+        await executor.aclose()
+    assert seen.value == [], seen
+    image = ws.image_of(str(tmp_path / "agent"))
+    assert os.path.dirname(image) == ws.WORKSPACE_IMAGES and os.stat(image).st_uid == 0
+    assert oct(os.stat(image).st_mode & 0o777) == oct(0o600)
+
+
+async def test_69_a_workspace_inside_another_workspace_is_refused(tmp_path: Path) -> None:
+    """An agent wrote an image into its workspace, and a workspace made inside it later mounted
+    that image for another agent. Now a workspace inside another's mount is refused."""
+    from ringzero.core.contract.errors import InvalidArgument
+
+    outer = ProcessExecutor(workspace=tmp_path / "a", workspace_bytes=8 << 20, warm=1)
+    try:
+        await outer.run("import os\nos.mkdir(os.environ['RINGZERO_WORKSPACE'] + '/inner')", limits=LIMITS)
+        inner = ProcessExecutor(workspace=tmp_path / "a" / "inner", workspace_bytes=8 << 20, warm=1)
+        try:
+            with pytest.raises(InvalidArgument, match="lies inside the workspace mounted at"):
+                await inner.run("1", limits=LIMITS)
+        finally:
+            await inner.aclose()
+    finally:
+        await outer.aclose()
+
+
+def test_69_one_workspace_prepared_by_several_at_once_is_mounted_once(tmp_path: Path) -> None:
+    """Two executors preparing one workspace at once raced: double mounts, a damaged image,
+    failed starts. Now preparation takes the image's lock, and an attached image is not
+    attached again."""
+    import threading
+
+    workspace = str(tmp_path / "shared")
+    uid = ws.workspace_uid(workspace)
+    barrier, outcomes = threading.Barrier(6), []
+
+    def prepare() -> None:
+        barrier.wait()
+        try:
+            outcomes.append(ws.prepare(workspace, uid, max_bytes=8 << 20, max_files=1000))
+        except Exception as exc:
+            outcomes.append(repr(exc))
+
+    threads = [threading.Thread(target=prepare) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    real = os.path.realpath(workspace)
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if line.split()[4] == real]
+    assert outcomes == [None] * 6, outcomes
+    assert len(mounts) == 1, mounts
+    assert len(ws._attached(ws.image_of(workspace))) == 1
+
+
+def test_69_an_image_that_is_not_root_s_alone_is_refused_not_mounted(tmp_path: Path) -> None:
+    """Where an image is looked for, a link, or a file of another user's, is refused by name."""
+    from ringzero.core.contract.errors import InvalidArgument
+
+    workspace = str(tmp_path / "agent")
+    image = ws.image_of(workspace)
+    target = tmp_path / "elsewhere"
+    target.write_text("root's")
+    os.makedirs(ws.WORKSPACE_IMAGES, mode=0o700, exist_ok=True)
+    lock = ws.image_of(workspace)[:-len(".ext4")] + ".lock"
+    os.mkdir(workspace)
+    try:
+        Path(lock).write_text(f"{os.path.realpath(workspace)}\n{os.stat(workspace).st_dev}:"
+                              f"{os.stat(workspace).st_ino}\n")
+        Path(image).symlink_to(target)
+        with pytest.raises((InvalidArgument, OSError)) as refused:
+            ws.prepare(workspace, ws.workspace_uid(workspace), max_bytes=8 << 20, max_files=1000)
+        assert image in str(refused.value) or refused.value.errno == 40  # ELOOP: O_NOFOLLOW met the link
+    finally:
+        ws.forget(workspace)
+    assert target.read_text() == "root's" and ws._mounted_from(os.path.realpath(workspace)) is None
+

@@ -2,15 +2,24 @@
 its own. Host side of the process sandbox (root only), used before any fork server starts.
 
 **Quota.** A workspace is kept between runs on the host's disk, so nothing in the kernel bounds
-what runs write there; a bind mount has no size. So each workspace is an ext4 image beside it
-(``.<name>.workspace.ext4``, sparse: it takes on disk what its files take) of ``max_bytes``
-with ``max_files`` inodes, attached to a loop device and mounted at the workspace's path
-(``nosuid,nodev``). A run that fills it gets ``ENOSPC`` inside its code; the host's disk is not
-touched beyond the image. The mount stays after the executor closes, so the host reads the
-workspace's files at its path as before; ``release`` unmounts it (the files stay in the image,
-and come back at the next start). Files the directory held before its first use move into the
-image. Where the host cannot do this (not root, no loop device, no ``mke2fs``), ``prepare``
-says why, and the executor refuses unless ``allow_weaker_isolation=True``.
+what runs write there; a bind mount has no size. So each workspace is an ext4 image (sparse: it
+takes on disk what its files take) of ``max_bytes`` with ``max_files`` inodes, attached to a loop
+device and mounted at the workspace's path (``nosuid,nodev``). A run that fills it gets
+``ENOSPC`` inside its code; the host's disk is not touched beyond the image. The mount stays after
+the executor closes, so the host reads the workspace's files at its path as before; ``release``
+unmounts it (the files stay in the image, and come back at the next start). Files the directory
+held before its first use move into the image. Where the host cannot do this (not root, no loop
+device, no ``mke2fs``), ``prepare`` says why, and the executor refuses unless
+``allow_weaker_isolation=True``.
+
+**Images are root's.** Every image lives in one root-owned folder (``WORKSPACE_IMAGES``, 0700),
+named by a hash of the workspace's real path, never beside the workspace: no other user, and no
+agent writing in its own workspace, can put an image where one is looked for. An image is created
+``O_EXCL | O_NOFOLLOW``; an existing one is used only where it is root's, 0600, a regular file
+with one name. A workspace inside another workspace's mount is refused (its agent could shape
+what the inner one holds). Preparing one takes an exclusive lock on its image's lock file, and
+an image a loop device already backs is not attached a second time: two executors preparing one
+workspace at once mount it once.
 
 **Uid.** Each workspace gets a uid no other workspace has: allocated once, recorded in a
 host-wide registry (``WORKSPACE_UID_REGISTRY``, a file per uid naming its workspace, created
@@ -24,13 +33,18 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import glob
+import hashlib
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
 import zlib
+from collections.abc import Iterator
 
+from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.support.owner_only import owner_only_folder
 from ringzero.providers.executors import _mounts
 from ringzero.providers.executors._confine import RUN_UIDS, UID_SPAN
@@ -38,7 +52,9 @@ from ringzero.providers.executors._confine import RUN_UIDS, UID_SPAN
 __all__ = [
     "WORKSPACE_BYTES",
     "WORKSPACE_FILES",
+    "WORKSPACE_IMAGES",
     "WORKSPACE_UID_REGISTRY",
+    "forget",
     "image_of",
     "prepare",
     "release",
@@ -50,6 +66,8 @@ WORKSPACE_BYTES = 1 << 30
 WORKSPACE_FILES = 65_536
 """Files and folders a workspace may hold unless the executor is told otherwise."""
 WORKSPACE_UID_REGISTRY = "/var/lib/ringzero/workspace-uids"
+WORKSPACE_IMAGES = "/var/lib/ringzero/workspace-images"
+"""Where every workspace's image lives: root's alone."""
 _WORKSPACE_UIDS = RUN_UIDS + UID_SPAN  # the upper range; runs without a workspace take the lower one
 
 _LOOP_CTL_GET_FREE = 0x4C82
@@ -92,23 +110,113 @@ def _named(registry: str, uid: int) -> str | None:
         return None
 
 
-def image_of(path: str) -> str:
-    """Where the workspace at ``path`` keeps its files: an image beside it."""
+def image_of(path: str, images: str = WORKSPACE_IMAGES) -> str:
+    """Where the workspace at ``path`` keeps its files: an image in root's ``images`` folder."""
     real = os.path.realpath(path)
-    return os.path.join(os.path.dirname(real), f".{os.path.basename(real)}.workspace.ext4")
+    return os.path.join(images, hashlib.sha256(real.encode()).hexdigest()[:40] + ".ext4")
 
 
 def prepare(path: str, uid: int, *, max_bytes: int, max_files: int) -> str | None:
     """Make the workspace at ``path`` ready for its agent's runs: a folder owned by ``uid``,
     mode 0700, holding a file system of ``max_bytes`` and ``max_files`` (mounted now, unless it
     already is). Returns why the quota cannot be enforced on this host (the folder is then a
-    plain folder), or None. Not following a symlink: a workspace path is the host's."""
-    owner_only_folder(path)
+    plain folder), or None. Raises InvalidArgument, naming it, for a path inside another
+    workspace's mount or a folder that is neither the host's nor this workspace's."""
     real = os.path.realpath(path)
-    refused = _quota(real, uid, max_bytes, max_files)
-    os.chown(real, uid, uid, follow_symlinks=False)
-    os.chmod(real, 0o700)
+    outer = _workspace_around(real)
+    if outer is not None:
+        raise InvalidArgument(f"the workspace {path} lies inside the workspace mounted at {outer}: an agent's files "
+                              "cannot hold another agent's workspace; give a path outside it")
+    if os.path.exists(real):
+        found = os.stat(real)
+        if found.st_uid not in (os.geteuid(), uid) or stat.S_IMODE(found.st_mode) & 0o002:
+            raise InvalidArgument(f"the workspace {path} is uid {found.st_uid}'s, mode "
+                                  f"{stat.S_IMODE(found.st_mode):04o}: neither the host's nor its agent's alone, so "
+                                  "another user may have made it; give a folder of yours")
+    else:
+        owner_only_folder(path)
+    with _preparing(image_of(real)) as lock:
+        refused = _quota(real, uid, max_bytes, max_files, lock)
+        fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchown(fd, uid, uid)
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
     return refused
+
+
+@contextlib.contextmanager
+def _preparing(image: str) -> Iterator[int]:
+    """An exclusive lock on ``image``'s lock file, in root's images folder, while it is prepared;
+    yields the lock file, which names the workspace the image is for (``_record``)."""
+    _images_folder(os.path.dirname(image))
+    lock = os.open(_lock_of(image), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield lock
+    finally:
+        os.close(lock)
+
+
+def _lock_of(image: str) -> str:
+    return image[:-len(".ext4")] + ".lock"
+
+
+def _record(lock: int, real: str) -> None:
+    """Name the workspace in its image's lock file (``release_under`` finds images by it)."""
+    os.ftruncate(lock, 0)
+    os.pwrite(lock, f"{real}\n".encode(), 0)
+
+
+def _images_folder(folder: str) -> None:
+    """Make ``folder`` (root's, 0700) where missing; refuse one that is not root's alone."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    found = os.lstat(folder)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != 0 or stat.S_IMODE(found.st_mode) & 0o077:
+        raise InvalidArgument(f"{folder} holds workspace images and must be a folder of root's alone (0700); it is "
+                              f"uid {found.st_uid}, mode {stat.S_IMODE(found.st_mode):04o}: remove it")
+
+
+def _workspace_around(real: str) -> str | None:
+    """The mount point of a workspace that holds ``real`` (above it), or None."""
+    for point, image in _loop_mounts():
+        if os.path.dirname(image) == WORKSPACE_IMAGES and real != point and \
+                real.startswith(point.rstrip(os.sep) + os.sep):
+            return point
+    return None
+
+
+def _loop_mounts() -> list[tuple[str, str]]:
+    """``(mount point, backing file)`` of every loop-device mount this process sees."""
+    try:
+        with open("/proc/self/mountinfo") as lines:
+            mounts = [line.split() for line in lines]
+    except OSError:
+        return []
+    found = []
+    for fields in mounts:
+        backing = _backing_file(os.path.basename(fields[fields.index("-") + 2]))
+        if backing is not None:
+            found.append((_unescape(fields[4]), backing))
+    return found
+
+
+def _backing_file(device: str) -> str | None:
+    """The file loop device ``device`` (``loop3``) is backed by, or None."""
+    if not device.startswith("loop"):
+        return None
+    try:
+        with open(f"/sys/block/{device}/loop/backing_file") as backing:
+            return backing.read().strip()
+    except OSError:
+        return None
+
+
+def _attached(image: str) -> list[str]:
+    """The loop devices backed by ``image``."""
+    devices = (path.split("/")[3] for path in glob.glob("/sys/block/loop*/loop/backing_file"))
+    return [f"/dev/{device}" for device in devices if _backing_file(device) == image]
 
 
 def _mke2fs() -> str | None:
@@ -126,7 +234,7 @@ def unavailable() -> str | None:
     return None
 
 
-def _quota(real: str, uid: int, max_bytes: int, max_files: int) -> str | None:
+def _quota(real: str, uid: int, max_bytes: int, max_files: int, lock: int) -> str | None:
     image = image_of(real)
     if _mounted_from(real) == image:
         return None
@@ -134,36 +242,62 @@ def _quota(real: str, uid: int, max_bytes: int, max_files: int) -> str | None:
     refused = unavailable()
     if refused is not None or mkfs is None:
         return refused
-    fresh = not os.path.exists(image)
-    if fresh:
-        with open(image, "wb") as blank:  # sparse: the image takes on disk what its files take
-            os.fchmod(blank.fileno(), 0o600)
-            blank.truncate(max_bytes)
-        inodes = min(max_files, max(64, max_bytes // 4096))  # no more than one per block: the table must fit
-        made = subprocess.run([mkfs, "-q", "-F", "-t", "ext4", "-m", "0", "-N", str(inodes), "-E",
-                               f"root_owner={uid}:{uid},lazy_itable_init=1,lazy_journal_init=1", image],
-                              capture_output=True, text=True, check=False)
-        if made.returncode != 0:
-            os.unlink(image)
-            return f"mke2fs could not make the workspace's file system: {made.stderr.strip()[-300:]}"
+    attached = _attached(image)
+    if attached:  # mounted elsewhere, or left attached: a second mount of one ext4 damages it
+        raise InvalidArgument(f"the image of the workspace {real} is attached already ({', '.join(attached)}) but "
+                              "not mounted there: unmount it (or detach the loop device) first")
+    _record(lock, real)
     try:
-        if fresh and os.listdir(real):
-            _move_in(real, image, uid)
-        _mount(image, real)
-    except OSError as exc:
-        return f"the workspace's file system could not be mounted: {exc}"
+        backing = os.open(image, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fresh = True
+    except FileExistsError:
+        backing, fresh = _existing_image(image, real), False
+    try:
+        if fresh:
+            os.fchmod(backing, 0o600)
+            os.ftruncate(backing, max_bytes)  # sparse: the image takes on disk what its files take
+            inodes = min(max_files, max(64, max_bytes // 4096))  # no more than one per block: the table must fit
+            made = subprocess.run([mkfs, "-q", "-F", "-t", "ext4", "-m", "0", "-N", str(inodes), "-E",
+                                   f"root_owner={uid}:{uid},lazy_itable_init=1,lazy_journal_init=1",
+                                   f"/proc/self/fd/{backing}"], capture_output=True, text=True, check=False,
+                                  pass_fds=(backing,))
+            if made.returncode != 0:
+                os.unlink(image)
+                return f"mke2fs could not make the workspace's file system: {made.stderr.strip()[-300:]}"
+        try:
+            if fresh and os.listdir(real):
+                _move_in(real, backing, image, uid)
+            _mount(backing, image, real)
+        except OSError as exc:
+            return f"the workspace's file system could not be mounted: {exc}"
+    finally:
+        os.close(backing)
     if fresh:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(real, "lost+found"))  # mke2fs's; a run should find its workspace empty
     return None
 
 
-def _move_in(real: str, image: str, uid: int) -> None:
+def _existing_image(image: str, real: str) -> int:
+    """``image`` opened without following a link, where it is root's, 0600, a regular file with
+    one name; else InvalidArgument naming it."""
+    fd = os.open(image, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    found = os.fstat(fd)
+    if (not stat.S_ISREG(found.st_mode) or found.st_uid != 0 or stat.S_IMODE(found.st_mode) != 0o600
+            or found.st_nlink != 1):
+        os.close(fd)
+        raise InvalidArgument(f"{image}, the image of the workspace {real}, is not a file of root's alone (uid "
+                              f"{found.st_uid}, mode {stat.S_IMODE(found.st_mode):04o}, {found.st_nlink} names): "
+                              "it is not mounted; remove it")
+    return fd
+
+
+def _move_in(real: str, backing: int, image: str, uid: int) -> None:
     """Move what the folder held before its first use into the new file system, owned by the
     workspace's agent."""
     staging = tempfile.mkdtemp(prefix="ringzero-workspace-")
     try:
-        _mount(image, staging)
+        _mount(backing, image, staging)
         try:
             for entry in os.listdir(real):
                 source, target = os.path.join(real, entry), os.path.join(staging, entry)
@@ -186,36 +320,33 @@ def _move_in(real: str, image: str, uid: int) -> None:
         os.rmdir(staging)
 
 
-def _mount(image: str, target: str) -> None:
-    """Attach ``image`` to a free loop device (cleared once nothing uses it) and mount it."""
-    backing = os.open(image, os.O_RDWR | os.O_CLOEXEC)
+def _mount(backing: int, image: str, target: str) -> None:
+    """Attach the open image ``backing`` to a free loop device (cleared once nothing uses it)
+    and mount it at ``target``."""
+    control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
     try:
-        control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
-        try:
-            for _ in range(8):  # another process may take the free device first
-                number = fcntl.ioctl(control, _LOOP_CTL_GET_FREE)
-                device = f"/dev/loop{number}"
-                loop = os.open(device, os.O_RDWR | os.O_CLOEXEC)
-                info = struct.pack("=QQQQQIIII64s64s32sQQ", 0, 0, 0, 0, 0, 0, 0, 0, _LO_FLAGS_AUTOCLEAR,
-                                   image.encode()[-63:], b"", b"", 0, 0)
-                config = struct.pack("=II", backing, 0) + info + bytes(64)
-                try:
-                    fcntl.ioctl(loop, _LOOP_CONFIGURE, config)
-                except OSError as exc:
-                    os.close(loop)
-                    if exc.errno == errno.EBUSY:
-                        continue
-                    raise
-                try:  # mounted before the device is closed: autoclear would detach it
-                    _mounts.mount(device, target, "ext4", _MS_NOSUID | _MS_NODEV)
-                finally:
-                    os.close(loop)
-                return
-            raise OSError(errno.EBUSY, "no loop device stayed free long enough to attach the workspace")
-        finally:
-            os.close(control)
+        for _ in range(8):  # another process may take the free device first
+            number = fcntl.ioctl(control, _LOOP_CTL_GET_FREE)
+            device = f"/dev/loop{number}"
+            loop = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+            info = struct.pack("=QQQQQIIII64s64s32sQQ", 0, 0, 0, 0, 0, 0, 0, 0, _LO_FLAGS_AUTOCLEAR,
+                               image.encode()[-63:], b"", b"", 0, 0)
+            config = struct.pack("=II", backing, 0) + info + bytes(64)
+            try:
+                fcntl.ioctl(loop, _LOOP_CONFIGURE, config)
+            except OSError as exc:
+                os.close(loop)
+                if exc.errno == errno.EBUSY:
+                    continue
+                raise
+            try:  # mounted before the device is closed: autoclear would detach it
+                _mounts.mount(device, target, "ext4", _MS_NOSUID | _MS_NODEV)
+            finally:
+                os.close(loop)
+            return
+        raise OSError(errno.EBUSY, "no loop device stayed free long enough to attach the workspace")
     finally:
-        os.close(backing)
+        os.close(control)
 
 
 def _mounted_from(real: str) -> str | None:
@@ -227,15 +358,7 @@ def _mounted_from(real: str) -> str | None:
         return None
     for fields in reversed(mounts):  # the last mount at a path is the one seen there
         if _unescape(fields[4]) == real:
-            source = fields[fields.index("-") + 2]
-            name = os.path.basename(source)
-            if not name.startswith("loop"):
-                return None
-            try:
-                with open(f"/sys/block/{name}/loop/backing_file") as backing:
-                    return backing.read().strip()
-            except OSError:
-                return None
+            return _backing_file(os.path.basename(fields[fields.index("-") + 2]))
     return None
 
 
@@ -258,8 +381,20 @@ def release(path: str) -> None:
         _unmount(real)
 
 
-def release_under(folder: str) -> None:
-    """``release`` every workspace mounted under ``folder`` (before removing the folder)."""
+def forget(path: str) -> None:
+    """Release the workspace at ``path`` and delete its image, its files with it (the folder
+    itself is the caller's to remove)."""
+    real = os.path.realpath(path)
+    release(real)
+    image = image_of(real)
+    for each in (image, _lock_of(image)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(each)
+
+
+def release_under(folder: str, *, forget_images: bool = False) -> None:
+    """``release`` every workspace mounted under ``folder`` (before removing the folder); with
+    ``forget_images``, ``forget`` every workspace whose image names a path under it."""
     top = os.path.realpath(folder) + os.sep
     try:
         with open("/proc/self/mountinfo") as lines:
@@ -269,3 +404,10 @@ def release_under(folder: str) -> None:
     for point in reversed(points):
         if point.startswith(top):
             release(point)
+    if forget_images:
+        for lock in glob.glob(os.path.join(WORKSPACE_IMAGES, "*.lock")):
+            path = ""
+            with contextlib.suppress(OSError), open(lock) as named:
+                path = named.readline().rstrip("\n")
+            if path.startswith(top):
+                forget(path)
