@@ -137,3 +137,26 @@ async def test_a_state_folder_or_file_that_is_not_the_user_s_is_refused_naming_i
     assert str(target) in str(refused.value)
     if row == "a link planted where a store file goes":
         assert not (tmp_path / "elsewhere.db").exists(), "the link was followed"
+
+
+def test_what_the_mcp_server_keeps_in_a_state_folder_the_user_names_is_the_owner_s_alone(tmp_path: Path) -> None:
+    """``ringzero mcp --state-dir DIR`` under umask 022: the folder, the token and the agent's
+    store (database, WAL, shared memory) are the owner's alone, as under ``.ringzero``."""
+    from ringzero.agents import CodeAgent
+    from ringzero.cli import _mcp_token
+    from ringzero.testing import ScriptedProvider
+
+    state = tmp_path / "named" / "mcp-state"
+    previous = os.umask(0o022)
+    try:
+        _mcp_token(None, state)
+        with CodeAgent(llm=ScriptedProvider(lambda request: "```python\nfinal_answer(42)\n```"), executor="monty",
+                       state_dir=state) as agent:
+            assert agent.execute_task("the answer?")[0] == 42
+    finally:
+        os.umask(previous)
+    found = {str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")}
+    assert any(name.endswith("agent.db") for name in found), found
+    wrong = {name: oct(mode) for name, mode in found.items()
+             if mode != (0o700 if (tmp_path / name).is_dir() else 0o600)}
+    assert wrong == {}, wrong

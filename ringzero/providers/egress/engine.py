@@ -187,13 +187,16 @@ class EgressRun:
         if out > self.remaining():
             raise EgressRefused(f"the request is {out} bytes, more than the {self.remaining()} bytes left of this "
                                 f"run's egress budget ({self.egress.budget_bytes})")
-        address = await self._checked_address(host, port)
+        charge = _Charge(self, record, out)  # reserved now, before any await: gathered requests see it
         try:
+            address = await self._checked_address(host, port)
             async with fail_after(self.egress.timeout):
                 status, reason, headers, data = await self.upstreams.exchange(
-                    address, port, host if scheme == "https" else None, request, payload, _Charge(self, record, out))
+                    address, port, host if scheme == "https" else None, request, payload, charge)
         except TimeoutError:
             raise EgressFailed(f"{host}:{port} did not answer within {self.egress.timeout} s") from None
+        finally:
+            charge.settle()
         encoding = next((v for k, v in headers if k.lower() == "content-encoding"), "identity")
         if encoding.strip().lower() not in ("", "identity"):
             raise EgressFailed(f"the server sent its body encoded as {encoding!r}, though asked for identity: an "
@@ -289,15 +292,25 @@ class EgressRun:
         return [str(info[4][0]) for info in infos]
 
 class _Charge:
-    """Charges one request's bytes to its run's budget as they go, and keeps its record's counts."""
+    """Charges one request's bytes to its run's budget, and keeps its record's counts. The
+    request's own bytes are reserved when it is made (``spent`` counts them at once, so requests
+    the code gathers cannot each pass against the same remainder) and given back by ``settle``
+    where it was never sent."""
 
     def __init__(self, run: EgressRun, record: dict[str, Any], sent: int) -> None:
         self.run, self.record, self.sent = run, record, sent
+        run.spent += sent
+        self._went_out = False
 
     def sending(self) -> None:
-        if "bytes_out" not in self.record:
-            self.run.spent += self.sent
-            self.record["bytes_out"] = self.sent
+        self._went_out = True
+        self.record["bytes_out"] = self.sent
+
+    def settle(self) -> None:
+        """The request is over: where not one byte of it went out, its reservation is given back."""
+        if not self._went_out:
+            self.run.spent -= self.sent
+            self.sent = 0
 
     def received(self, size: int) -> None:
         self.run.spent += size

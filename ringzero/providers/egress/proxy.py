@@ -18,6 +18,11 @@ run's ``HostTools``, so it is checked, charged, journaled and recorded like any 
 from code. A refusal is answered with a status (403 by the policy, 502 for a failure upstream)
 whose reason phrase and body say why, so ``urllib``'s error names it. Requests are read and
 answered whole; ``h11`` speaks HTTP on both sides.
+
+The proxy is a lever on the host, so it is bounded before it reads: a request is judged from its
+head (its route, the length it declares against the budget) before a byte of its body is read;
+the bodies a run's connections hold at once count against what is left of its budget; a tunnel's
+certificate is issued off the loop, at a bounded rate of new names (``certificates``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import base64
 import contextlib
 import socket
 import ssl
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,7 +40,7 @@ import h11
 
 from ringzero.core.contract.egress import Egress
 from ringzero.core.support.timeouts import cancel_and_wait, fail_after
-from ringzero.providers.egress.certificates import RunAuthority
+from ringzero.providers.egress.certificates import RunAuthority, TooManyNames
 from ringzero.providers.egress.engine import TOOL_NAME, EgressRun
 
 __all__ = ["MAX_CLIENTS", "EgressProxy", "environment"]
@@ -68,6 +74,8 @@ class EgressProxy:
         self.call = call
         self.authority = authority
         self._one_at_a_time = asyncio.Lock()  # a run's calls are journaled in order, as its code made them
+        self._buffered = 0
+        """Bytes of request bodies held now, across the run's connections (bounded by its budget's remainder)."""
         self._clients: set[asyncio.Task[None]] = set()
         self._accepting: asyncio.Task[None] | None = None
 
@@ -128,15 +136,20 @@ class EgressProxy:
             self.run.log_refusal("CONNECT", "https", host, int(port_text) if port_text.isdigit() else 0, refusal)
             await loop.sock_sendall(client, _refusal(connection, 403, refusal))
             return
+        name = self.run.normal(host)
+        try:
+            context = await self.authority.context_for(name)
+        except TooManyNames as exc:
+            self.run.log_refusal("CONNECT", "https", host, int(port_text), str(exc))
+            await loop.sock_sendall(client, _refusal(connection, 429, str(exc)))
+            return
         await loop.sock_sendall(client, connection.send(h11.Response(status_code=200, headers=[],
                                                                      reason=b"Connection established")))
         if connection.trailing_data[0]:
             return  # the client spoke before the tunnel was open: no TLS follows
-        name = self.run.normal(host)
         reader = asyncio.StreamReader()
         protocol = asyncio.StreamReaderProtocol(reader)
-        transport, _ = await loop.connect_accepted_socket(lambda: protocol, client,
-                                                          ssl=self.authority.server_context(name),
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, client, ssl=context,
                                                           ssl_handshake_timeout=30)
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         try:
@@ -151,32 +164,89 @@ class EgressProxy:
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                         tunnel: tuple[str, int] | None) -> None:
         """Answer requests on one connection (in a tunnel to ``tunnel``, else in absolute form)
-        until the client closes it."""
+        until the client closes it. Each is judged from its head (where it goes, the length it
+        declares) before a byte of its body is read, and its body is held against the run's
+        bound on bytes held at once, across all its connections."""
         while request is not None:
-            body = await _body(connection, lambda: reader.read(65536), self.run.remaining() + 1)
-            writer.write(await self._answer(connection, request, body, tunnel))
-            await writer.drain()
+            url, refusal = self._judged(request, tunnel)
+            if refusal is not None:
+                status, why = refusal
+                writer.write(_refusal(connection, status, why))
+                await writer.drain()
+                await _let_read(writer, reader)
+                return  # its body, if any, is never kept: the connection ends
+            try:
+                body = await self._held_body(connection, reader)
+            except _TooMuchAtOnce as exc:
+                writer.write(_refusal(connection, 413, str(exc)))
+                await writer.drain()
+                await _let_read(writer, reader)
+                return
+            try:
+                writer.write(await self._answer(connection, request, url, body))
+                await writer.drain()
+            finally:
+                self._buffered -= len(body)
             if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
                 return
             connection.start_next_cycle()
             request = await _next_request(connection, lambda: reader.read(65536))
 
-    async def _answer(self, connection: h11.Connection, request: h11.Request, body: bytes | None,
-                      tunnel: tuple[str, int] | None) -> bytes:
+    def _judged(self, request: h11.Request, tunnel: tuple[str, int] | None) -> tuple[str, tuple[int, str] | None]:
+        """The request's URL, and ``(status, why)`` where its head alone refuses it."""
         target = request.target.decode("latin-1")
         if tunnel is not None:
             if not target.startswith("/"):
-                return _refusal(connection, 400, "in a tunnel, a request names a path")
+                return "", (400, "in a tunnel, a request names a path")
             host, port = tunnel
             shown = f"[{host}]" if ":" in host else host
             url = f"https://{shown}:{port}{target}"
         elif target.lower().startswith("http://"):
             url = target
+            parts = urllib.parse.urlsplit(url)
+            try:
+                port = parts.port or 80
+            except ValueError:
+                return url, (400, f"{url!r} has no valid port")
+            why = self.run.route_refusal("http", parts.hostname or "", port)
+            if why is not None:
+                self.run.log_refusal(request.method.decode("latin-1"), "http", parts.hostname or "", port, why)
+                return url, (403, why)
         else:
-            return _refusal(connection, 400, "this is a proxy: send http:// URLs in full, or CONNECT for https://")
-        if body is None:
-            return _refusal(connection, 413, f"the request body is more than the {self.run.remaining()} bytes left "
-                                             "of this run's egress budget")
+            return "", (400, "this is a proxy: send http:// URLs in full, or CONNECT for https://")
+        length = _declared_length(request)
+        if length is not None and length > self.run.remaining():
+            return url, (413, f"the request body is {length} bytes, more than the {self.run.remaining()} bytes left "
+                              "of this run's egress budget")
+        return url, None
+
+    async def _held_body(self, connection: h11.Connection, reader: asyncio.StreamReader) -> bytes:
+        """The request's body, each byte counted in ``_buffered`` as it arrives; past the run's
+        bound (what is left of its budget), ``_TooMuchAtOnce`` and the rest is not read."""
+        chunks, held = [], 0
+        try:
+            while True:
+                event = connection.next_event()
+                if event is h11.NEED_DATA:
+                    connection.receive_data(await reader.read(65536))
+                elif isinstance(event, h11.Data):
+                    size = len(event.data)
+                    if self._buffered + size > self.run.remaining():
+                        raise _TooMuchAtOnce(
+                            f"the run's requests would hold more than the {self.run.remaining()} bytes left of its "
+                            "egress budget at once: send one body at a time, or smaller ones")
+                    self._buffered += size
+                    held += size
+                    chunks.append(bytes(event.data))
+                elif isinstance(event, h11.EndOfMessage):
+                    return b"".join(chunks)
+                else:
+                    raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+        except BaseException:
+            self._buffered -= held
+            raise
+
+    async def _answer(self, connection: h11.Connection, request: h11.Request, url: str, body: bytes) -> bytes:
         headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.headers]
         async with self._one_at_a_time:
             ok, outcome = await self.call(TOOL_NAME, [request.method.decode("ascii"), url],
@@ -194,6 +264,33 @@ class EgressProxy:
         return (connection.send(h11.Response(status_code=outcome["status"], headers=head,
                                              reason=outcome["reason"].encode("latin-1", "replace")))
                 + connection.send(h11.Data(data=data)) + connection.send(h11.EndOfMessage()))
+
+
+async def _let_read(writer: asyncio.StreamWriter, reader: asyncio.StreamReader) -> None:
+    """Before closing on a client still sending its body: say we are done, and read and drop
+    what arrives for a moment (at most 256 KiB), so the close does not reset the connection
+    before the client has read why."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    dropped = 0
+    with contextlib.suppress(TimeoutError, OSError, ssl.SSLError):
+        async with fail_after(0.5):
+            while dropped < 256 * 1024:
+                data = await reader.read(65536)
+                if not data:
+                    return
+                dropped += len(data)
+
+
+class _TooMuchAtOnce(Exception):
+    """A body that would pass the run's bound on bytes held at once."""
+
+
+def _declared_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name.lower() == b"content-length" and value.isdigit():
+            return int(value)
+    return None
 
 
 async def _end(writer: asyncio.StreamWriter) -> None:
@@ -220,24 +317,6 @@ async def _next_request(connection: h11.Connection, read: Callable[[], Awaitable
             return event
         elif isinstance(event, h11.ConnectionClosed):
             return None
-        else:
-            raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
-
-
-async def _body(connection: h11.Connection, read: Callable[[], Awaitable[bytes]], limit: int) -> bytes | None:
-    """The request's body, or None once it passes ``limit`` bytes (the rest is not read)."""
-    chunks, size = [], 0
-    while True:
-        event = connection.next_event()
-        if event is h11.NEED_DATA:
-            connection.receive_data(await read())
-        elif isinstance(event, h11.Data):
-            size += len(event.data)
-            if size > limit:
-                return None
-            chunks.append(bytes(event.data))
-        elif isinstance(event, h11.EndOfMessage):
-            return b"".join(chunks)
         else:
             raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
 

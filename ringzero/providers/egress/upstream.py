@@ -3,9 +3,11 @@
 A connection is opened to an address the policy checked (never to a name, which could resolve
 elsewhere the second time), with TLS verified for the host's name where the request is HTTPS.
 It is kept open after a complete exchange, for the run's next request to the same address,
-port and name; a request that finds its kept connection closed by the server before any byte of
-a response is sent again on a new one only where its method is idempotent (RFC 9110 9.2.2), and
-a POST or PATCH always takes a new connection, so no request is ever sent twice by us.
+port and name (``_KEPT`` per name, ``KEPT_IN_ALL`` for the run; ``AT_ONCE`` exchanges at a
+time), so a run cannot take the host's descriptors; a request that finds its kept connection
+closed by the server before any byte of a response is sent again on a new one only where its
+method is idempotent (RFC 9110 9.2.2), and a POST or PATCH always takes a new connection, so no
+request is ever sent twice by us.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 _READ = 65536
 _KEPT = 4
 """Idle connections kept per address, port and name."""
+KEPT_IN_ALL = 16
+"""Idle connections one run keeps in all (a wildcard route reaches many names)."""
+AT_ONCE = 16
+"""Exchanges one run has open upstream at once (the code may gather many requests)."""
 
 Response = tuple[int, str, list[tuple[str, str]], bytes]
 Key = tuple[str, int, "str | None"]
@@ -64,6 +70,11 @@ class Upstreams:
         self.trust = trust
         self._context: ssl.SSLContext | None = None
         self._idle: dict[Key, list[_Connection]] = {}
+        self._at_once = asyncio.Semaphore(AT_ONCE)
+
+    def kept(self) -> int:
+        """Idle connections kept now."""
+        return sum(len(kept) for kept in self._idle.values())
 
     def close(self) -> None:
         for kept in self._idle.values():
@@ -79,7 +90,13 @@ class Upstreams:
 
     async def exchange(self, address: str, port: int, tls_host: str | None, request: h11.Request, payload: bytes,
                        charge: Charge) -> Response:
-        """Send ``request`` (and ``payload``) to ``address`` and read the whole response."""
+        """Send ``request`` (and ``payload``) to ``address`` and read the whole response (at most
+        ``AT_ONCE`` of a run's exchanges at a time)."""
+        async with self._at_once:
+            return await self._exchange_one(address, port, tls_host, request, payload, charge)
+
+    async def _exchange_one(self, address: str, port: int, tls_host: str | None, request: h11.Request,
+                            payload: bytes, charge: Charge) -> Response:
         key: Key = (address, port, tls_host)
         method = request.method.decode("ascii")
         kept = self._idle.get(key, []) if method in IDEMPOTENT else []
@@ -126,7 +143,7 @@ class Upstreams:
             if done and connection.h11.our_state is h11.DONE and connection.h11.their_state is h11.DONE:
                 connection.h11.start_next_cycle()
                 kept = self._idle.setdefault(key, [])
-                if len(kept) < _KEPT:
+                if len(kept) < _KEPT and self.kept() < KEPT_IN_ALL:
                     kept.append(connection)
                 else:
                     connection.close()

@@ -20,7 +20,9 @@ own thread, where the host's boundary checks and runs it: no snapshot and no thr
 call (100 calls cost 1.2 to 1.4 times raw pydantic-monty's ``feed_run``: the boundary's
 checks, 10 to 30 µs a call, are what is left). Such a call holds
 its worker as long as it runs (a call driven by snapshots holds it up to ``park_after``); one
-that runs past ``park_after`` makes its tool slow again, and its later runs park.
+that runs past ``park_after`` makes its tool slow again, and its later runs park. It also holds
+one of pydantic-monty's runtime threads, so at most one fewer such run than there are CPUs goes
+at once (``monty_run._QuickRuns``), and a tool that turns slow never stops every other run.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import os
+import threading
 import time
 import weakref
 from collections.abc import Mapping
@@ -56,6 +58,37 @@ class ToolSpeeds:
             (self._quick.add if quick else self._quick.discard)(key)
         except TypeError:
             (self._quick_ids.add if quick else self._quick_ids.discard)(id(key))
+
+
+class _QuickRuns:
+    """How many runs are answered in Monty's own threads at once, in this process.
+
+    pydantic-monty answers a sync external function on one of its runtime's threads (one per
+    CPU), and a tool answered there holds that thread as long as it runs: a quick tool that turns
+    slow could hold them all, and every run of every Monty executor here, a bystander's with no
+    tool at all, would wait behind it. So at most ``cap`` (one fewer than the CPUs, at least one)
+    take that way at once; the others are driven by snapshots, where a slow tool parks its run.
+    A run's wall then bounds it whatever its tool does: the thread its tool holds is never the
+    last one."""
+
+    def __init__(self) -> None:
+        self.cap = max(1, (os.cpu_count() or 1) - 1)
+        self.running = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self.running >= self.cap:
+                return False
+            self.running += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.running -= 1
+
+
+_QUICK = _QuickRuns()
 
 
 def _key(tool: Tool) -> Any:
@@ -180,9 +213,12 @@ class MontyRun:
         try:
             if not self.tools:  # nothing to answer: one round trip
                 return await lease.feed_run(code, inputs=inputs, print_callback=self._print)
-            if self._answers_here():  # Monty calls the tools from its own thread: one feed, no snapshot per call
-                return await lease.feed_run(code, inputs=inputs, print_callback=self._print,
-                                            external_lookup=self._called_here(asyncio.get_running_loop()))
+            if self._answers_here() and _QUICK.enter():  # Monty calls the tools from its own thread: one feed
+                try:
+                    return await lease.feed_run(code, inputs=inputs, print_callback=self._print,
+                                                external_lookup=self._called_here(asyncio.get_running_loop()))
+                finally:
+                    _QUICK.leave()
             snap = await lease.feed_start(code, inputs=inputs, print_callback=self._print)
             while not isinstance(snap, pm.MontyComplete):
                 snap, parked = await self._answer(snap, lease, may_park=True)
