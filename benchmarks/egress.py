@@ -36,7 +36,7 @@ from _progress import step
 from rich.console import Console
 from rich.table import Table
 
-from ringzero import Egress, ExecLimits
+from ringzero import Egress, ExecLimits, Secret
 from ringzero.core.contract.types import ExecResult
 from ringzero.providers.egress.certificates import RunAuthority
 from ringzero.providers.egress.proxy import EgressProxy
@@ -117,7 +117,8 @@ async def measure(folder: Path, args: argparse.Namespace) -> None:
     assert server.stdout is not None
     port = int((await server.stdout.readline()).decode())
     egress = Egress(allow=[f"api.test:{port}"], addresses=["127.0.0.1"], trust=str(folder / "ca.pem"),
-                    resolver=lambda host: ["127.0.0.1"])
+                    resolver=lambda host: ["127.0.0.1"],  # with a key, as an API call has: added, and scrubbed
+                    secrets={"API_KEY": Secret("sk-bench-7Qv2xW9pL4mZ8tR3nB6yH1cJ5dF0gK", hosts=["api.test"])})
     host = HostTools({}, ExecLimits(egress=egress, tool_bytes=1 << 20))
     assert host.egress is not None
     authority = RunAuthority()
