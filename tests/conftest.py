@@ -25,6 +25,7 @@ from ringzero.core.contract.errors import RateLimited
 from ringzero.core.contract.protocols import Checkpointer
 from ringzero.core.contract.types import LLMRequest
 from ringzero.testing import ScriptedProvider
+from tests.egress_servers import api, ca, plain  # noqa: F401 - the egress tests' CA and servers
 from tests.executors import executor, sandbox  # noqa: F401 - fixtures for the executor suites
 from tests.postgres import fresh_database, postgres_dsn  # noqa: F401 - the PostgreSQL server fixture
 

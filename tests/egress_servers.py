@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trustme
 
 
@@ -164,3 +165,23 @@ def serving(ca: LocalCA | None, names: tuple[str, ...] = ("api.test", "echo.test
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
+    """A test CA the egress tests' servers hold certificates of (and their policies trust)."""
+    return local_ca(tmp_path_factory.mktemp("egress-ca"))
+
+
+@pytest.fixture
+def api(ca: LocalCA) -> Iterator[Server]:
+    """An HTTPS server for ``api.test`` and ``echo.test``."""
+    with serving(ca) as server:
+        yield server
+
+
+@pytest.fixture
+def plain() -> Iterator[Server]:
+    """A plain HTTP server."""
+    with serving(None) as server:
+        yield server

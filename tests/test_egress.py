@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.contract.protocols import Executor
 from ringzero.core.contract.types import ExecLimits, ExecResult
 from ringzero.core.support.timeouts import fail_after
-from tests.egress_servers import LocalCA, Server, local_ca, serving
+from tests.egress_servers import LocalCA, Server
 from tests.heartbeat import bystander
 
 KEY = "sk-live-7Qv2xW9pL4mZ8tR3nB6yH1cJ5dF0gK"
@@ -32,23 +31,6 @@ PLACEHOLDER = "rz-secret-API_KEY"
 MAX_STALL = 0.1
 both = pytest.mark.parametrize("sandbox", ["process", "monty"], indirect=True)
 process_only = pytest.mark.parametrize("sandbox", ["process"], indirect=True)
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
-    return local_ca(tmp_path_factory.mktemp("egress-ca"))
-
-
-@pytest.fixture
-def api(ca: LocalCA) -> Iterator[Server]:
-    with serving(ca) as server:
-        yield server
-
-
-@pytest.fixture
-def plain() -> Iterator[Server]:
-    with serving(None) as server:
-        yield server
 
 
 def policy(ca: LocalCA, *allow: str, answers: dict[str, list[str]] | None = None,

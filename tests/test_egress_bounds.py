@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +17,11 @@ import pytest
 from ringzero.core.contract.egress import Egress
 from ringzero.core.contract.protocols import Executor
 from ringzero.core.contract.types import ExecLimits
-from tests.egress_servers import LocalCA, Server, local_ca, serving
+from tests.egress_servers import LocalCA, Server, serving
 from tests.test_egress import paced
 
 process_only = pytest.mark.parametrize("sandbox", ["process"], indirect=True)
 monty_only = pytest.mark.parametrize("sandbox", ["monty"], indirect=True)
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
-    return local_ca(tmp_path_factory.mktemp("egress-ca"))
-
-
-@pytest.fixture
-def plain() -> Iterator[Server]:
-    with serving(None) as server:
-        yield server
-
-
-@pytest.fixture
-def api(ca: LocalCA) -> Iterator[Server]:
-    with serving(ca) as server:
-        yield server
 
 
 def open_policy(ca: LocalCA, *allow: str, **options: Any) -> Egress:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,23 +23,12 @@ from ringzero.core.contract.egress import Egress, Secret
 from ringzero.core.contract.errors import InvalidArgument
 from ringzero.core.contract.protocols import Executor
 from ringzero.core.contract.types import ExecLimits
-from tests.egress_servers import LocalCA, Server, local_ca, serving
+from tests.egress_servers import LocalCA, Server
 from tests.test_egress import KEY, PLACEHOLDER, fetch, paced
 
 both = pytest.mark.parametrize("sandbox", ["process", "monty"], indirect=True)
 SIGNED = "ak/7Qv+Zr2=Lp9xW4m/Tz8+Kd3=Hs6/Jn1+"
 """A key with the characters a URL or JSON writes another way."""
-
-
-@pytest.fixture(scope="module")
-def ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
-    return local_ca(tmp_path_factory.mktemp("egress-ca"))
-
-
-@pytest.fixture
-def api(ca: LocalCA) -> Iterator[Server]:
-    with serving(ca) as server:
-        yield server
 
 
 HOST_PLACED = Secret(KEY, hosts=["api.test"], header="Authorization", format="Bearer {}")

@@ -14,8 +14,8 @@ journal after a crash, never sent twice). A request:
 3. over HTTPS to a host a secret is bound to, has the secret's ``header`` set by the host
    (and, where the secret lets the code place it, its placeholder replaced by its value in
    header values, and in the URL where ``in_url``); upstream TLS is verified (``Egress.trust``,
-   else the system's CAs); it asks for ``Accept-Encoding: identity``, and a body encoded anyway
-   is refused, since an encoded secret cannot be found;
+   else the system's CAs); such a request asks for ``Accept-Encoding: identity``, and a body
+   encoded anyway is refused, since a secret in it could not be found;
 4. is charged, request and response in bytes, to ``Egress.budget_bytes``, and refused or cut
    where it would pass it;
 5. shows the code the secret's placeholder wherever the response holds the secret, in any
@@ -170,8 +170,10 @@ class EgressRun:
             http(target, pairs)
         except h11.LocalProtocolError as exc:
             raise EgressRefused(f"the request is not valid HTTP: {exc}") from None
-        pairs = [(k, v) for k, v in pairs if k.lower() != "accept-encoding"] + [("Accept-Encoding", "identity")]
-        for name, secret in (self._bound_secrets(host) if scheme == "https" else {}).items():
+        bound = self._bound_secrets(host) if scheme == "https" else {}
+        if bound:  # a reply it might reflect a secret in must come as it is: an encoded one cannot be searched
+            pairs = [(k, v) for k, v in pairs if k.lower() != "accept-encoding"] + [("Accept-Encoding", "identity")]
+        for name, secret in bound.items():
             if secret.code_may_place:
                 if secret.in_url:
                     target = target.replace(placeholder(name), urllib.parse.quote(secret.value, safe=""))
@@ -198,7 +200,7 @@ class EgressRun:
         finally:
             charge.settle()
         encoding = next((v for k, v in headers if k.lower() == "content-encoding"), "identity")
-        if encoding.strip().lower() not in ("", "identity"):
+        if bound and encoding.strip().lower() not in ("", "identity"):
             raise EgressFailed(f"the server sent its body encoded as {encoding!r}, though asked for identity: an "
                                "encoded body cannot be checked for the run's secrets, so it is not shown")
         data = await self._scrubbed_body(data)  # the code sees each secret's placeholder, never the value
