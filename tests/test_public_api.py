@@ -14,6 +14,7 @@ from ringzero.core.contract import errors
 
 MODULES = [
     "ringzero",
+    "ringzero.protocols",
     "ringzero.core.contract.errors",
     "ringzero.core.contract.types",
     "ringzero.core.contract.protocols",
@@ -266,3 +267,20 @@ def test_a_backend_missing_members_is_refused_naming_them_and_their_capability()
             ringzero.Kernel(monitor_interval=None, **given)  # type: ignore[arg-type]
         assert words in str(refused.value), str(refused.value)
         assert str(refused.value).endswith(" and its conformance kit, ringzero.compat"), str(refused.value)
+
+
+@pytest.mark.parametrize("old", ["ringzero.core.protocols", "ringzero.core.types", "ringzero.core.errors"])
+def test_a_module_that_moved_still_imports_with_a_warning_naming_the_new_path(old: str) -> None:
+    """A backend written against ``ringzero.core.protocols`` (and ``types``, ``errors``) failed at
+    import once they moved into ``ringzero.core.contract``: each old path answers again, with a
+    ``DeprecationWarning`` that says where the name lives now."""
+    import ringzero.protocols
+
+    module = importlib.import_module(old)
+    names = {"ringzero.core.protocols": "Checkpointer", "ringzero.core.types": "Checkpoint",
+             "ringzero.core.errors": "RingzeroError"}
+    with pytest.warns(DeprecationWarning, match=f"import {names[old]} from ringzero.protocols"):
+        found = getattr(module, names[old])
+    assert found is getattr(ringzero.protocols, names[old])
+    with pytest.raises(AttributeError, match=r"moved to ringzero\.protocols"):
+        module.NoSuchName  # noqa: B018 - the lookup is what is tested

@@ -387,5 +387,5 @@ def check_backend(value: object, protocol: type, what: str) -> None:
     if problems:
         kind = type(value)
         raise InvalidArgument(f"{what} {kind.__module__}.{kind.__qualname__} is not a ringzero {protocol.__name__}: "
-                              f"{'; '.join(problems)}. See ringzero.core.contract.protocols.{protocol.__name__} and "
+                              f"{'; '.join(problems)}. See ringzero.protocols.{protocol.__name__} and "
                               f"its conformance kit, ringzero.compat")

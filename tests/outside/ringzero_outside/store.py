@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 
 from ringzero import Checkpoint, CheckpointerCapabilities, PendingWrite
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.core.contract.types import JSON
+from ringzero.protocols import JSON
 
 
 class OutsideStore:
