@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import ringzero
-from ringzero.checkpointers import SqliteCheckpointer, open_checkpointer, scheme_of
+from ringzero.checkpointers import SqliteCheckpointer, open_checkpointer, scheme_of, sqlite_file
 from ringzero.core.contract.errors import InvalidArgument, RingzeroError
 from ringzero.core.contract.protocols import Checkpointer
 from ringzero.core.support.owner_only import owner_only_file, owner_only_folder
@@ -217,8 +217,12 @@ def _database(db: str) -> Path | str:
     another naming those installed, rather than looking for a file."""
     if _is_dsn(db):
         return db
-    if db.startswith("sqlite:///"):
-        return Path(db[len("sqlite:///"):])
+    if db.lower().startswith("sqlite:"):
+        file = sqlite_file(db)
+        if file is None:
+            raise InvalidArgument(f"--db {db}: a store that keeps nothing after the command is of no use here; "
+                                  "give a file")
+        return file
     return Path(db) if scheme_of(db) is None else db  # a URL: open_checkpointer opens it, or names the schemes
 
 

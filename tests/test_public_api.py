@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -158,7 +159,7 @@ async def test_a_checkpointer_named_by_a_string_is_the_one_the_name_says(tmp_pat
 
     db = tmp_path / "urls" / "x.db"
     os.mkdir(db.parent)
-    store = open_checkpointer(f"sqlite://{db}")
+    store = open_checkpointer(f"sqlite:///{db}")
     assert isinstance(store, SqliteCheckpointer) and store.path == db
     async with ringzero.Kernel(checkpointer=store) as kernel:
         assert await (await kernel.spawn(hello)).wait() == "hi"
@@ -168,7 +169,7 @@ async def test_a_checkpointer_named_by_a_string_is_the_one_the_name_says(tmp_pat
         with pytest.raises(InvalidArgument, match=r"no checkpointer is installed for \w+://; the schemes installed "
                                                   r"are sqlite://, postgresql://"):
             ringzero.Kernel(checkpointer=name)
-    with pytest.raises(InvalidArgument, match="a SQLite URL names an absolute path"):
+    with pytest.raises(InvalidArgument, match="names a host"):
         open_checkpointer("sqlite://relative.db")
     assert sorted(os.listdir(tmp_path)) == ["urls"], "a refused name made a file"
 
@@ -284,3 +285,74 @@ def test_a_module_that_moved_still_imports_with_a_warning_naming_the_new_path(ol
     assert found is getattr(ringzero.protocols, names[old])
     with pytest.raises(AttributeError, match=r"moved to ringzero\.protocols"):
         module.NoSuchName  # noqa: B018 - the lookup is what is tested
+
+
+def _opened_by_each_entry_point(url: str) -> dict[str, Path | None]:
+    """The SQLite file each entry point opens for ``url`` (None: an in-memory store)."""
+    from ringzero import cli
+    from ringzero.adapters.langgraph import KernelSaver
+    from ringzero.checkpointers import open_checkpointer
+
+    def file(store: object) -> Path | None:
+        path = getattr(store, "path", None)
+        return None if path is None else Path(path).absolute()
+
+    saver = KernelSaver.from_conn_string(url)
+    try:
+        opened = {"open_checkpointer": file(open_checkpointer(url)),
+                  "Kernel(checkpointer=...)": file(ringzero.Kernel(checkpointer=url).checkpointer),
+                  "KernelSaver.from_conn_string": file(saver.checkpointer)}
+    finally:
+        saver.close()
+    try:
+        opened["--db"] = file(cli._store(cli._database(url)))
+    except ringzero.InvalidArgument:
+        opened["--db"] = None  # a store that keeps nothing is refused by the commands
+    return opened
+
+
+SQLITE_URLS = [  # (url, the file it names relative to the working folder; None: in memory)
+    ("sqlite:///state.db", "state.db"),
+    ("sqlite:///sub/state.db", "sub/state.db"),
+    ("sqlite:////{here}/absolute.db", "absolute.db"),
+    ("plain.db", "plain.db"),
+    ("sqlite://", None),
+    ("sqlite:///:memory:", None),
+]
+
+
+@pytest.mark.parametrize(("url", "named"), SQLITE_URLS)
+def test_every_entry_point_reads_a_sqlite_url_as_sqlalchemy_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 url: str, named: str | None) -> None:
+    """``sqlite:///x.db`` named two files: the CLI's ``./x.db`` and the kernel's ``/x.db`` (as
+    root, the state went to the filesystem's root). Now every entry point reads SQLAlchemy's
+    grammar: three slashes and a relative path, four for an absolute one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    opened = _opened_by_each_entry_point(url.format(here=str(tmp_path).lstrip("/")))
+    expected = None if named is None else tmp_path / named
+    assert set(opened.values()) == {expected}, opened
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("sqlite://state.db", "names a host"),
+    ("sqlite:///", "names a folder"),
+    ("sqlite:///state.db?mode=ro", "takes no options"),
+    ("sqlite:///{here}/elsewhere/state.db", "write sqlite:////"),
+])
+def test_a_sqlite_url_that_cannot_be_read_one_way_is_refused_naming_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, url: str, says: str) -> None:
+    """The last: the three-slash form an earlier release read as absolute, where that folder
+    exists and the relative one does not; it is refused, naming the four-slash form."""
+    from ringzero.checkpointers import open_checkpointer
+
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    url = url.format(here=str(tmp_path).lstrip("/"))
+    with pytest.raises(ringzero.InvalidArgument, match=re.escape(says)):
+        open_checkpointer(url)
+    from ringzero import cli
+
+    with pytest.raises(ringzero.InvalidArgument, match=re.escape(says)):
+        cli._database(url)
+    assert os.listdir(tmp_path / "elsewhere") == []

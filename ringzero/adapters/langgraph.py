@@ -86,8 +86,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
     def from_conn_string(cls, conn_string: str, *, serde: SerializerProtocol | None = None) -> KernelSaver:
         """A saver over a checkpointer it opens and closes itself, as LangGraph's savers'
         ``from_conn_string``: a ``postgresql://`` DSN, ``memory`` (or ``:memory:``), a SQLite
-        file (``sqlite:///abs/path.db``, or the path), or the URL of a store a package registered
-        (``ringzero.checkpointers``).
+        file (``sqlite:///relative.db``, ``sqlite:////abs/path.db``, or the path), or the URL of
+        a store a package registered (``ringzero.checkpointers``).
         Use it as ``with`` or ``async with`` (or call ``close()``/``aclose()``)."""
         saver = cls(open_checkpointer(conn_string), serde=serde)
         saver._owns_checkpointer = True

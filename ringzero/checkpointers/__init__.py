@@ -22,10 +22,11 @@ if TYPE_CHECKING:
     from ringzero.core.contract.protocols import Checkpointer
 
 __all__ = ["ENTRY_POINTS", "NAMES", "MemoryCheckpointer", "PostgresCheckpointer", "SqliteCheckpointer",
-           "open_checkpointer", "registered_schemes", "scheme_of"]
+           "open_checkpointer", "registered_schemes", "scheme_of", "sqlite_file"]
 
 
-NAMES = ("memory (or :memory:)", "sqlite:///absolute/path.db", "a file path", "postgresql://...")
+NAMES = ("memory (or :memory:)", "sqlite:///relative/path.db", "sqlite:////absolute/path.db", "a file path",
+         "postgresql://...")
 """What a checkpointer may be named by (``open_checkpointer``, ``Kernel(checkpointer=...)``),
 besides the schemes other packages register (``registered_schemes``)."""
 BUILT_IN_SCHEMES = ("sqlite", "postgresql", "postgres")
@@ -79,12 +80,49 @@ def _registered(scheme: str, target: str) -> Checkpointer:
     return checked
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file a ``sqlite:`` URL names, read as SQLAlchemy reads it (the one grammar of every
+    entry point: ``--db``, ``Kernel(checkpointer=...)``, ``KernelSaver.from_conn_string``,
+    ``open_checkpointer``): ``sqlite:///state.db`` is ``./state.db``, relative to the working
+    folder; ``sqlite:////var/lib/app/state.db`` is ``/var/lib/app/state.db``; ``sqlite://`` and
+    ``sqlite:///:memory:`` keep nothing after the process (None: a ``MemoryCheckpointer``).
+
+    Raises InvalidArgument, naming the fix, for a URL with a host (``sqlite://state.db``) and for
+    one an earlier release read otherwise: ``sqlite:///var/lib/app/state.db`` where the folder
+    ``var/lib/app`` is not here but ``/var/lib/app`` is (that release opened ``/var/lib/app/state.db``)."""
+    rest = url[len("sqlite:"):]
+    if not rest.startswith("//"):
+        raise InvalidArgument(f"{url!r} is not a SQLite URL: write sqlite:///relative.db or sqlite:////absolute.db")
+    rest = rest[2:]
+    if rest in ("", "/:memory:"):
+        return None
+    if not rest.startswith("/"):
+        raise InvalidArgument(f"{url!r} names a host ({rest.split('/')[0]!r}), which a SQLite URL has none of: "
+                              f"write sqlite:///{rest} for ./{rest}, or sqlite:////{rest} for /{rest}")
+    path, _, query = rest[1:].partition("?")
+    if query:
+        raise InvalidArgument(f"{url!r}: a SQLite URL here takes no options ({query!r}); give the path alone")
+    if not path or path.endswith("/"):
+        raise InvalidArgument(f"{url!r} names a folder, not a file: write sqlite:///state.db (./state.db) or "
+                              "sqlite:////absolute/state.db")
+    file = Path(path)
+    if not file.is_absolute():
+        here, rooted = Path(path).absolute().parent, Path("/" + path).parent
+        if not here.exists() and rooted.exists() and rooted != Path("/"):
+            raise InvalidArgument(
+                f"{url!r} is ./{path} (a SQLite URL is read as SQLAlchemy reads it: three slashes, then a path "
+                f"relative to the working folder), and {here} does not exist, while /{path.rsplit('/', 1)[0]} does "
+                f"(an earlier ringzero read the URL as /{path}): write sqlite:////{path} for /{path}, or make the "
+                "folder for the relative one")
+    return file
+
+
 def open_checkpointer(target: str | Path) -> Checkpointer:
     """The checkpointer a connection string names: ``memory`` (or ``:memory:``) for one that
     keeps nothing after the process; ``postgresql://...`` (or ``postgres://``); a SQLite file,
-    as ``sqlite:///path`` (a URL: ``sqlite:///tmp/x.db`` is ``/tmp/x.db``) or a plain path.
-    Another scheme (``redis://``...) opens the store a package registered for it, and is
-    refused naming the installed schemes where none did, rather than taken for a path."""
+    as a ``sqlite:`` URL (``sqlite_file``: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``)
+    or a plain path. Another scheme (``redis://``...) opens the store a package registered for
+    it, and is refused naming the installed schemes where none did, rather than taken for a path."""
     if isinstance(target, Path):
         return SqliteCheckpointer(target)
     if not isinstance(target, str) or not target:
@@ -95,12 +133,9 @@ def open_checkpointer(target: str | Path) -> Checkpointer:
         return PostgresCheckpointer(target)
     if target in (":memory:", "memory"):
         return MemoryCheckpointer()
-    if target.startswith("sqlite://"):
-        path = target[len("sqlite://"):]
-        if not path.startswith("/") or path == "/":
-            raise InvalidArgument(f"{target!r}: a SQLite URL names an absolute path, as sqlite:///tmp/state.db "
-                                  "(or give the path itself)")
-        return SqliteCheckpointer(path)
+    if target.lower().startswith("sqlite:"):
+        file = sqlite_file(target)
+        return MemoryCheckpointer() if file is None else SqliteCheckpointer(file)
     scheme = scheme_of(target)
     if scheme is not None:
         return _registered(scheme, target)
