@@ -342,9 +342,12 @@ async def _operate(store: Checkpointer, args: argparse.Namespace, console: Conso
 
 def _postgres(action: str, folder: Path) -> int:
     """``start`` prints only the DSN on stdout, for ``--db "$(ringzero postgres start)"``."""
-    from ringzero.local_postgres import LocalPostgres
+    from ringzero.local_postgres import LocalPostgres, NoPostgres
 
     server = LocalPostgres(folder)
+    if action != "start" and not (server.data / "PG_VERSION").exists():
+        raise NoPostgres(f"no PostgreSQL server was made in {server.folder}: ringzero postgres start --dir {folder} "
+                         "makes one")
     if action == "start":
         print(server.start())
         print(f"PostgreSQL runs on 127.0.0.1:{server.port} with its data in {server.folder}; "
@@ -357,73 +360,83 @@ def _postgres(action: str, folder: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. What it reports goes to stdout; an error goes to stderr, with exit status
+    1 (130 for a Ctrl-C), so a script reading stdout (``--db "$(ringzero postgres start)"``)
+    never reads an error as its answer."""
     args = _parser().parse_args(argv)
     console = Console()
+    errors = Console(stderr=True)
     if not console.is_terminal:
         console.width = max(console.width, 110)  # a log or pipe gets the whole table, not 80 columns
     try:
-        db = _database(args.db) if args.command in STORE_COMMANDS else None
-        if isinstance(db, Path) and not db.exists():
-            console.print(f"no state database at {db}")
-            return 1
-        if args.command == "doctor":
-            from ringzero.doctor import diagnose
-
-            return asyncio.run(diagnose(console, args.db))
-        if args.command == "demo" and args.ray:
-            from ringzero.demo_cluster import run_cluster_demo
-
-            if not args.db or not _is_dsn(args.db):
-                raise InvalidArgument("demo --ray needs --db postgresql://... (the store every node shares)")
-            return asyncio.run(run_cluster_demo(args.db, console))
-        if args.command == "demo":
-            from ringzero.demo import run_demo
-            from ringzero.demo_agents import run_agents_demo
-            from ringzero.demo_crash import run_crash_demo
-
-            failed = asyncio.run(run_demo(args.state_dir, console))
-            failed += asyncio.run(run_agents_demo(args.state_dir, console))
-            failed += asyncio.run(run_crash_demo(args.state_dir, console))
-            return 1 if failed else 0
-        if args.command == "ps":
-            assert db is not None
-            return asyncio.run(_ps(db, console))
-        if args.command == "top":
-            assert db is not None
-            return asyncio.run(_top(db, console, args))
-        if args.command == "mcp":
-            return _serve_mcp(args)
-        if args.command == "postgres":
-            return _postgres(args.action, args.dir)
-        assert db is not None
-        if args.command == "send":
-            from ringzero import Kernel
-            from ringzero.resuming import parse_message, send
-
-            message = parse_message(args.message)
-            return asyncio.run(send(Kernel(checkpointer=_store(db), monitor_interval=None), args.pid, message,
-                                    args.priority, console))
-        if args.command in ("show", "settle"):
-            return asyncio.run(_on_store(db, lambda store: _operate(store, args, console)))
-        # As `python -m` and uvicorn do: `--kernel app:make_kernel` and the programs it journaled
-        # import from the folder the command is run in.
-        sys.path.insert(0, os.getcwd())
-        if args.command == "replay":
-            if args.kernel:
-                import_reference(args.kernel, "--kernel")
-            from ringzero.operator_commands import replay_check
-
-            return asyncio.run(_on_store(db, lambda store: replay_check(store, args.pids, console)))
-        start = None
-        if args.command in ("retry", "fork"):
-            from ringzero.resuming import fork_one, retry_one
-
-            start = retry_one(args.pid) if args.command == "retry" else fork_one(args.pid, args.at)
-        return asyncio.run(_resume(db, _kernel_factory(args.kernel), console, spec=args.kernel,
-                                   serving=args.command == "serve" or getattr(args, "serve", False), start=start))
+        return _command(args, console)
     except RingzeroError as exc:
-        console.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
+        errors.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 1
+    except KeyboardInterrupt:
+        errors.print("stopped (Ctrl-C)")
+        return 130
+
+
+def _command(args: argparse.Namespace, console: Console) -> int:
+    db = _database(args.db) if args.command in STORE_COMMANDS else None
+    if isinstance(db, Path) and not db.exists():
+        raise InvalidArgument(f"no state database at {db}")
+    if args.command == "doctor":
+        from ringzero.doctor import diagnose
+
+        return asyncio.run(diagnose(console, args.db))
+    if args.command == "demo" and args.ray:
+        from ringzero.demo_cluster import run_cluster_demo
+
+        if not args.db or not _is_dsn(args.db):
+            raise InvalidArgument("demo --ray needs --db postgresql://... (the store every node shares)")
+        return asyncio.run(run_cluster_demo(args.db, console))
+    if args.command == "demo":
+        from ringzero.demo import run_demo
+        from ringzero.demo_agents import run_agents_demo
+        from ringzero.demo_crash import run_crash_demo
+
+        failed = asyncio.run(run_demo(args.state_dir, console))
+        failed += asyncio.run(run_agents_demo(args.state_dir, console))
+        failed += asyncio.run(run_crash_demo(args.state_dir, console))
+        return 1 if failed else 0
+    if args.command == "ps":
+        assert db is not None
+        return asyncio.run(_ps(db, console))
+    if args.command == "top":
+        assert db is not None
+        return asyncio.run(_top(db, console, args))
+    if args.command == "mcp":
+        return _serve_mcp(args)
+    if args.command == "postgres":
+        return _postgres(args.action, args.dir)
+    assert db is not None
+    if args.command == "send":
+        from ringzero import Kernel
+        from ringzero.resuming import parse_message, send
+
+        message = parse_message(args.message)
+        return asyncio.run(send(Kernel(checkpointer=_store(db), monitor_interval=None), args.pid, message,
+                                args.priority, console))
+    if args.command in ("show", "settle"):
+        return asyncio.run(_on_store(db, lambda store: _operate(store, args, console)))
+    # As `python -m` and uvicorn do: `--kernel app:make_kernel` and the programs it journaled
+    # import from the folder the command is run in.
+    sys.path.insert(0, os.getcwd())
+    if args.command == "replay":
+        if args.kernel:
+            import_reference(args.kernel, "--kernel")
+        from ringzero.operator_commands import replay_check
+
+        return asyncio.run(_on_store(db, lambda store: replay_check(store, args.pids, console)))
+    start = None
+    if args.command in ("retry", "fork"):
+        from ringzero.resuming import fork_one, retry_one
+
+        start = retry_one(args.pid) if args.command == "retry" else fork_one(args.pid, args.at)
+    return asyncio.run(_resume(db, _kernel_factory(args.kernel), console, spec=args.kernel,
+                               serving=args.command == "serve" or getattr(args, "serve", False), start=start))
 
 
 if __name__ == "__main__":

@@ -242,7 +242,7 @@ async def test_a_corrupt_database_file_is_named_in_the_error(tmp_path: Path) -> 
     out = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "ringzero.cli", "ps", "--db", str(corrupt)],
         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1 and "not a database" in out.stdout and "Traceback" not in out.stderr, out
+    assert out.returncode == 1 and "not a database" in out.stderr and "Traceback" not in out.stderr, out
 
 
 @pytest.mark.parametrize(("args", "names"), [

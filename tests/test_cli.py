@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -56,7 +57,7 @@ def test_demo_runs_every_scenario_with_zero_failed_llm_calls(tmp_path: Path) -> 
 
 def test_ps_on_a_missing_database_says_so(tmp_path: Path) -> None:
     out = ringzero_cli("ps", "--db", "nowhere.db", cwd=tmp_path)
-    assert out.returncode == 1 and "no state database at nowhere.db" in out.stdout
+    assert out.returncode == 1 and "no state database at nowhere.db" in out.stderr and out.stdout == "", out
 
 
 @pytest.mark.timeout(120)
@@ -92,7 +93,7 @@ async def test_resume_finishes_a_process_whose_host_was_killed(tmp_path: Path, m
 def test_resume_with_a_bad_kernel_factory_names_it(tmp_path: Path) -> None:
     (tmp_path / "state.db").touch()
     out = ringzero_cli("resume", "--db", "state.db", "--kernel", "no_such_module:make", cwd=tmp_path)
-    assert out.returncode == 1 and "cannot import --kernel 'no_such_module:make'" in out.stdout
+    assert out.returncode == 1 and "cannot import --kernel 'no_such_module:make'" in out.stderr and not out.stdout
 
 
 def test_doctor_reports_each_executor_as_probed(tmp_path: Path) -> None:
@@ -183,6 +184,79 @@ def test_ringzero_postgres_without_the_server_programs_says_what_to_install(
 
     monkeypatch.setattr(local_postgres, "server_programs", lambda: None)
     assert cli.main(["postgres", "start", "--dir", "unused"]) == 1
-    said = " ".join(capsys.readouterr().out.split())
+    printed = capsys.readouterr()
+    said = " ".join(printed.err.split())
+    assert printed.out == "", "an error where a script reads the DSN"
     assert "PostgreSQL's server programs (initdb, pg_ctl) are not on this machine" in said
     assert "apt-get install postgresql" in said and "brew install postgresql" in said
+
+
+ERRORS = {
+    "ps of a missing store": (["ps", "--db", "nowhere.db"], "no state database at nowhere.db"),
+    "send of a message that is not JSON": (["send", "--db", "{db}", "1", "{{approved}}"], "must be JSON"),
+    "show of an unknown pid": (["show", "--db", "{db}", "99"], "99"),
+    "postgres status of a folder with no server": (["postgres", "status", "--dir", "{tmp}/none"],
+                                                   "no PostgreSQL server was made in"),
+    "postgres stop of a folder with no server": (["postgres", "stop", "--dir", "{tmp}/none"],
+                                                 "no PostgreSQL server was made in"),
+    "an unknown store scheme": (["ps", "--db", "mysql://db/x"], "no checkpointer is installed for mysql://"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_every_command_s_error_goes_to_stderr_with_a_non_zero_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """Errors were printed on stdout, where a script reads its answer (``--db "$(ringzero
+    postgres start)"`` took the error for a DSN), and ``postgres status`` of a folder with no
+    server printed a DSN it made up. Now stdout holds nothing but answers."""
+    from ringzero import local_postgres
+    from ringzero.checkpointers import SqliteCheckpointer
+    from ringzero.cli import main
+
+    if "postgres" in case and local_postgres.server_programs() is None:
+        monkeypatch.setattr(local_postgres, "server_programs", lambda: tmp_path)  # the folder is what is judged
+    db = tmp_path / "state.db"
+
+    async def make() -> None:
+        async with ringzero.Kernel(checkpointer=SqliteCheckpointer(db)):
+            pass
+
+    asyncio.run(make())
+    monkeypatch.chdir(tmp_path)
+    command, says = ERRORS[case]
+    code = main([part.format(db=db, tmp=tmp_path) for part in command])
+    printed = capsys.readouterr()
+    assert code == 1 and printed.out == "", printed
+    assert "error:" in printed.err and says in " ".join(printed.err.split()), printed.err
+
+
+async def test_ctrl_c_on_serve_with_schedules_stops_it_without_a_traceback(tmp_path: Path) -> None:
+    """``serve`` firing a schedule printed a traceback on Ctrl-C; now it says it stopped, on
+    stderr, with exit status 130, after the firings it made."""
+    import signal
+
+    from tests import schedule_programs
+
+    db, log = tmp_path / "state.db", tmp_path / "stamps.log"
+    log.touch()
+    async with schedule_programs.make_kernel(db) as kernel:
+        await kernel.schedule(schedule_programs.stamp, name="stamps", every=0.5)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RINGZERO_TEST_LOG": str(log)}
+    serving = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "ringzero.cli", "serve", "--db", str(db), "--kernel",
+        "tests.schedule_programs:make_kernel", cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if log.read_text():
+                break
+            await asyncio.sleep(0.05)
+        serving.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(serving.communicate(), 30)
+    finally:
+        if serving.returncode is None:
+            serving.kill()
+            await serving.wait()
+    assert log.read_text(), "the schedule never fired"
+    assert serving.returncode == 130 and "Traceback" not in err.decode(), err.decode()
+    assert "stopped (Ctrl-C)" in err.decode() and "firing 1 schedule(s)" in out.decode()

@@ -29,8 +29,13 @@ def deployed_version_one() -> Any:
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Run a command; what it printed, joined into one line: stdout where it succeeded, stderr
+    (where errors go, and only there) where it failed."""
     code = main(list(args))
-    return code, " ".join(capsys.readouterr().out.split())
+    printed = capsys.readouterr()
+    if code != 0:
+        assert printed.out.strip() == "" or "error:" not in printed.out, printed.out
+    return code, " ".join((printed.out if code == 0 else printed.err or printed.out).split())
 
 
 def store_rows(db: Path) -> dict[str, Any]:

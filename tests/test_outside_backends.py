@@ -138,10 +138,10 @@ async def test_a_store_named_by_its_registered_scheme_is_the_package_s(site: Pat
 def test_an_unknown_scheme_is_refused_in_one_line_naming_the_installed_ones(site: Path) -> None:
     refused = cli(site, "ps", "--db", "redis://127.0.0.1:6390/0")
     assert refused.returncode == 1
-    assert refused.stdout.strip().splitlines() == [
+    assert refused.stderr.strip().splitlines() == [
         "error: no checkpointer is installed for redis://; the schemes installed are sqlite://, postgresql://, "
         "postgres://, outside:// (a package adds one under the entry point group 'ringzero.checkpointers')"], \
-        refused.stdout
+        refused.stderr
 
 
 async def test_kernels_sharing_a_store_that_cannot_claim_pids_are_refused_at_start(site: Path,

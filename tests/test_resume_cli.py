@@ -81,7 +81,7 @@ async def test_resume_refuses_a_script_without_a_main_guard_and_starts_nothing(t
     assert first.returncode == 0 and first.stdout.strip() == "hi", first.stderr
     out = await asyncio.to_thread(run, "-m", "ringzero.cli", "resume", "--db", "state.db", "--kernel",
                                   "ex2:make_kernel", cwd=tmp_path)
-    text = " ".join(out.stdout.split())
+    text = " ".join(out.stderr.split())
     assert out.returncode == 1, out.stdout + out.stderr
     assert "a Kernel was started while ringzero imported module 'ex2' to resume its processes" in text
     assert 'under `if __name__ == "__main__":`' in text
@@ -103,12 +103,12 @@ def test_a_kernel_factory_with_the_wrong_signature_is_told_the_right_one(tmp_pat
     (tmp_path / "state.db").touch()
     for name, says in (("no_db", "cannot be called with the database"), ("not_a_kernel", "returned int")):
         out = run("-m", "ringzero.cli", "resume", "--db", "state.db", "--kernel", f"factories:{name}", cwd=tmp_path)
-        text = " ".join(out.stdout.split())
+        text = " ".join(out.stderr.split())
         assert out.returncode == 1 and says in text and "def make_kernel(db):" in text, out.stdout + out.stderr
     for command in ("resume", "serve"):
         out = run("-m", "ringzero.cli", command, "--db", "state.db", "--kernel", "factories:raises", cwd=tmp_path)
         assert out.returncode == 1 and "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
-        assert "--kernel 'factories:raises' raised KeyError: 'OPENAI_API_KEY'" in " ".join(out.stdout.split())
+        assert "--kernel 'factories:raises' raised KeyError: 'OPENAI_API_KEY'" in " ".join(out.stderr.split())
     helped = run("-m", "ringzero.cli", "resume", "--help", cwd=tmp_path)
     assert "def make_kernel(db): return Kernel(checkpointer=SqliteCheckpointer(db)" in " ".join(helped.stdout.split())
 
@@ -200,7 +200,7 @@ async def serving(db: str, log: Path) -> AsyncIterator[tuple[subprocess.Popen[st
 def test_send_refuses_a_message_that_is_not_json(tmp_path: Path) -> None:
     (tmp_path / "state.db").touch()
     out = run("-m", "ringzero.cli", "send", "--db", "state.db", "1", "{approved}", cwd=tmp_path)
-    assert out.returncode == 1 and "the message must be JSON" in " ".join(out.stdout.split()), out.stdout
+    assert out.returncode == 1 and "the message must be JSON" in " ".join(out.stderr.split()), out.stderr
 
 
 async def test_serve_resumes_a_paused_process_when_top_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
