@@ -16,6 +16,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,19 @@ async def checkpointer(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         store = PostgresCheckpointer(fresh_database(request.getfixturevalue("postgres_dsn")))
     yield store
     await store.aclose()
+
+
+@pytest.fixture
+def open_again(checkpointer: Checkpointer) -> Any:
+    """Another instance over the same storage as ``checkpointer``, as a second kernel opens it
+    (the checkpointer kit races claims across instances)."""
+    from ringzero.checkpointers import PostgresCheckpointer
+
+    if isinstance(checkpointer, SqliteCheckpointer):
+        return lambda: SqliteCheckpointer(checkpointer.path)
+    if isinstance(checkpointer, PostgresCheckpointer):
+        return lambda: PostgresCheckpointer(checkpointer.dsn)
+    raise AssertionError(f"{type(checkpointer).__name__} is one store per instance")
 
 
 @pytest.fixture

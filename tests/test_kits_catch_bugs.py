@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from ringzero import BadRequest, Checkpoint
-from ringzero.checkpointers import MemoryCheckpointer
-from ringzero.compat.checkpointer import CheckpointerConformance
+from ringzero.checkpointers import MemoryCheckpointer, SqliteCheckpointer
+from ringzero.compat.checkpointer import CheckpointerConformance, claims_race_across_instances
 from ringzero.compat.executor import ExecutorConformance
 from ringzero.compat.llm import LLMProviderConformance
 from ringzero.compat.llm_wire import scenario_server
@@ -150,3 +150,92 @@ async def test_a_scheduler_that_leaks_a_slot_handed_to_a_cancelled_wait_fails_th
     await fails(lambda: kit.test_a_wait_cancelled_right_after_hand_off_leaks_no_slot(Leaks()),
                 lambda: kit.test_a_wait_cancelled_right_after_hand_off_leaks_no_slot(HeapScheduler()),
                 "the slot handed to a cancelled wait was never given back")
+
+
+class DeletesByPrefix(MemoryCheckpointer):
+    """``delete_thread`` matches thread ids by prefix, as ``WHERE thread_id LIKE ? || '%'`` does."""
+
+    async def delete_thread(self, thread_id: str) -> None:
+        for thread in [t for t in self._threads if t.startswith(thread_id)]:
+            await super().delete_thread(thread)
+
+
+async def test_a_store_that_deletes_threads_by_prefix_fails_the_checkpointer_kit() -> None:
+    """Deleting ``user-1`` wiped ``user-10``; in a kernel, process 1 took process 12 with it."""
+    kit = CheckpointerConformance()
+    await fails(lambda: kit.test_delete_thread_matches_the_whole_id_never_a_prefix_or_pattern(DeletesByPrefix()),
+                lambda: kit.test_delete_thread_matches_the_whole_id_never_a_prefix_or_pattern(MemoryCheckpointer()),
+                "delete_thread took more than the thread it names")
+
+
+class ChecksThenPuts(SqliteCheckpointer):
+    """A claim that reads, then writes: atomic only where one client serializes the calls."""
+
+    async def claim(self, checkpoint: Checkpoint) -> bool:
+        if await self.get(checkpoint.thread_id, checkpoint.namespace, checkpoint.id) is not None:
+            return False
+        await asyncio.sleep(0.01)  # the round trip between the read and the write
+        await self.put(checkpoint)
+        return True
+
+
+async def test_a_claim_that_is_atomic_only_in_one_client_fails_the_checkpointer_kit(tmp_path: Path) -> None:
+    """Eight kernels, each with its own instance of the store, all won one pid: the kit raced on
+    one instance, whose client serialized the calls."""
+    control, planted = tmp_path / "control.db", tmp_path / "planted.db"
+    await fails(lambda: _race(ChecksThenPuts(planted), lambda: ChecksThenPuts(planted)),
+                lambda: _race(SqliteCheckpointer(control), lambda: SqliteCheckpointer(control)),
+                "instances of the store won one claim")
+
+
+async def _race(first: Any, open_again: Callable[[], Any]) -> None:
+    try:
+        await claims_race_across_instances(first, open_again)
+    finally:
+        await first.aclose()
+
+
+async def test_an_executor_that_drops_stdout_when_the_code_raises_fails_the_executor_kit(site: Path) -> None:
+    from ringzero_outside.executor import PipeExecutor
+
+    class DropsIt(PipeExecutor):
+        async def run(self, code: str, **options: Any) -> Any:
+            result = await super().run(code, **options)
+            return dataclasses.replace(result, stdout="") if result.error is not None else result
+
+    kit = ExecutorConformance()
+    await fails(lambda: kit.test_what_the_code_printed_before_it_raised_is_kept(DropsIt()),
+                lambda: kit.test_what_the_code_printed_before_it_raised_is_kept(PipeExecutor()),
+                "the code printed two lines before it raised")
+
+
+async def test_a_provider_that_says_length_for_max_tokens_fails_the_llm_kit(site: Path) -> None:
+    """The vendor's word passed through: a loop that checks for ``max_tokens`` never asks for the rest."""
+    from ringzero_outside import provider as outside
+
+    class KeepsTheVendorsWord(outside.ChatCompletions):
+        async def complete(self, request: Any) -> Any:
+            saved = dict(outside.STOP_REASONS)
+            outside.STOP_REASONS.pop("length")
+            try:
+                return await super().complete(request)
+            finally:
+                outside.STOP_REASONS.update(saved)
+
+    kit = LLMProviderConformance()
+    await fails(lambda: kit.test_an_answer_cut_short_by_the_token_limit_stops_for_max_tokens(
+                    on_the_kit_s_server(lambda url: KeepsTheVendorsWord(url, timeout=0.3))),
+                lambda: kit.test_an_answer_cut_short_by_the_token_limit_stops_for_max_tokens(
+                    on_the_kit_s_server(lambda url: outside.ChatCompletions(url, timeout=0.3))),
+                "stopped for 'length', not 'max_tokens'")
+
+
+async def test_the_kit_s_anthropic_server_answers_the_sdk_s_beta_path() -> None:
+    """The Anthropic SDK's beta client posts to ``/v1/messages?beta=true``: the kit's server
+    answered 404."""
+    with scenario_server("anthropic", "answer") as url:
+        async with httpx.AsyncClient() as client:
+            response = await client.post(f"{url}/v1/messages?beta=true", json={
+                "model": "claude-test", "max_tokens": 10, "messages": [{"role": "user", "content": "ping"}]},
+                headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    assert response.status_code == 200 and response.json()["content"][0]["text"] == "pong", response.text

@@ -56,6 +56,12 @@ class TestCrewLLMProvider(OpenAIWireConformance):
         return lambda url: CrewLLMProvider(LLM(model="openai/gpt-test", base_url=url, api_key="sk-test", timeout=0.3,
                                                max_retries=0))
 
+    @pytest.mark.xfail(strict=True, reason="CrewAI's LLM.call returns the answer's text alone; the finish reason "
+                                           "goes only to CrewAI's event bus, on a thread pool, so CrewLLMProvider "
+                                           "reads an answer cut at the token limit as end_turn (a known gap)")
+    async def test_an_answer_cut_short_by_the_token_limit_stops_for_max_tokens(self, provider_for: Any) -> None:
+        await super().test_an_answer_cut_short_by_the_token_limit_stops_for_max_tokens(provider_for)
+
 
 def scripted_backend(scenario: str) -> Callable[[LLMRequest], Any]:
     def answer(request: LLMRequest) -> Any:
@@ -63,6 +69,8 @@ def scripted_backend(scenario: str) -> Callable[[LLMRequest], Any]:
             return LLMResponse(Message("assistant", "pong"), Usage(11, 7), "end_turn", "scripted")
         if scenario == "tool_call":
             return {"content": "", "tool_calls": [{"id": "call_1", "name": "weather", "arguments": {"city": "Paris"}}]}
+        if scenario == "truncated":
+            return LLMResponse(Message("assistant", "po"), Usage(11, 7), "max_tokens", "scripted")
         if scenario == "echo":
             return request.messages[-1].content
         return {"rate_limited_retry_after": RateLimited("429", retry_after=2.0), "rate_limited": RateLimited("429"),
@@ -118,6 +126,8 @@ class ScenarioChatModel(BaseChatModel):
         if self.scenario == "tool_call":
             reply = AIMessage("", tool_calls=[{"id": "call_1", "name": "weather", "args": {"city": "Paris"}}],
                               usage_metadata=usage)
+        elif self.scenario == "truncated":  # as langchain-openai says so: the vendor's finish reason, kept
+            reply = AIMessage("po", usage_metadata=usage, response_metadata={"finish_reason": "length"})
         else:
             reply = AIMessage("pong" if self.scenario == "answer" else str(messages[-1].content), usage_metadata=usage)
         return ChatResult(generations=[ChatGeneration(message=reply)])

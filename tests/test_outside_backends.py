@@ -180,6 +180,12 @@ class TestOutsideStore(CheckpointerConformance):
         yield store
         await store.aclose()
 
+    @pytest.fixture
+    def open_again(self, tmp_path: Path) -> Callable[[], Checkpointer]:
+        from ringzero_outside.store import OutsideStore
+
+        return lambda: OutsideStore(str(tmp_path / "kit.db"))
+
 
 class TestChatCompletions(OpenAIWireConformance):
     """The outside provider, judged on the kit's own OpenAI-format server."""

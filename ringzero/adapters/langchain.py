@@ -22,6 +22,7 @@ from ringzero.adapters._graph_guard import refuse_persistent_checkpointer
 from ringzero.core.context import Context
 from ringzero.core.contract import errors
 from ringzero.core.contract.errors import MissingExtra
+from ringzero.core.contract.llm_types import stop_reason_of
 from ringzero.core.contract.protocols import LLMProvider, ProviderCapabilities, TextSink
 from ringzero.core.contract.types import LLMRequest, LLMResponse, Message, ToolCall, ToolSchema, Usage
 from ringzero.core.routing import route, route_sync
@@ -307,8 +308,10 @@ class ChatModelProvider:
     @staticmethod
     def _response(reply: Any) -> LLMResponse:
         usage = getattr(reply, "usage_metadata", None) or {}
+        metadata = getattr(reply, "response_metadata", None) or {}  # the vendor's words, as its integration kept them
         message = from_langchain(reply)
         return LLMResponse(message=message, usage=Usage(int(usage.get("input_tokens", 0)),
                                                         int(usage.get("output_tokens", 0))),
-                           stop_reason="tool_use" if message.tool_calls else "end_turn",
-                           model=(getattr(reply, "response_metadata", None) or {}).get("model_name"))
+                           stop_reason=stop_reason_of(metadata.get("finish_reason") or metadata.get("stop_reason"),
+                                                      tool_calls=bool(message.tool_calls)),
+                           model=metadata.get("model_name"))

@@ -11,6 +11,15 @@ fresh, empty instance of your backend (and closes it afterwards)::
             await store.aclose()
 
 Needs pytest-asyncio. Optional behaviour is tested only where ``capabilities`` declares it.
+A store that declares ``multi_process`` and ``claims`` (several kernels share it, each opening
+its own instance) also gives the kit an ``open_again`` fixture: a callable that returns a new
+instance over the same storage as ``checkpointer``, as another kernel would open it; the kit
+races claims across such instances, where one client could hide a claim that is not atomic by
+serializing the calls itself::
+
+        @pytest.fixture
+        def open_again(self, checkpointer):
+            return lambda: MyCheckpointer(checkpointer.url)
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ import pytest
 from ringzero.core.contract.protocols import Appending, Batching, Checkpointer, backend_problems
 from ringzero.core.contract.types import JSON, Checkpoint, PendingWrite
 
-__all__ = ["CheckpointerConformance"]
+__all__ = ["CheckpointerConformance", "claims_race_across_instances"]
 
 
 def cp(thread: str, cid: str, ns: str = "", **meta: JSON) -> Checkpoint:
@@ -149,6 +158,19 @@ class CheckpointerConformance:
         assert await checkpointer.get("t") is None and await checkpointer.get("t", "sub") is None
         assert await checkpointer.get("keep") is not None
 
+    async def test_delete_thread_matches_the_whole_id_never_a_prefix_or_pattern(self, checkpointer: Checkpointer,
+                                                                                ) -> None:
+        """``user-1`` is not ``user-10`` (a prefix match deleted both: in a kernel, process 1 took
+        process 12 with it), nor is ``a_c`` ``abc`` (SQL ``LIKE``'s wildcards)."""
+        ids = ["user-1", "user-10", "user-1/sub", "a_c", "abc", "x%", "xyz"]
+        for thread in ids:
+            await checkpointer.put(cp(thread, "1"))
+        for thread in ("user-1", "a_c", "x%"):
+            await checkpointer.delete_thread(thread)
+        left = [thread for thread in ids if await checkpointer.get(thread) is not None]
+        assert left == ["user-10", "user-1/sub", "abc", "xyz"], (
+            f"delete_thread took more than the thread it names: what is left is {left}")
+
     async def test_delete_checkpoints_removes_exactly_those_with_their_writes(self, checkpointer: Checkpointer) -> None:
         if not checkpointer.capabilities.delete_checkpoints:
             pytest.skip("this checkpointer declares no single-checkpoint deletion")
@@ -235,3 +257,36 @@ class CheckpointerConformance:
         assert sorted(won) == [False] * 7 + [True]
         stored = await checkpointer.get("race", "", "7")
         assert stored is not None and stored.payload == str(won.index(True)).encode()
+
+    async def test_of_claims_racing_from_separate_instances_exactly_one_wins(self, checkpointer: Checkpointer,
+                                                                            request: pytest.FixtureRequest) -> None:
+        """Eight kernels, each with its own instance of the store, claim one pid: one wins. On one
+        instance a client that serializes its calls would hide a claim that is not atomic."""
+        capabilities = checkpointer.capabilities
+        if not capabilities.claims or not capabilities.multi_process:
+            pytest.skip("this checkpointer declares no atomic claim shared by several kernels "
+                        "(claims and multi_process)")
+        try:
+            open_again = request.getfixturevalue("open_again")
+        except pytest.FixtureLookupError:
+            raise AssertionError("the store declares multi_process and claims: give the kit an open_again fixture, "
+                                 "a callable that returns a new instance over the same storage as checkpointer "
+                                 "(see ringzero.compat.checkpointer)") from None
+        await claims_race_across_instances(checkpointer, open_again)
+
+
+async def claims_race_across_instances(checkpointer: Checkpointer, open_again: Any) -> None:
+    """Seven more instances of the store, opened by ``open_again``, and ``checkpointer``: each
+    claims one address at once; exactly one wins."""
+    others: list[Checkpointer] = []
+    try:
+        for _ in range(7):
+            opened = open_again()
+            others.append(await opened if asyncio.iscoroutine(opened) else opened)
+        stores = [checkpointer, *others]
+        won = await asyncio.gather(*(store.claim(Checkpoint("race-across", "", "12", str(i).encode()))
+                                     for i, store in enumerate(stores)))
+        assert won.count(True) == 1, (f"{won.count(True)} of 8 instances of the store won one claim: a claim must be "
+                                      "atomic in the storage itself, not in one client")
+    finally:
+        await asyncio.gather(*(other.aclose() for other in others))

@@ -78,6 +78,14 @@ class ExecutorConformance:
         assert result.error is not None and (result.error.type, result.error.message) == ("ValueError", "bad input")
         assert (await executor.run("1 + 1")).value == 2  # and the executor serves the next run
 
+    async def test_what_the_code_printed_before_it_raised_is_kept(self, executor: Executor) -> None:
+        """The run's stdout is the code's, error or not: what it printed on its way to a failure
+        is how a model (or a person) finds out why."""
+        result = await executor.run("print('step 1 done')\nprint('step 2...')\nraise KeyError('price')")
+        assert result.error is not None and result.error.type == "KeyError", result
+        assert result.stdout == "step 1 done\nstep 2...\n", (
+            f"the code printed two lines before it raised; stdout came back as {result.stdout!r}")
+
     async def test_a_syntax_error_is_data(self, executor: Executor) -> None:
         result = await executor.run("def broken(:\n    pass")
         assert result.error is not None and result.error.type == "SyntaxError"

@@ -58,6 +58,8 @@ WEATHER = ToolSchema("weather", "The weather in a city.",
 SCENARIOS: dict[str, str] = {
     "answer": "answer the text 'pong', reporting 11 input and 7 output tokens",
     "tool_call": "answer with one tool call: id 'call_1', name 'weather', arguments {'city': 'Paris'}",
+    "truncated": "answer the text 'po', cut short by the output token limit (the vendor's own stop reason for it: "
+                 "OpenAI's finish_reason 'length', Anthropic's stop_reason 'max_tokens')",
     "echo": "answer with the text of the request's last message (for a tool result: the result's text)",
     "rate_limited_retry_after": "refuse with the vendor's rate-limit error (HTTP 429) and Retry-After: 2",
     "rate_limited": "refuse with the vendor's rate-limit error (HTTP 429) and no Retry-After",
@@ -136,6 +138,14 @@ class LLMProviderConformance:
         assert response.content == "pong" and response.tool_calls == ()
         assert (response.usage.input_tokens, response.usage.output_tokens) == (11, 7)
         assert response.stop_reason == "end_turn"
+
+    async def test_an_answer_cut_short_by_the_token_limit_stops_for_max_tokens(self, provider_for: ProviderFor) -> None:
+        """Whatever the vendor calls it (OpenAI's ``length``), the kernel's word is ``max_tokens``:
+        what a loop checks to ask for the rest."""
+        response = await _complete(provider_for, "truncated")
+        assert response.content == "po", response
+        assert response.stop_reason == "max_tokens", (
+            f"an answer cut short by the token limit stopped for {response.stop_reason!r}, not 'max_tokens'")
 
     async def test_a_tool_call_comes_back_parsed(self, provider_for: ProviderFor) -> None:
         response = await _complete(provider_for, "tool_call")

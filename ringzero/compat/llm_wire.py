@@ -75,6 +75,9 @@ def _whole(vendor: Vendor, scenario: str) -> Reply:
     if scenario == "tool_call":
         call = [("call_1", "weather", {"city": "Paris"})]
         return openai_answer(None, call) if vendor == "openai" else anthropic_answer("", call)
+    if scenario == "truncated":
+        return (openai_answer("po", usage=(11, 7), finish="length") if vendor == "openai"
+                else anthropic_answer("po", usage=(11, 7), stop="max_tokens"))
     if scenario == "timeout":
         return dataclasses.replace(answer("pong", usage=(11, 7)), delay=SLOW_SECONDS)
     if scenario == "rate_limited_retry_after":

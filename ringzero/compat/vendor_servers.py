@@ -240,7 +240,7 @@ class VendorServer:
     def refusal(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> Reply | None:
         """What the vendor's API answers a request it refuses (a wrong route, a malformed body)."""
         expected = "/v1/chat/completions" if self.vendor == "openai" else "/v1/messages"
-        if path != expected:
+        if path.partition("?")[0] != expected:  # a query is the SDK's (the beta client's ?beta=true)
             return Reply(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
         return (openai_problem if self.vendor == "openai" else anthropic_problem)(headers, body)
 

@@ -12,7 +12,8 @@ from ringzero.core.contract.json_data import JSON, canonical_json
 
 Role = Literal["system", "user", "assistant", "tool"]
 
-__all__ = ["LLMRequest", "LLMResponse", "Message", "Role", "ToolCall", "ToolSchema", "Usage", "coerce_messages"]
+__all__ = ["LLMRequest", "LLMResponse", "Message", "Role", "ToolCall", "ToolSchema", "Usage", "coerce_messages",
+           "stop_reason_of"]
 
 _ascii = json.encoder.encode_basestring_ascii
 
@@ -151,6 +152,22 @@ class Usage:
     def __add__(self, other: Usage) -> Usage:
         cost = None if self.cost is None and other.cost is None else (self.cost or 0.0) + (other.cost or 0.0)
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens, cost)
+
+
+_VENDOR_STOP_WORDS = {"stop": "end_turn", "end_turn": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use",
+                      "tool_use": "tool_use", "length": "max_tokens", "max_tokens": "max_tokens",
+                      "stop_sequence": "stop_sequence"}
+
+
+def stop_reason_of(word: object, *, tool_calls: bool = False) -> str:
+    """The kernel's word (``LLMResponse.stop_reason``) for a vendor's: OpenAI's ``stop``,
+    ``tool_calls`` and ``length`` are ``end_turn``, ``tool_use`` and ``max_tokens``; Anthropic's
+    words are the kernel's already; another passes as it is (lower case). With no word, the
+    answer's own shape says: ``tool_use`` where it calls tools, else ``end_turn``."""
+    if not word:
+        return "tool_use" if tool_calls else "end_turn"
+    text = str(word).lower()
+    return _VENDOR_STOP_WORDS.get(text, text)
 
 
 @dataclass(frozen=True)

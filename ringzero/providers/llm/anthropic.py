@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ringzero.core.contract.errors import InvalidArgument, ProviderUnavailable
+from ringzero.core.contract.llm_types import stop_reason_of
 from ringzero.core.contract.protocols import ProviderCapabilities, TextSink
 from ringzero.core.contract.types import LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.providers.llm._client import ClientPerLoop
@@ -117,7 +118,7 @@ class AnthropicProvider:
         return LLMResponse(
             message=Message("assistant", text, tool_calls=calls, blocks=kept),
             usage=Usage(read, int(usage.get("output_tokens") or 0)),
-            stop_reason=str(data.get("stop_reason") or "end_turn"),
+            stop_reason=stop_reason_of(data.get("stop_reason"), tool_calls=bool(calls)),
             model=data.get("model") or request.model or self.model,
             id=str(data["id"]) if data.get("id") else None,
         )

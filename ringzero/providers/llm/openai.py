@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ringzero.core.contract.errors import InvalidArgument, ProviderUnavailable
+from ringzero.core.contract.llm_types import stop_reason_of
 from ringzero.core.contract.protocols import ProviderCapabilities, TextSink
 from ringzero.core.contract.tokens import MESSAGE_FRAMING
 from ringzero.core.contract.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
@@ -31,7 +32,6 @@ __all__ = ["OpenAIProvider"]
 
 OFFICIAL_URL = "https://api.openai.com/v1"
 VENDOR = "the OpenAI server"
-_STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
 
 
 class OpenAIProvider:
@@ -117,11 +117,10 @@ class OpenAIProvider:
         wire = choice["message"] or {}
         calls = tuple(_tool_call(c) for c in wire.get("tool_calls") or ())
         usage = data.get("usage") or {}
-        finish = str(choice.get("finish_reason") or "stop")
         return LLMResponse(
             message=Message("assistant", _text(wire.get("content")), tool_calls=calls),
             usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
-            stop_reason=_STOP_REASONS.get(finish, finish),
+            stop_reason=stop_reason_of(choice.get("finish_reason"), tool_calls=bool(calls)),
             model=data.get("model") or request.model or self.model,
             id=str(data["id"]) if data.get("id") else None,
         )
