@@ -90,7 +90,7 @@ from ringzero.defaults import BuiltInBackends as _BuiltInBackends
 
 _install_backends(_BuiltInBackends())  # before any Kernel: core itself imports no backend
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AuthenticationFailed",
