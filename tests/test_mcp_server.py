@@ -124,3 +124,23 @@ async def test_the_mcp_server_over_streamable_http_on_loopback(tmp_path: Path) -
             assert text_of(ran) == "Result: 'snow'"
             no_model = await session.call_tool("execute_task", {"task": "anything"})
             assert no_model.isError and "no LLM provider" in no_model.content[0].text  # type: ignore[union-attr]
+
+
+async def test_a_client_that_ends_its_session_cleanly_leaves_no_error_in_the_server_s_log(tmp_path: Path) -> None:
+    """The MCP library logged an error with a traceback for every clean disconnect (its SSE
+    writer finding the stream closed); an operator reading the log took each for a failure."""
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with mcp_over_http("--state-dir", str(tmp_path), "--tools", "tests.agent_tools:get_weather", cwd=ROOT,
+                             env={"RINGZERO_MCP_TOKEN": "a-token-for-this-test"}) as server:
+        for _ in range(2):
+            client = httpx.AsyncClient(headers={"Authorization": "Bearer a-token-for-this-test"})
+            async with client, streamable_http_client(server.url, http_client=client) as (read, write, _), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+                assert text_of(await session.call_tool("execute_code", {"code": "get_weather('Oslo')"})) == \
+                    "Result: 'snow'"
+        await asyncio.sleep(0.5)  # the server notices the closed streams
+    log = server.stderr.decode()
+    assert "Traceback" not in log and "ERROR" not in log, log[-2000:]

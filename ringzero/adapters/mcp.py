@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -203,9 +204,26 @@ def serve(agent: CodeAgent, transport: str = "stdio", port: int = 8765, *, token
         agent.close()
 
 
+class _ClientWentAway(logging.Filter):
+    """The MCP library logs an error with a traceback when a client ends its session cleanly
+    (its standalone SSE stream's writer finds the stream closed); that is no error: it is left
+    out. Any other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream))
+
+
+_STREAMABLE_HTTP_LOGGER = "mcp.server.streamable_http"
+
+
 async def _serve_http(server: FastMCP, token: str | None) -> None:
     """FastMCP's own streamable-HTTP app and server, behind the token where there is one."""
     import uvicorn
+
+    quiet = logging.getLogger(_STREAMABLE_HTTP_LOGGER)
+    if not any(isinstance(f, _ClientWentAway) for f in quiet.filters):
+        quiet.addFilter(_ClientWentAway())
 
     app: Any = server.streamable_http_app()
     if token is not None:
