@@ -298,8 +298,8 @@ def _report(console: Console, handles: Sequence[ProcessHandle], ends: Ends, done
         f"for a message, {paused} paused, {children} waiting for a child, {sleeping} asleep; {replayed} recorded "
         f"syscall(s) replayed from the journal (no LLM call or tool run made again), {done.syscalls} made live, "
         f"{done.code_calls} tool call(s) from code recorded; {in_doubt} call(s) in doubt: {done.in_doubt_rerun} run "
-        f"again (idempotent, or under their idempotency key), {done.in_doubt_raised} raised as ToolInDoubt in the "
-        "program")
+        f"again (idempotent, or under their idempotency key), {done.in_doubt_raised} left to the program (raised "
+        "as ToolInDoubt, or told to the model where a tool node has in_doubt=\"report\")")
     kernel_flag = f" --kernel {kernel_spec}" if kernel_spec else ""
     for pid, why in sorted(ends.waiting.items()):
         wakes = ends.wakes.get(pid)

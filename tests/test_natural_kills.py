@@ -133,7 +133,7 @@ def done_before(view: dict[str, Any]) -> tuple[set[str], set[str]]:
 def printed_counts(out: str) -> dict[str, int]:
     text = " ".join(out.split())
     found = re.search(r"(\d+) recorded syscall\(s\) replayed from the journal .*?, (\d+) made live, (\d+) tool call"
-                      r".*? (\d+) call\(s\) in doubt: (\d+) run again .*?, (\d+) raised as ToolInDoubt", text)
+                      r".*? (\d+) call\(s\) in doubt: (\d+) run again .*?, (\d+) left to the program", text)
     assert found, text
     return {"replayed": int(found[1]), "live": int(found[2]), "code_calls": int(found[3]), "in_doubt": int(found[4]),
             "rerun": int(found[5]), "raised": int(found[6])}

@@ -250,3 +250,18 @@ async def test_a_handle_reaches_a_process_that_waits_in_the_store_and_waits_for_
         assert await handle.wait(timeout=60) == {"draft": "answer to draft the announcement",
                                                  "published": "published 32 chars"}
         assert (await resumed).returncode == 0
+
+
+def test_the_resume_summary_does_not_say_an_in_doubt_call_was_raised_where_a_model_was_told() -> None:
+    """Under a tool node's ``in_doubt="report"`` the model is told, nothing is raised: the
+    summary said "raised as ToolInDoubt in the program" of every in-doubt call left to it."""
+    from rich.console import Console
+
+    from ringzero.resuming import Ends, StoreCounts, _report
+
+    console = Console(record=True, width=400)
+    _report(console, [], Ends({}, {}, {}, {}), StoreCounts(syscalls=3, in_doubt_raised=1), 2, db="state.db",
+            kernel_spec=None)
+    said = " ".join(console.export_text().split())
+    assert "1 call(s) in doubt: 0 run again" in said and "1 left to the program (raised as ToolInDoubt, or told " \
+        "to the model where a tool node has in_doubt=\"report\")" in said, said
