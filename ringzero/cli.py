@@ -238,6 +238,7 @@ def _where(db: Path | str, store: Checkpointer) -> str:
 async def _ps(db: Path | str, console: Console) -> int:
     from ringzero.core.contract.outcomes import number
     from ringzero.core.contract.records import spend_in_journal
+    from ringzero.core.contract.states import ProcessStatus
     from ringzero.core.contract.store import KernelStore
     from ringzero.core.kernel import ProcessInfo
     from ringzero.core.schedules import ScheduleSpec
@@ -249,7 +250,9 @@ async def _ps(db: Path | str, console: Console) -> int:
         kernel_store = KernelStore(store)
         records = await kernel_store.load_processes()
         for record in records:
-            if not record.status.terminal:  # after a crash its status row may lag its journal
+            # after a crash its status row may lag its journal; so may a failed one's, where it
+            # failed on replay (a non-determinism error charges only what it replayed)
+            if not record.status.terminal or record.status is ProcessStatus.FAILED:
                 recorded = spend_in_journal(await kernel_store.journal(record.pid))
                 record.count({key: max(number(record.spent.get(key)), amount) for key, amount in recorded.items()},
                              record.wall_seconds)

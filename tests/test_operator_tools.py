@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +312,32 @@ async def test_ps_shows_a_running_process_s_wall_time_as_top_does(tmp_path: Path
                                       capture_output=True, text=True, timeout=60)
     (wall,) = map(float, ps_column(out.stdout, "wall s"))
     assert 1.0 <= wall < 5, out.stdout
+
+
+async def test_ps_shows_what_a_process_failed_by_non_determinism_spent(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A process whose code changed fails on replay before it charges what its journal
+    recorded: ``ps`` showed it had made no LLM call and spent no token. It shows the journal's."""
+    from ringzero import Kernel, ProcessFailed, ProcessStatus
+    from ringzero.core.contract.types import LLMResponse, Message, Usage
+    from ringzero.testing import ScriptedProvider
+    from tests.programs import prompt_from_env
+
+    db = tmp_path / "state.db"
+    priced = ScriptedProvider(lambda request: LLMResponse(Message("assistant", "ok"), Usage(11, 7)))
+    monkeypatch.setenv("RINGZERO_TEST_PROMPT", "first")
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=priced) as kernel:
+        handle = await kernel.spawn(prompt_from_env)
+        await handle.wait()
+        record = await kernel.store.load_process(handle.pid)
+        assert record is not None
+        record.status, record.stop_reason = ProcessStatus.RUNNING, None  # as if the host died first
+        await kernel.store.save_process(record)
+    monkeypatch.setenv("RINGZERO_TEST_PROMPT", "something else")
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=priced) as kernel:
+        [handle] = await kernel.recover()
+        with pytest.raises(ProcessFailed, match="NonDeterminismError"):
+            await handle.wait()
+    code, out = await asyncio.to_thread(cli, capsys, "ps", "--db", str(db))
+    assert code == 0 and re.search(r"failed │ non_determin\S* │ 1 │ 18 │", out), out  # one call, 11 + 7 tokens
