@@ -182,3 +182,17 @@ async def test_a_burst_of_messages_wakes_every_process_let_go(tmp_path: Path) ->
                 await other.send(pid, pid)
         results = await asyncio.gather(*(ended(kernel, pid, within=30) for pid in pids))
     assert results == [["answer to draft", pid] for pid in pids]
+
+
+async def test_a_process_let_go_and_brought_back_counts_the_time_it_waited_as_wall_time(tmp_path: Path) -> None:
+    """``ps`` showed ``wall s`` 0.0 for a process ``serve`` had let go and woken: the time it
+    waited in the store was lost. It counts, as it does for one kept in memory while it waits."""
+    async with kernel_on(tmp_path / "state.db") as kernel:
+        kernel.let_go_waiting(0.2)
+        started = time.monotonic()
+        pid = (await kernel.spawn(naps, 1.0)).pid
+        await let_go(kernel)
+        await ended(kernel, pid)
+        lived = time.monotonic() - started
+        record = await kernel.store.load_process(pid)
+    assert record is not None and 0.9 <= record.wall_seconds <= lived + 0.05, (record.wall_seconds, lived)
