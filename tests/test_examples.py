@@ -125,3 +125,12 @@ def test_the_code_agent_egress_example_calls_an_api_with_a_key_the_code_never_ho
     assert "answer: Oslo: 4 C, light rain" in stdout and "error: None" in stdout
     assert "the API received the real key: True" in stdout
     assert "the request is in the agent's journal: True; the key is: False" in stdout
+
+
+def test_the_threads_and_egress_example_runs_offline() -> None:
+    """docs/frameworks.md: a model call journaled from a worker thread, and a code tool whose
+    executor's egress policy refuses a host off its list."""
+    stdout = run_example("examples/threads_and_egress.py")
+    assert "summary: short: ringzero runs agents as processes" in stdout
+    assert "EgressRefused: elsewhere.example.org:443 is not on this run's egress allow-list" in stdout
+    assert "syscalls journaled: llm, tool" in stdout
