@@ -55,6 +55,22 @@ async def prompt_from_env(ctx: Context) -> str:
     return reply.content
 
 
+async def prompted_then_the_host_died(db: Path, llm: Any) -> int:
+    """``prompt_from_env`` run to its end on the SQLite store ``db``, its status row then set
+    back to running, as if the host died before its end was written; its pid."""
+    from ringzero import Kernel, ProcessStatus
+    from ringzero.checkpointers import SqliteCheckpointer
+
+    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=llm) as kernel:
+        handle = await kernel.spawn(prompt_from_env)
+        await handle.wait()
+        record = await kernel.store.load_process(handle.pid)
+        assert record is not None
+        record.status, record.stop_reason = ProcessStatus.RUNNING, None
+        await kernel.store.save_process(record)
+    return handle.pid
+
+
 async def receiver(ctx: Context, count: int) -> list[Any]:
     return [await ctx.recv() for _ in range(count)]
 

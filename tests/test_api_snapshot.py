@@ -63,35 +63,37 @@ def current() -> dict[str, dict[str, Any]]:
     return surface
 
 
+def _walk(node: Any, visit: Any) -> Any:
+    """``visit`` each mapping in ``node`` (griffe's JSON), outermost first; returns ``node``."""
+    if isinstance(node, dict):
+        visit(node)
+        for value in node.values():
+            _walk(value, visit)
+    elif isinstance(node, list):
+        for value in node:
+            _walk(value, visit)
+    return node
+
+
 def _lean(node: Any) -> Any:
     """griffe's JSON without what is not the API: docstrings, places, private members."""
-    if isinstance(node, dict):
+    def leaner(mapping: dict[str, Any]) -> None:
         for key in _NOISE:
-            node.pop(key, None)
-        members = node.get("members")
+            mapping.pop(key, None)
+        members = mapping.get("members")
         if isinstance(members, dict):
             for name in [n for n in members if n.startswith("_") and not (n.startswith("__") and n.endswith("__"))]:
                 del members[name]
-        for value in node.values():
-            _lean(value)
-    elif isinstance(node, list):
-        for value in node:
-            _lean(value)
-    return node
+    return _walk(node, leaner)
 
 
 def _placed(node: Any) -> Any:
     """``node`` with the line numbers griffe's decoder asks for (the snapshot keeps none)."""
-    if isinstance(node, dict):
-        if "kind" in node and "name" in node:
-            node.setdefault("lineno", 0)
-            node.setdefault("endlineno", 0)
-        for value in node.values():
-            _placed(value)
-    elif isinstance(node, list):
-        for value in node:
-            _placed(value)
-    return node
+    def placed(mapping: dict[str, Any]) -> None:
+        if "kind" in mapping and "name" in mapping:
+            mapping.setdefault("lineno", 0)
+            mapping.setdefault("endlineno", 0)
+    return _walk(node, placed)
 
 
 def as_module(path: str, members: dict[str, Any]) -> griffe.Module:

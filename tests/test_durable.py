@@ -17,7 +17,14 @@ from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.errors import NotResumed, ProcessFailed, ProgramNotFound
 from ringzero.testing import ScriptedProvider
 from tests.hosts import kill_host_when
-from tests.programs import echo_twice, logging_llm, parent_waits_for_child, prompt_from_env, receiver, record_tool
+from tests.programs import (
+    echo_twice,
+    logging_llm,
+    parent_waits_for_child,
+    prompted_then_the_host_died,
+    receiver,
+    record_tool,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,13 +110,7 @@ async def test_a_program_that_diverges_from_its_journal_fails_with_non_determini
 ) -> None:
     db = tmp_path / "state.db"
     monkeypatch.setenv("RINGZERO_TEST_PROMPT", "first")
-    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(lambda r: "ok")) as kernel:
-        p = await kernel.spawn(prompt_from_env)
-        await p.wait()
-        record = await kernel.store.load_process(p.pid)
-        assert record is not None
-        record.status, record.stop_reason = ProcessStatus.RUNNING, None  # as if the host died first
-        await kernel.store.save_process(record)
+    await prompted_then_the_host_died(db, ScriptedProvider(lambda r: "ok"))
 
     monkeypatch.setenv("RINGZERO_TEST_PROMPT", "something else")
     async with Kernel(checkpointer=SqliteCheckpointer(db), llm=ScriptedProvider(lambda r: "ok")) as kernel:

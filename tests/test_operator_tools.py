@@ -319,21 +319,15 @@ async def test_ps_shows_what_a_process_failed_by_non_determinism_spent(tmp_path:
                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """A process whose code changed fails on replay before it charges what its journal
     recorded: ``ps`` showed it had made no LLM call and spent no token. It shows the journal's."""
-    from ringzero import Kernel, ProcessFailed, ProcessStatus
+    from ringzero import Kernel, ProcessFailed
     from ringzero.core.contract.types import LLMResponse, Message, Usage
     from ringzero.testing import ScriptedProvider
-    from tests.programs import prompt_from_env
+    from tests.programs import prompted_then_the_host_died
 
     db = tmp_path / "state.db"
     priced = ScriptedProvider(lambda request: LLMResponse(Message("assistant", "ok"), Usage(11, 7)))
     monkeypatch.setenv("RINGZERO_TEST_PROMPT", "first")
-    async with Kernel(checkpointer=SqliteCheckpointer(db), llm=priced) as kernel:
-        handle = await kernel.spawn(prompt_from_env)
-        await handle.wait()
-        record = await kernel.store.load_process(handle.pid)
-        assert record is not None
-        record.status, record.stop_reason = ProcessStatus.RUNNING, None  # as if the host died first
-        await kernel.store.save_process(record)
+    await prompted_then_the_host_died(db, priced)
     monkeypatch.setenv("RINGZERO_TEST_PROMPT", "something else")
     async with Kernel(checkpointer=SqliteCheckpointer(db), llm=priced) as kernel:
         [handle] = await kernel.recover()
