@@ -334,4 +334,4 @@ async def test_ps_shows_what_a_process_failed_by_non_determinism_spent(tmp_path:
         with pytest.raises(ProcessFailed, match="NonDeterminismError"):
             await handle.wait()
     code, out = await asyncio.to_thread(cli, capsys, "ps", "--db", str(db))
-    assert code == 0 and re.search(r"failed │ non_determin\S* │ 1 │ 18 │", out), out  # one call, 11 + 7 tokens
+    assert code == 0 and re.search(r"failed │ non_\S* │ 1 │ 18 │", out), out  # one call, 11 + 7 tokens

@@ -27,4 +27,4 @@ async def test_the_cluster_demo_moves_a_killed_node_s_agents_and_all_finish(post
 
 def test_the_cluster_demo_without_a_postgresql_store_says_what_it_needs(tmp_path: Path) -> None:
     out = ringzero_cli("demo", "--ray", cwd=tmp_path)
-    assert out.returncode == 1 and "needs --db postgresql://" in out.stdout
+    assert out.returncode == 1 and "needs --db postgresql://" in out.stderr and out.stdout == "", out

@@ -135,7 +135,7 @@ class Keeper:
             if record is None or record.status.terminal or runtime.runs(pid):
                 return
             if record.updated_at and not record.paused:  # it waited all along, let go: that is wall time too
-                record.wall_seconds += max(0.0, time.time() - record.updated_at)
+                record.count(record.spent, record.wall_seconds + max(0.0, time.time() - record.updated_at))
             process = await load(runtime, record, self.programs, owner)
         except (RingzeroError, OSError):  # the store failed: still let go, for the next message or its timer
             self._keep(pid, until, epoch if owner is None else owner[0])
