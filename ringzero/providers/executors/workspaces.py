@@ -281,7 +281,13 @@ def _quota(real: str, uid: int, max_bytes: int, max_files: int, lock: int) -> st
 def _existing_image(image: str, real: str) -> int:
     """``image`` opened without following a link, where it is root's, 0600, a regular file with
     one name; else InvalidArgument naming it."""
-    fd = os.open(image, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(image, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise InvalidArgument(f"{image}, the image of the workspace {real}, is a link, which is never followed: "
+                              "it is not mounted; remove it") from None
     found = os.fstat(fd)
     if (not stat.S_ISREG(found.st_mode) or found.st_uid != 0 or stat.S_IMODE(found.st_mode) != 0o600
             or found.st_nlink != 1):
