@@ -106,6 +106,32 @@ async def test_an_async_graph_resumes_in_a_second_saver_on_the_same_file(tmp_pat
     assert done["answer"] == "approved" and done["steps"] == ["plan", "asked"]
 
 
+def test_what_a_closed_saver_wrote_is_read_by_the_next_saver_on_the_file(tmp_path: Path) -> None:
+    """A sync graph on a saver over a store the caller keeps (LangGraph's ``SqliteSaver(conn)``
+    shape), the saver closed, then a second saver on the same file in the same process: it reads
+    the thread. The first store's records were appended to its log, to be folded into the file
+    by a timer on the runtime loop; the saver's close was that loop's last user, so the loop
+    stopped and the timer went with it, and the second saver read an empty thread."""
+    class Count(TypedDict):
+        n: int
+
+    graph = StateGraph(Count)
+    graph.add_node("step", lambda state: {"n": state["n"] + 1})
+    graph.add_edge(START, "step")
+    graph.add_edge("step", END)
+    path = tmp_path / "graph.db"
+    config = {"configurable": {"thread_id": "kept"}}
+    store = SqliteCheckpointer(path)  # the caller's: closing the saver leaves it open
+    saver = KernelSaver(store)
+    assert graph.compile(checkpointer=saver).invoke({"n": 1}, config) == {"n": 2}
+    saver.close()
+    with KernelSaver.from_conn_string(str(path)) as second:
+        assert graph.compile(checkpointer=second).get_state(config).values == {"n": 2}
+    with KernelSaver(store) as again:  # the caller's store still works, on the next loop that uses it
+        assert graph.compile(checkpointer=again).invoke({"n": 5}, config) == {"n": 6}
+    asyncio.run(store.aclose())
+
+
 def test_a_sync_call_from_the_savers_own_loop_is_refused_not_deadlocked() -> None:
     saver = KernelSaver(MemoryCheckpointer())
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import weakref
 from contextlib import suppress
 
 from ringzero.checkpointers.sqlite.commit import Fold
@@ -28,6 +29,7 @@ from ringzero.checkpointers.sqlite.log import (
 )
 from ringzero.checkpointers.sqlite.writer import Writer
 from ringzero.core.contract.errors import CheckpointerError
+from ringzero.core.support.loops import before_stop
 from ringzero.core.support.timeouts import shielded
 
 __all__ = ["CHECK_FILE_AFTER", "FOLD_HERE_AT_MOST", "LogFolds"]
@@ -80,6 +82,8 @@ class LogFolds:
         """Why the last fold failed (its rows stay in the log, and wait for the next fold)."""
         self.folds = 0
         """Folds committed."""
+        self._folds_before_stop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        """The loop that folds this log before it stops (``before_stop``), weakly."""
 
     @property
     def idle(self) -> bool:
@@ -143,6 +147,9 @@ class LogFolds:
         loop = asyncio.get_running_loop()
         self._appended_at = self._unfolded_since = loop.time()
         self._timer = loop.call_later(min(FOLD_AFTER, FOLD_WITHIN), self._fold_due, context=_NO_CONTEXT)
+        if self._folds_before_stop is None or self._folds_before_stop() is not loop:
+            self._folds_before_stop = weakref.ref(loop)
+            before_stop(self.fold_first)  # a loop ringzero stops (the runtime loop) folds this log first
 
     def _fold_due(self) -> None:
         """The fold timer: fold now, or wait on where appends since it was set push the fold."""

@@ -27,18 +27,23 @@ path serves both cases.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import Callable, Coroutine
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from ringzero.core.contract.errors import Closed, WrongEventLoop
 from ringzero.core.support.loop_pool import wait_for_loop
 from ringzero.core.support.timeouts import cancel_and_wait
 
-__all__ = ["RUNTIME_LOOP", "Closing", "LoopHome", "LoopThread", "RuntimeLoop", "forward", "on_this_loop", "run_on",
-           "running_loop"]
+__all__ = ["RUNTIME_LOOP", "Closing", "LoopHome", "LoopThread", "RuntimeLoop", "before_stop", "forward", "on_this_loop",
+           "run_on", "running_loop"]
+
+log = logging.getLogger("ringzero.loops")
 
 T = TypeVar("T")
+Finish = Callable[[], Awaitable[None]]
 Self_ = TypeVar("Self_", bound="Closing")
 
 
@@ -153,8 +158,30 @@ class LoopThread:
         loop.close()
 
 
+_BEFORE_STOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[weakref.WeakMethod[Finish]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def before_stop(finish: Finish) -> None:
+    """Have ``finish()`` (a bound method) awaited on the running loop before a ``LoopThread``
+    stops it: work an object deferred to a timer there (a SQLite store's fold of its append log)
+    would otherwise go with the loop's timers when the loop's last user closes. Held weakly: an
+    object that is gone finishes nothing. A loop that is not a ``LoopThread``'s ends as its owner
+    ends it."""
+    entries = _BEFORE_STOP.setdefault(asyncio.get_running_loop(), set())
+    entries.add(weakref.WeakMethod(finish, entries.discard))
+
+
 async def _wind_down() -> None:
     loop = asyncio.get_running_loop()
+    for reference in list(_BEFORE_STOP.pop(loop, ())):
+        finish = reference()
+        if finish is None:
+            continue
+        try:
+            await finish()
+        except Exception:  # logged; the loop still stops (a store's records stay in its log, folded by its next opener)
+            log.exception("finishing deferred work before %s stopped failed", threading.current_thread().name)
     await cancel_and_wait([t for t in asyncio.all_tasks() if t is not asyncio.current_task()])
     await loop.shutdown_asyncgens()
     await loop.shutdown_default_executor()
