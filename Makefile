@@ -10,14 +10,14 @@ UV := .tools/bin/uv
 VENV := .venv
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: demo test lint typecheck bench sync clean
+.PHONY: demo test docs lint typecheck bench sync clean
 
 $(UV):
 	$(PYTHON) -m venv .tools
 	.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock Makefile
-	$(UV) sync --locked --extra dev --extra microsandbox --extra langgraph --extra crewai --extra mcp --extra postgres --extra ray --extra otel --extra cron --extra egress \
+	$(UV) sync --locked --extra dev --extra microsandbox --extra langgraph --extra crewai --extra mcp --extra postgres --extra ray --extra otel --extra cron --extra egress --extra docs \
 		--python $(PYTHON) \
 		--compile-bytecode
 	touch $@
@@ -29,12 +29,15 @@ demo: sync
 
 test: sync
 	$(VENV)/bin/python -m compileall -q ringzero tests  # this checkout's own modules, for the same reason
-	$(VENV)/bin/ruff check ringzero tests benchmarks examples
+	$(VENV)/bin/ruff check ringzero tests benchmarks examples conftest.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest --durations=20
 
+docs: sync  # the documentation site, served on 127.0.0.1:8000 as you edit docs/
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
 lint: sync
-	$(VENV)/bin/ruff check ringzero tests benchmarks examples
+	$(VENV)/bin/ruff check ringzero tests benchmarks examples conftest.py
 
 typecheck: sync
 	$(VENV)/bin/mypy

@@ -24,6 +24,11 @@ def node_kernel(dsn: str, llm_url: str) -> Kernel:
     return Kernel(llm=gate, checkpointer=PostgresCheckpointer(dsn, max_connections=4))
 
 
+async def research(ctx: Context, topic: str) -> str:
+    """The cluster page's program (docs/cluster.md): one model call."""
+    return (await ctx.llm(f"research {topic}")).content
+
+
 async def chatter(ctx: Context, tag: str, calls: int, pause: float) -> list[str]:
     """``calls`` LLM calls, each prompt unique (``tag:i``), with a sleep between them."""
     out = []

@@ -435,7 +435,7 @@ async def test_answers_without_a_body_keep_the_clients_connection_going(sandbox:
 
 
 async def posts_twice_without_tools(ctx: Context, port: int, trust: str) -> Any:
-    """The README's form: egress, no tools; two POSTs from code, a second of work between them."""
+    """The sandboxes page's form: egress, no tools; two POSTs from code, a second of work between them."""
     egress = Egress(allow=[f"api.test:{port}"], addresses=["127.0.0.1"], trust=trust,
                     resolver=lambda host: ["127.0.0.1"])
     url = f"https://api.test:{port}/orders"

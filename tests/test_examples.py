@@ -86,16 +86,16 @@ def test_a_third_party_scheduler_passes_its_kit_through_the_pytest_plugin() -> N
     assert "ringzero SchedulerConformance on TestStrictPriorityScheduler: 7 passed" in out.stdout, out.stdout
 
 
-def readme_kit_example() -> str:
-    """The README's ``test_my_backends.py``: the python block after the words that name it."""
-    text = (ROOT / "README.md").read_text()
+def page_kit_example() -> str:
+    """The backend authors' page's ``test_my_backends.py``: the python block after the words that name it."""
+    text = (ROOT / "docs/backends.md").read_text()
     after = text[text.index("in a `test_my_backends.py`:"):]
     start = after.index("```python\n") + len("```python\n")
     return after[start:after.index("\n```", start)]
 
 
 def run_fresh_project(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
-    """Pytest in a new folder with no settings of its own, as the README's command runs it, with
+    """Pytest in a new folder with no settings of its own, as the backend authors' page says to run it, with
     warnings as errors (``-W error``) so that one shows here as it would to a user."""
     (tmp_path / "test_my_backends.py").write_text(source)
     return subprocess.run([sys.executable, "-m", "pytest", "-W", "error", "-p", "no:cacheprovider",
@@ -104,7 +104,7 @@ def run_fresh_project(tmp_path: Path, source: str) -> subprocess.CompletedProces
 
 
 def test_the_kits_pass_in_a_fresh_project_following_the_readme_word_for_word(tmp_path: Path) -> None:
-    out = run_fresh_project(tmp_path, readme_kit_example())
+    out = run_fresh_project(tmp_path, page_kit_example())
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"rootdir: {tmp_path}\n" in out.stdout and "mode=Mode.STRICT" in out.stdout, out.stdout  # no settings
     for kit, cls in (("Checkpointer", "TestMyCheckpointer"), ("Executor", "TestMyExecutor"),
@@ -115,7 +115,7 @@ def test_the_kits_pass_in_a_fresh_project_following_the_readme_word_for_word(tmp
 
 
 def test_an_async_fixture_declared_as_pytest_fixture_gets_a_line_that_says_what_to_write(tmp_path: Path) -> None:
-    out = run_fresh_project(tmp_path, readme_kit_example().replace("@pytest_asyncio.fixture", "@pytest.fixture"))
+    out = run_fresh_project(tmp_path, page_kit_example().replace("@pytest_asyncio.fixture", "@pytest.fixture"))
     assert out.returncode != 0
     assert "an async fixture is declared with @pytest_asyncio.fixture, not @pytest.fixture" in out.stdout, out.stdout
 

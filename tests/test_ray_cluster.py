@@ -79,6 +79,31 @@ async def dsn(postgres_dsn: str) -> AsyncIterator[str]:
     yield fresh_database(postgres_dsn)
 
 
+async def test_the_cluster_page_runs_a_process_on_a_node_with_its_resources(
+        cluster: Any, dsn: str, server: ray_programs.CountingServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/cluster.md's first block, on this test's cluster, with its three names of the reader's
+    own (the store's DSN, the node kernel factory, the program) made this test's."""
+    import ast
+    import re
+
+    page = (REPO / "docs/cluster.md").read_text()
+    block = re.search(r"run_a_process_on_a_node_with_its_resources -->\n```python\n(.*?)```", page, re.S)
+    assert block is not None
+    code = block.group(1)
+    for reader_s, ours in (
+            ('DSN = "postgresql://agents@db.internal/agents"', f"DSN = {dsn!r}"),
+            ('"myapp.cluster:node_kernel", {"dsn": DSN}',
+             f'"tests.ray_programs:node_kernel", {{"dsn": DSN, "llm_url": {server.url!r}}}'),
+            ("from myapp.agents import research", "from tests.ray_programs import research")):
+        assert reader_s in code, f"the page's block no longer has {reader_s!r}"
+        code = code.replace(reader_s, ours)
+    namespace: dict[str, Any] = {}
+    await eval(compile(code, "docs/cluster.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT), namespace)
+    process = namespace["p"]
+    assert capsys.readouterr().out.split(maxsplit=1) == [process.node, "echo research topic\n"]
+    assert process.status is ProcessStatus.EXITED
+
+
 async def test_two_hundred_processes_spread_over_the_nodes_with_every_handle_operation(
         cluster: Any, dsn: str, server: ray_programs.CountingServer) -> None:
     kernel = await _kernel(cluster, dsn, server.url, head=False)

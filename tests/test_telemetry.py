@@ -308,14 +308,14 @@ async def test_spans_exported_over_otlp_http_reach_a_receiver(monkeypatch: pytes
     assert chat_attrs["gen_ai.provider.name"].string_value == "ringzero.scripted"
 
 
-def test_the_readme_lines_send_a_kernel_s_spans_to_a_collector(tmp_path: Path) -> None:
-    """The README's three lines, in a fresh interpreter (the global provider is set once per
+def test_the_operators_page_lines_send_a_kernel_s_spans_to_a_collector(tmp_path: Path) -> None:
+    """The three lines of docs/operators.md, in a fresh interpreter (the global provider is set once per
     process), against a receiver this test starts on 127.0.0.1."""
     import re
     import subprocess
     import sys
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs/operators.md").read_text()
     block = re.search(r"```python\n(from opentelemetry import trace\n.*?)```", readme, re.S)
     assert block is not None
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)

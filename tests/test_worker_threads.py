@@ -1,5 +1,5 @@
 """Sync frameworks on worker threads never hang the kernel: any number of processes that run
-their sync part in ``asyncio.to_thread`` (the README's advice for a sync LangChain, LangGraph or
+their sync part in ``asyncio.to_thread`` (the LangGraph page's advice for a sync LangChain, LangGraph or
 CrewAI call) and block there on syscalls all finish, whatever those syscalls need of asyncio's
 default thread pool (an executor's first run, the process sandbox's workspace, a provider's
 first DNS lookup). 48 processes here: eight times the pool's cap on a 2-core machine."""

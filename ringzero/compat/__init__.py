@@ -11,8 +11,8 @@ One kit per protocol, each a base class to subclass with one fixture:
 - ``ringzero.compat.scheduler.SchedulerConformance``: a ``scheduler`` fixture (one run slot).
 
 Each kit's first test is what ``Kernel(...)`` checks when it is built
-(``ringzero.core.contract.protocols.backend_problems``). WRITING_A_BACKEND.md, beside the
-README, gives each protocol's contract and a worked package of four backends.
+(``ringzero.core.contract.protocols.backend_problems``). The site's page for backend
+authors (``docs/backends.md``) gives each protocol's contract and a worked package of four backends.
 
 This package is also a pytest plugin: ``pytest -p ringzero.compat tests/`` checks that what the
 kits need is there (pytest-asyncio), and ends the run with a line per kit saying how many of its

@@ -1,7 +1,7 @@
 """asyncio's default thread pool, as a kernel's loop has it: a thread blocked waiting for the
 loop does not count against the pool's cap.
 
-The README's way to run a sync framework (a LangChain ``invoke``, a CrewAI crew, a sync
+The documented way (docs/langgraph.md) to run a sync framework (a LangChain ``invoke``, a CrewAI crew, a sync
 LangGraph graph) in a kernel process is a worker thread, ``asyncio.to_thread``: a thread of the
 loop's default pool, which then blocks while its syscalls run on the loop (``run_on``). What
 those syscalls need may itself use that pool (``loop.getaddrinfo`` for a provider's first
