@@ -56,12 +56,6 @@ class TestCrewLLMProvider(OpenAIWireConformance):
         return lambda url: CrewLLMProvider(LLM(model="openai/gpt-test", base_url=url, api_key="sk-test", timeout=0.3,
                                                max_retries=0))
 
-    @pytest.mark.xfail(strict=True, reason="CrewAI's LLM.call returns the answer's text alone; the finish reason "
-                                           "goes only to CrewAI's event bus, on a thread pool, so CrewLLMProvider "
-                                           "reads an answer cut at the token limit as end_turn (a known gap)")
-    async def test_an_answer_cut_short_by_the_token_limit_stops_for_max_tokens(self, provider_for: Any) -> None:
-        await super().test_an_answer_cut_short_by_the_token_limit_stops_for_max_tokens(provider_for)
-
 
 def scripted_backend(scenario: str) -> Callable[[LLMRequest], Any]:
     def answer(request: LLMRequest) -> Any:

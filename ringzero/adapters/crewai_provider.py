@@ -11,28 +11,80 @@ temperature, stop words) apply: CrewAI's ``call`` takes none of them per call. C
 429 itself (three tries) before the gate sees one; a failure it gives up on becomes the kernel's
 typed error (``RateLimited`` with the server's Retry-After, ``BadRequest``, ...). It streams
 through the LLM's own ``stream_events``.
+
+Why the answer stopped (an answer cut at the token limit is ``max_tokens``, what a loop checks to
+ask for the rest) is not in what ``call`` returns: CrewAI hands the vendor's finish reason only to
+its event bus, in an ``LLMCallCompletedEvent`` whose handlers run on the bus's thread pool, in a
+copy of the calling thread's context. So the call runs with a ``_Finish`` in a context variable
+that a handler of ours fills in, and the answer waits for it (at most ``HEAR_WITHIN``). An LLM
+not yet heard from is waited for only ``HEAR_FIRST``, once: one that never emits the event (a
+``BaseLLM`` of your own may not) costs that once, and one whose event comes late is waited for
+from its next call on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ringzero.core.contract.errors import InvalidArgument, MissingExtra
+from ringzero.core.contract.llm_types import stop_reason_of
 from ringzero.core.contract.protocols import ProviderCapabilities, TextSink
 from ringzero.core.contract.types import JSON, LLMRequest, LLMResponse, Message, ToolCall, Usage
 from ringzero.core.support.loops import on_this_loop
 from ringzero.providers.llm import error_of_exception
 
 try:
+    from crewai.events.event_bus import crewai_event_bus
+    from crewai.events.types.llm_events import LLMCallCompletedEvent
     from crewai.llms.base_llm import BaseLLM
     from crewai.utilities.types import LLMMessage
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtra("ringzero.adapters.crewai", "crewai") from exc
 
 __all__ = ["CrewLLMProvider"]
+
+HEAR_WITHIN = 2.0
+"""Seconds an answer waits for its LLMCallCompletedEvent to reach our handler (the bus runs it at
+once on its thread pool; the bound is for a bus that is busy or shutting down)."""
+HEAR_FIRST = 0.2
+"""Seconds the first answer of an LLM not yet heard from waits for the event."""
+
+
+@dataclass
+class _Finish:
+    """One call's finish reason, filled in by ``_heard`` on the event bus's thread."""
+
+    provider: CrewLLMProvider
+    reason: str | None = None
+    heard: threading.Event = field(default_factory=threading.Event)
+
+
+_WAITING: contextvars.ContextVar[_Finish | None] = contextvars.ContextVar("ringzero_crew_finish", default=None)
+_listening = threading.Lock()
+_listener: list[Callable[[Any, Any], None]] = []
+
+
+def _heard(source: Any, event: Any) -> None:
+    """CrewAI's bus runs this in a copy of the emitting thread's context: the call's ``_Finish``."""
+    finish = _WAITING.get()
+    if finish is not None and source is finish.provider.llm:
+        finish.reason = event.finish_reason
+        finish.heard.set()
+        finish.provider.heard_from()
+
+
+def _listen() -> None:
+    """Register ``_heard`` on CrewAI's event bus, once per process."""
+    with _listening:
+        if not _listener:
+            crewai_event_bus.register_handler(LLMCallCompletedEvent, _heard)
+            _listener.append(_heard)
 
 
 class CrewLLMProvider:
@@ -48,6 +100,13 @@ class CrewLLMProvider:
         self.model = str(getattr(llm, "model", "") or "") or None
         self.provider_name = str(getattr(llm, "provider", "") or "crewai")
         """``gen_ai.provider.name``: the CrewAI LLM's provider (``openai``, ``anthropic``, ...)."""
+        self._emits_finish: bool | None = None
+        """Whether this LLM's calls emit an LLMCallCompletedEvent (None: not known yet)."""
+        _listen()
+
+    def heard_from(self) -> None:
+        """A call's completed event reached us (``_heard``): its next calls wait for theirs."""
+        self._emits_finish = True
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         messages, tools = _crew_request(request)
@@ -76,14 +135,30 @@ class CrewLLMProvider:
         llm = self.llm
         before = llm.get_token_usage_summary()
         try:
-            answer = await asyncio.to_thread(call)
+            answer, finish = await asyncio.to_thread(self._call_heard, call)
         except Exception as exc:
             raise error_of_exception(exc, "the CrewAI LLM") from exc
         used = llm.get_token_usage_summary().delta_since(before)
         calls = _tool_calls(answer)
+        stop = stop_reason_of(finish, tool_calls=bool(calls))
+        if calls and stop == "end_turn":  # a finish word that does not say "tool calls" for an answer that makes them
+            stop = "tool_use"
         return LLMResponse(Message("assistant", "" if calls else _text(answer), tool_calls=calls),
-                           Usage(used.prompt_tokens, used.completion_tokens),
-                           stop_reason="tool_use" if calls else "end_turn", model=self.model)
+                           Usage(used.prompt_tokens, used.completion_tokens), stop_reason=stop, model=self.model)
+
+    def _call_heard(self, call: Callable[[], Any]) -> tuple[Any, str | None]:
+        """On the worker thread: ``call()``, and the finish reason its completed event carried."""
+        finish = _Finish(self)
+        token = _WAITING.set(finish)
+        try:
+            answer = call()
+        finally:
+            _WAITING.reset(token)
+        emits = self._emits_finish
+        if emits is not False and not finish.heard.wait(HEAR_WITHIN if emits else HEAR_FIRST) and emits is None \
+                and not finish.heard.is_set():  # set before ``heard_from``: a late event still turns this back
+            self._emits_finish = False
+        return answer, finish.reason
 
 
 def _crew_request(request: LLMRequest) -> tuple[list[LLMMessage], list[dict[str, Any]] | None]:
