@@ -87,7 +87,8 @@ async def test_the_cluster_page_runs_a_process_on_a_node_with_its_resources(
     import re
 
     page = (REPO / "docs/cluster.md").read_text()
-    block = re.search(r"run_a_process_on_a_node_with_its_resources -->\n```python\n(.*?)```", page, re.S)
+    marker = "::test_the_cluster_page_runs_a_process_on_a_node_with_its_resources -->\n```python\n"
+    block = re.search(re.escape(marker) + "(.*?)```", page, re.S)
     assert block is not None
     code = block.group(1)
     for reader_s, ours in (
