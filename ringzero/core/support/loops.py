@@ -160,6 +160,8 @@ class LoopThread:
 
 _BEFORE_STOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[weakref.WeakMethod[Finish]]] = \
     weakref.WeakKeyDictionary()
+_BEFORE_STOP_LOCK = threading.Lock()
+"""Loops register and stop on threads of their own."""
 
 
 def before_stop(finish: Finish) -> None:
@@ -168,13 +170,16 @@ def before_stop(finish: Finish) -> None:
     would otherwise go with the loop's timers when the loop's last user closes. Held weakly: an
     object that is gone finishes nothing. A loop that is not a ``LoopThread``'s ends as its owner
     ends it."""
-    entries = _BEFORE_STOP.setdefault(asyncio.get_running_loop(), set())
-    entries.add(weakref.WeakMethod(finish, entries.discard))
+    with _BEFORE_STOP_LOCK:
+        entries = _BEFORE_STOP.setdefault(asyncio.get_running_loop(), set())
+        entries.add(weakref.WeakMethod(finish, entries.discard))
 
 
 async def _wind_down() -> None:
     loop = asyncio.get_running_loop()
-    for reference in list(_BEFORE_STOP.pop(loop, ())):
+    with _BEFORE_STOP_LOCK:
+        finishing = list(_BEFORE_STOP.pop(loop, ()))
+    for reference in finishing:
         finish = reference()
         if finish is None:
             continue
