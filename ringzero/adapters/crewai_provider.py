@@ -76,7 +76,7 @@ def _heard(source: Any, event: Any) -> None:
     if finish is not None and source is finish.provider.llm:
         finish.reason = event.finish_reason
         finish.heard.set()
-        finish.provider.heard_from()
+        finish.provider._heard_from()
 
 
 def _listen() -> None:
@@ -104,7 +104,7 @@ class CrewLLMProvider:
         """Whether this LLM's calls emit an LLMCallCompletedEvent (None: not known yet)."""
         _listen()
 
-    def heard_from(self) -> None:
+    def _heard_from(self) -> None:
         """A call's completed event reached us (``_heard``): its next calls wait for theirs."""
         self._emits_finish = True
 
@@ -156,7 +156,7 @@ class CrewLLMProvider:
             _WAITING.reset(token)
         emits = self._emits_finish
         if emits is not False and not finish.heard.wait(HEAR_WITHIN if emits else HEAR_FIRST) and emits is None \
-                and not finish.heard.is_set():  # set before ``heard_from``: a late event still turns this back
+                and not finish.heard.is_set():  # set before ``_heard_from``: a late event still turns this back
             self._emits_finish = False
         return answer, finish.reason
 
