@@ -242,10 +242,12 @@ async def test_ctrl_c_on_serve_with_schedules_stops_it_without_a_traceback(tmp_p
     async with schedule_programs.make_kernel(db) as kernel:
         await kernel.schedule(schedule_programs.stamp, name="stamps", every=0.5)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RINGZERO_TEST_LOG": str(log)}
+    # Ctrl-C as a terminal sends it: to a process that has SIGINT's default action. One started
+    # from a background job (``make test &``) inherits SIGINT ignored, and keeps ignoring it.
     serving = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "ringzero.cli", "serve", "--db", str(db), "--kernel",
         "tests.schedule_programs:make_kernel", cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        stderr=asyncio.subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         for _ in range(200):
             if log.read_text():

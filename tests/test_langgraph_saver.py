@@ -106,12 +106,15 @@ async def test_an_async_graph_resumes_in_a_second_saver_on_the_same_file(tmp_pat
     assert done["answer"] == "approved" and done["steps"] == ["plan", "asked"]
 
 
-def test_what_a_closed_saver_wrote_is_read_by_the_next_saver_on_the_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime_loop", ["stops", "goes on"])
+def test_what_a_closed_saver_wrote_is_read_by_the_next_saver_on_the_file(tmp_path: Path, runtime_loop: str) -> None:
     """A sync graph on a saver over a store the caller keeps (LangGraph's ``SqliteSaver(conn)``
     shape), the saver closed, then a second saver on the same file in the same process: it reads
-    the thread. The first store's records were appended to its log, to be folded into the file
-    by a timer on the runtime loop; the saver's close was that loop's last user, so the loop
-    stopped and the timer went with it, and the second saver read an empty thread."""
+    the thread. The first store's records were appended to its log, folded into the file by a
+    timer on the runtime loop: the second saver read an empty thread when the saver's close
+    stopped that loop (the timer went with it), and for the timer's 5 ms when another object
+    kept the loop going."""
+
     class Count(TypedDict):
         n: int
 
@@ -121,6 +124,9 @@ def test_what_a_closed_saver_wrote_is_read_by_the_next_saver_on_the_file(tmp_pat
     graph.add_edge("step", END)
     path = tmp_path / "graph.db"
     config = {"configurable": {"thread_id": "kept"}}
+    bystander = KernelSaver(MemoryCheckpointer())  # another user of the runtime loop, keeping it going
+    if runtime_loop == "goes on":
+        assert bystander.get_tuple(config) is None
     store = SqliteCheckpointer(path)  # the caller's: closing the saver leaves it open
     saver = KernelSaver(store)
     assert graph.compile(checkpointer=saver).invoke({"n": 1}, config) == {"n": 2}
@@ -129,6 +135,7 @@ def test_what_a_closed_saver_wrote_is_read_by_the_next_saver_on_the_file(tmp_pat
         assert graph.compile(checkpointer=second).get_state(config).values == {"n": 2}
     with KernelSaver(store) as again:  # the caller's store still works, on the next loop that uses it
         assert graph.compile(checkpointer=again).invoke({"n": 5}, config) == {"n": 6}
+    bystander.close()
     asyncio.run(store.aclose())
 
 

@@ -18,13 +18,14 @@ saver opened it (``KernelSaver.from_conn_string(...)``); later calls raise ``Clo
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ringzero.adapters._graph_guard import lives_in_memory, refuse_in_process
 from ringzero.checkpointers import open_checkpointer
-from ringzero.core.contract.errors import InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.contract.errors import Closed, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.contract.protocols import Appending, Checkpointer, check_backend
 from ringzero.core.contract.store import KERNEL_THREADS
 from ringzero.core.contract.types import Checkpoint as Record
@@ -72,6 +73,9 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             checkpointer.put if appending is None else appending.append
         self._put_pending: Callable[[str, str, str, Sequence[PendingWrite]], Awaitable[None]] = \
             checkpointer.put_writes if appending is None else appending.append_writes
+        self._appends = appending is not None
+        self._appended = False
+        """Whether a checkpoint or a write went to ``append``: closing then reads the store once."""
         """A graph's checkpoints and writes, written as it steps and read back by a later
         ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
         ``write()`` each into its append log, folded in one commit once the appends pause, or
@@ -95,19 +99,30 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
     def close(self) -> None:
         """Close what the saver opened: its private loop thread, and its checkpointer if it
-        opened that too. Later calls raise ``Closed``."""
+        opened that too (one it was given stays open, with what the saver wrote in it, read by
+        any reader from then on). Later calls raise ``Closed``."""
         if self.home.closed:
             return
-        if self._owns_checkpointer:
-            self.home.run_sync(self.checkpointer.aclose(), "KernelSaver.close")
+        self.home.run_sync(self._let_go_of_store(), "KernelSaver.close")
         self.home.close()
 
     async def aclose(self) -> None:
         if self.home.closed:
             return
-        if self._owns_checkpointer:
-            await self.home.run(self.checkpointer.aclose())
+        await self.home.run(self._let_go_of_store())
         await self.home.aclose()
+
+    async def _let_go_of_store(self) -> None:
+        if self._owns_checkpointer:
+            await self.checkpointer.aclose()
+        elif self._appended:
+            # A store folds what was appended to it before it answers a read (SQLite's append
+            # log), so a read makes what this saver wrote visible to every other reader now,
+            # not at the store's next fold, a timer on a loop that may stop with this saver. A
+            # store closed first has done so as it closed.
+            with contextlib.suppress(Closed):
+                async for _ in self.checkpointer.list(limit=1):
+                    pass
 
     # ------------------------------------------------------------------ encoding
     def _encode(self, value: Any) -> bytes:
@@ -175,6 +190,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
         full_metadata = get_checkpoint_metadata(config, metadata)
+        self._appended = self._appended or self._appends
         await self._put_checkpoint(Record(
             thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=conf.get("checkpoint_id"),
             payload=self._encode({"checkpoint": checkpoint, "metadata": full_metadata}),
@@ -190,6 +206,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         rows = [PendingWrite(task_id, channel, self._encode(value), task_path, WRITES_IDX_MAP.get(channel, idx))
                 for idx, (channel, value) in enumerate(writes)]
         if rows:
+            self._appended = self._appended or self._appends
             await self._put_pending(thread_id, namespace, checkpoint_id, rows)
 
     async def _delete_thread(self, thread_id: str) -> None:
