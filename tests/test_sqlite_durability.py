@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.checkpointers.sqlite.schema import PAGE_SIZE
 from tests.heartbeat import heartbeat
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,7 +179,7 @@ async def test_wal_checkpoints_run_off_the_loop_and_keep_the_wal_bounded(tmp_pat
     while store.writer.wal.runs < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert store.writer.wal.runs >= 2  # a slow machine may merge requests that come while one runs
-    wal_pages = (wal.stat().st_size - 32) // (4096 + 24)  # the file keeps its largest size
+    wal_pages = (wal.stat().st_size - 32) // (PAGE_SIZE + 24)  # frames; the file keeps its largest size
     assert wal_pages < CHECKPOINT_EVERY * 8, f"the WAL grew to {wal_pages} pages: checkpoints did not let it restart"
     assert len([c async for c in store.list("t")]) == CHECKPOINT_EVERY * 8
     await store.aclose()
@@ -211,9 +212,9 @@ async def test_the_append_logs_folds_count_their_rows_toward_a_wal_checkpoint(tm
                                          "folds of 64 rows each were counted as one commit toward a checkpoint")
     # a round: 15 folds of 64 rows or more, and a timer's of the rest
     assert store.commits < rounds * CHECKPOINT_EVERY // 64 * 2
-    wal_pages = (wal.stat().st_size - 32) // (4096 + 24)
-    # these rows land all over the B-tree, several pages each: 3,885 pages (a round's) with a checkpoint
-    # each round, 27,700 with no restart (measured)
+    wal_pages = (wal.stat().st_size - 32) // (PAGE_SIZE + 24)
+    # these rows land all over the B-tree, several pages each: 3,885 pages (a round's, 4 KiB pages) with a
+    # checkpoint each round, 27,700 with no restart (measured)
     assert wal_pages < CHECKPOINT_EVERY * 8, f"the WAL grew to {wal_pages} pages between checkpoints"
     await store.aclose()
 

@@ -4,9 +4,11 @@ Checkpointer), and ``sandboxed``/``code_tool`` (LangChain tools that run in an e
     graph.compile(checkpointer=KernelSaver(SqliteCheckpointer("state.db")))
 
 Each LangGraph checkpoint becomes one ringzero checkpoint (thread, namespace, id, parent),
-its payload the serializer's typed bytes of the checkpoint and its metadata, and a JSON copy
-of the metadata kept beside it for ``list(filter=...)``. Writes keep LangGraph's rules:
-special channels (errors, interrupts, resumes) are replaced, ordinary writes never are.
+its payload the checkpoint and its metadata, and a JSON copy of the metadata kept beside it
+for ``list(filter=...)``. A large list or string channel (a chat's messages) is kept in records
+of its own, each item once, so that a conversation of n turns is stored in O(n) bytes, not
+O(n^2) (``ringzero.adapters.langgraph_deltas``). Writes keep LangGraph's rules: special
+channels (errors, interrupts, resumes) are replaced, ordinary writes never are.
 
 The checkpointer lives on one event loop (``ringzero.core.support.loops``): the loop that first uses
 the saver, or, when a sync graph (``graph.invoke``) comes first, a private thread the saver
@@ -25,7 +27,7 @@ from typing import Any, TypeVar
 
 from ringzero.adapters._graph_guard import lives_in_memory, refuse_in_process
 from ringzero.checkpointers import open_checkpointer
-from ringzero.core.contract.errors import Closed, InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.contract.errors import CheckpointerError, Closed, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.contract.protocols import Appending, Checkpointer, check_backend
 from ringzero.core.contract.store import KERNEL_THREADS
 from ringzero.core.contract.types import Checkpoint as Record
@@ -50,6 +52,16 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ringzero.adapters import _unseen  # noqa: F401 - the warning for models and tools the kernel cannot see
 from ringzero.adapters.langchain_tools import code_tool, sandboxed
+from ringzero.adapters.langgraph_deltas import (
+    Body,
+    Codec,
+    KnownValues,
+    Loaded,
+    Recent,
+    Streams,
+    hidden_namespace,
+    is_hidden,
+)
 from ringzero.adapters.langgraph_store import KernelMemoryStore
 from ringzero.adapters.langgraph_tools import KernelToolNode
 
@@ -73,6 +85,10 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             checkpointer.put if appending is None else appending.append
         self._put_pending: Callable[[str, str, str, Sequence[PendingWrite]], Awaitable[None]] = \
             checkpointer.put_writes if appending is None else appending.append_writes
+        self._put_together: Callable[[Sequence[Record]], Awaitable[None]] | None = \
+            appending.append_many if appending is not None else \
+            checkpointer.put_many if capabilities is not None and capabilities.put_many else None  # type: ignore[attr-defined]
+        """A checkpoint and the stream records it reads, in one atomic step where the store has one."""
         self._appends = appending is not None
         self._appended = False
         """Whether a checkpoint or a write went to ``append``: closing then reads the store once."""
@@ -81,6 +97,11 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         ``write()`` each into its append log, folded in one commit once the appends pause, or
         before this saver's next read of the thread; another process sees them once folded)."""
         self.home = LoopHome("KernelSaver")
+        self._codec = Codec(self.serde)
+        self._recent = Recent()
+        """What the checkpoints this saver last wrote or read store: a child is encoded against
+        its parent's values from here, without reading them back."""
+        self._streams = Streams()
         self._owns_checkpointer = False
         self._outlives_processes = not lives_in_memory(self)
         """Whether a graph run here from inside a kernel process is refused, at its first read
@@ -126,15 +147,17 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ encoding
     def _encode(self, value: Any) -> bytes:
-        kind, data = self.serde.dumps_typed(value)
-        return kind.encode() + b"\x00" + data
+        return self._codec.typed(value)
 
     def _decode(self, payload: bytes) -> Any:
-        kind, _, data = payload.partition(b"\x00")
-        return self.serde.loads_typed((kind.decode(), data))
+        return self._codec.untyped(payload)
 
-    def _tuple(self, record: Record) -> CheckpointTuple:
-        body = self._decode(record.payload)
+    async def _tuple(self, record: Record, loaded: Loaded) -> CheckpointTuple:
+        """``record`` as LangGraph's tuple, its values rebuilt (from its streams and owners,
+        read into ``loaded`` where they are not there yet)."""
+        body = self._codec.body(record.payload)
+        values, known = await self._values(record, body, loaded)
+        self._recent.put(record.thread_id, record.namespace, record.id, known)
         config: RunnableConfig = {"configurable": {"thread_id": record.thread_id, "checkpoint_ns": record.namespace,
                                                    "checkpoint_id": record.id}}
         parent: RunnableConfig | None = None if record.parent_id is None else {"configurable": {
@@ -142,18 +165,54 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         writes = sorted(record.writes, key=lambda w: (w.task_id, w.idx))
         return CheckpointTuple(
             config=config,
-            checkpoint=body["checkpoint"],
-            metadata=body["metadata"],
+            checkpoint={**body.checkpoint, "channel_values": values},  # type: ignore[typeddict-item]
+            metadata=body.metadata,
             parent_config=parent,
             pending_writes=[(w.task_id, w.channel, self._decode(w.value)) for w in writes],
         )
+
+    async def _values(self, record: Record, body: Body, loaded: Loaded) -> tuple[dict[str, Any], KnownValues]:
+        versions = body.checkpoint.get("channel_versions", {})
+        values: dict[str, Any] = {}
+        known: KnownValues = {}
+        if body.specs is None:  # a payload of the earlier kind: the values whole, in the checkpoint
+            for channel, value in body.checkpoint.get("channel_values", {}).items():
+                kind, data = self.serde.dumps_typed(value)
+                values[channel], known[channel] = loaded.value(channel, ["v", kind, data], versions.get(channel),
+                                                               record.id)
+            return values, known
+        for channel, spec in body.specs.items():
+            owner = record.id
+            if spec[0] == "=":
+                owner = spec[1]
+                spec = await self._owned(record, owner, channel, loaded)
+            if spec[0] in ("L", "T") and not loaded.has(channel):
+                place = hidden_namespace(record.namespace, channel)
+                loaded.add_segments(channel, [(r.id, r.payload)
+                                              async for r in self.checkpointer.list(record.thread_id, place)])
+            values[channel], known[channel] = loaded.value(channel, spec, versions.get(channel), owner)
+        return values, known
+
+    async def _owned(self, record: Record, owner: str, channel: str, loaded: Loaded) -> list[Any]:
+        """The spec of ``channel`` that checkpoint ``owner`` stores (a ``=`` points there)."""
+        body = loaded.owners.get(owner)
+        if body is None:
+            found = await self.checkpointer.get(record.thread_id, record.namespace, owner)
+            if found is None:
+                raise CheckpointerError(f"thread {record.thread_id!r}: checkpoint {record.id!r} stores its "
+                                        f"{channel!r} as checkpoint {owner!r}'s, which is not in the store")
+            body = loaded.owners[owner] = self._codec.body(found.payload)
+        if body.specs is None:
+            kind, data = self.serde.dumps_typed(body.checkpoint["channel_values"][channel])
+            return ["v", kind, data]
+        return body.specs[channel]
 
     # ------------------------------------------------------------------ the work, on the saver's loop
     async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
         record = await self.checkpointer.get(conf["thread_id"], conf.get("checkpoint_ns", ""),
                                              get_checkpoint_id(config))
-        return None if record is None else self._tuple(record)
+        return None if record is None else await self._tuple(record, Loaded(self._codec))
 
     async def _records(
         self,
@@ -168,13 +227,17 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         before_id = None if before is None else get_checkpoint_id(before)
         every_thread = conf.get("thread_id") is None
         left = limit if every_thread and not wanted_id else None
+        loaded: dict[tuple[str, str], Loaded] = {}  # the streams read so far, per thread and namespace
         async for record in self.checkpointer.list(conf.get("thread_id"), conf.get("checkpoint_ns"),
                                             filter=_jsonable(filter) if filter else None, before=before_id,
                                             limit=None if wanted_id or left is not None else limit):
             if every_thread and record.thread_id.startswith(KERNEL_THREADS):
                 continue  # a kernel's own records (processes, journals, activity) in a store it shares
+            if is_hidden(record.namespace):
+                continue  # a stream's records: read through the checkpoints that hold them
             if wanted_id is None or record.id == wanted_id:
-                yield self._tuple(record)
+                yield await self._tuple(record, loaded.setdefault((record.thread_id, record.namespace),
+                                                                  Loaded(self._codec)))
                 if left is not None:
                     left -= 1
                     if left <= 0:
@@ -189,13 +252,24 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         conf = config["configurable"]
         thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
+        parent_id = conf.get("checkpoint_id")
         full_metadata = get_checkpoint_metadata(config, metadata)
+        payload, segments, known = self._codec.encode(
+            (thread_id, namespace), checkpoint["id"], checkpoint, full_metadata,
+            self._recent.get(thread_id, namespace, parent_id), self._streams)
+        record = Record(thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=parent_id,
+                        payload=payload, metadata=_jsonable(dict(full_metadata)))
         self._appended = self._appended or self._appends
-        await self._put_checkpoint(Record(
-            thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=conf.get("checkpoint_id"),
-            payload=self._encode({"checkpoint": checkpoint, "metadata": full_metadata}),
-            metadata=_jsonable(dict(full_metadata)),
-        ))
+        if not segments:
+            await self._put_checkpoint(record)
+        else:  # the stream records first: a checkpoint is never read without the items it names
+            rows = [Record(thread_id, segment.namespace, segment.id, segment.payload) for segment in segments]
+            if self._put_together is not None:
+                await self._put_together([*rows, record])
+            else:
+                for row in [*rows, record]:
+                    await self.checkpointer.put(row)
+        self._recent.put(thread_id, namespace, checkpoint["id"], known)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint["id"]}}
 
     async def _put_writes(
@@ -210,6 +284,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             await self._put_pending(thread_id, namespace, checkpoint_id, rows)
 
     async def _delete_thread(self, thread_id: str) -> None:
+        self._recent.forget(thread_id)
+        self._streams.forget(thread_id)
         await self.checkpointer.delete_thread(thread_id)
 
     async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -238,6 +314,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             newest: dict[str, str] = {}
             others: dict[str, list[str]] = {}
             async for record in self.checkpointer.list(thread_id):  # newest first
+                if is_hidden(record.namespace):
+                    continue  # a stream's records: kept while a checkpoint that stays reads them
                 if record.namespace not in newest:
                     newest[record.namespace] = record.id
                 else:
@@ -249,7 +327,54 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         if not self.checkpointer.capabilities.delete_checkpoints:
             raise RingzeroError(f"{type(self.checkpointer).__name__} cannot delete single checkpoints "
                                 "(capabilities.delete_checkpoints is False)")
+        await self._store_whole_what_leans_on(thread_id, namespace, set(ids))
+        self._recent.forget(thread_id)
+        self._streams.forget(thread_id)
         await self.checkpointer.delete_checkpoints(thread_id, namespace, ids)
+        await self._drop_unread_streams(thread_id, namespace)
+
+    async def _store_whole_what_leans_on(self, thread_id: str, namespace: str, doomed: set[str]) -> None:
+        """Before checkpoints go: one that stays and stores a value as ``=`` of one of them
+        (its owner) is written again with that value in its own record."""
+        records = [r async for r in self.checkpointer.list(thread_id, namespace)]
+        owners = {r.id: self._codec.body(r.payload) for r in records if r.id in doomed}
+        for record in records:
+            if record.id in doomed:
+                continue
+            body = self._codec.body(record.payload)
+            leaning = {channel: spec for channel, spec in (body.specs or {}).items()
+                       if spec[0] == "=" and spec[1] in doomed}
+            if not leaning:
+                continue
+            specs = dict(body.specs or {})
+            for channel, spec in leaning.items():
+                owner = owners[spec[1]]
+                specs[channel] = owner.specs[channel] if owner.specs is not None else \
+                    ["v", *self.serde.dumps_typed(owner.checkpoint["channel_values"][channel])]
+            payload = self._codec.rewritten(body, specs)
+            await self.checkpointer.put(Record(thread_id, namespace, record.id, payload, record.parent_id,
+                                               dict(record.metadata)))
+
+    async def _drop_unread_streams(self, thread_id: str, namespace: str) -> None:
+        """Delete the stream records of ``namespace`` that no checkpoint left in it reads."""
+        read: dict[str, set[str]] = {}
+        channels: set[str] = set()
+        async for record in self.checkpointer.list(thread_id):
+            if record.namespace == namespace:
+                for channel, spec in (self._codec.body(record.payload).specs or {}).items():
+                    if spec[0] in ("L", "T"):
+                        read.setdefault(channel, set()).add(spec[1])
+            elif is_hidden(record.namespace) and record.namespace.rpartition("\x1f")[0] == namespace:
+                channels.add(record.namespace.rpartition("\x1f")[2])
+        for channel in channels:
+            place = hidden_namespace(namespace, channel)
+            loaded = Loaded(self._codec)
+            loaded.add_segments(channel, [(r.id, r.payload) async for r in self.checkpointer.list(thread_id, place)])
+            kept = loaded.reached(channel, read.get(channel, set()))
+            doomed = [record_id for stream, records in loaded.segments.get(channel, {}).items() if stream not in kept
+                      for record_id in loaded.record_ids(stream, records)]
+            if doomed:
+                await self.checkpointer.delete_checkpoints(thread_id, place, doomed)
 
     # ------------------------------------------------------------------ async API (any loop)
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -21,6 +21,13 @@ __all__ = ["SCHEMA_VERSION", "SELECT", "check_and_migrate", "checkpoint_of", "ch
 
 SCHEMA_VERSION = 2
 """The schema this ringzero writes; a file of a newer one is refused."""
+PAGE_SIZE = 8192
+"""Bytes a page of a file ringzero creates (SQLite's default is 4,096; a file made before keeps
+its own). The tables are WITHOUT ROWID b-trees, whose rows keep at most about a quarter of a
+page in the page and spill the rest to overflow pages of their own: with 4 KiB pages, a row of
+1 to 4 KiB (a chat message, a pending write, a checkpoint with its input) took a whole 4 KiB
+overflow page for its last kilobyte or two. With 8 KiB pages such rows stay in their pages: a
+LangGraph chat's file is half the size (``benchmarks/chat_history.py``)."""
 SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS checkpoints (
     thread_id TEXT NOT NULL,
@@ -77,6 +84,7 @@ def check_and_migrate(conn: sqlite3.Connection, path: Path) -> None:
     """On the file's waiting thread, in one write transaction: refuse a file that is not ours or is
     newer, create the schema in a new one. Another process opening the same new file waits
     for this transaction, then finds the schema complete (a crash leaves version 0, no tables)."""
+    conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect in a new file only (no page written yet)
     conn.execute("BEGIN IMMEDIATE")
     try:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])

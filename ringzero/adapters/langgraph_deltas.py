@@ -1,0 +1,409 @@
+"""How ``KernelSaver`` stores a LangGraph checkpoint: a growing list by what is new in it.
+
+LangGraph hands a saver every channel's whole value at every checkpoint. A chat's ``messages``
+channel grows by a message or two a step, so storing it whole stores a conversation of n turns
+in O(n^2) bytes. Here a channel's value at a checkpoint is stored as one of:
+
+- ``["L", stream, length]`` (a ``list``) or ``["T", stream, length]`` (a ``str``): the first
+  ``length`` items of a *stream*, the channel's items kept once each in records of their own
+  (``SEGMENT_ITEMS`` items a record, in a namespace beside the checkpoints':
+  ``hidden_namespace``). A checkpoint whose list extends its parent's appends the new items to
+  the parent's stream; one that extends a value some other checkpoint's stream already went on
+  from (time travel, a fork) starts a stream of its own on top of that one (``base``). A
+  string's items are the pieces it grew by. Whether a list extends its parent's is judged on
+  the serializer's bytes of each item, so an item changed in place is never taken for the old
+  one, and a value read back is made of the bytes the serializer produced.
+- ``["=", owner]``: a large value of any other kind whose version is its parent's: the value
+  checkpoint ``owner`` stores (never another ``=``).
+- ``["v", kind, data]``: anything else, whole, as ``serde.dumps_typed`` gave it (a list or
+  string under ``STREAM_AT_LEAST`` bytes too: a stream costs a record of its own).
+
+Reading a checkpoint reads its record, the stream records of its list channels (one query per
+channel, ``SEGMENT_ITEMS`` items a record) and, for ``=``, its owner: a number of queries that
+does not grow with the conversation. Payloads of ``COMPRESS_AT_LEAST`` bytes or more are
+compressed (zlib), the checkpoint's, the streams' and the pending writes'.
+
+Streams belong to their thread: ``delete_thread`` removes them with it, ``copy_thread`` copies
+them with it (their ids are kept). A delete of single checkpoints (``prune``,
+``delete_for_runs``) first stores whole the values that stay and were stored as ``=`` of one
+that goes, and then deletes the stream records no checkpoint that stays reads.
+
+A payload written before this encoding (``kind\\x00data`` of the whole checkpoint, uncompressed)
+is read as it always was, and is compared against like any other.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ringzero.core.contract.errors import CheckpointerError
+
+MARK = b"rzlg2"
+"""A payload's first bytes (before ``\\x00``) in this encoding; a serializer's kind otherwise."""
+SEGMENT_ITEMS = 32
+"""Items a stream record holds; the last one is written again as items come, up to this many."""
+STREAM_AT_LEAST = 4096
+"""Bytes (serialized) from which a list or a string is kept in a stream rather than whole."""
+COMPRESS_AT_LEAST = 512
+"""Bytes from which a payload is compressed."""
+HIDDEN = "\x1f"
+"""In a namespace: the streams' (no LangGraph namespace holds it)."""
+
+Typed = tuple[str, bytes]
+
+
+def hidden_namespace(namespace: str, channel: str) -> str:
+    return f"{namespace}{HIDDEN}{channel}"
+
+
+def is_hidden(namespace: str) -> bool:
+    return HIDDEN in namespace
+
+
+def segment_id(stream: str, index: int) -> str:
+    return f"{stream}.{index:06d}"
+
+
+def pack(data: bytes) -> bytes:
+    """``data`` with a flag in front: compressed (``z``) where it is worth it, else raw (``r``)."""
+    if len(data) >= COMPRESS_AT_LEAST:
+        squeezed = zlib.compress(data, 6)
+        if len(squeezed) < len(data):
+            return b"z" + squeezed
+    return b"r" + data
+
+
+def unpack(packed: bytes) -> bytes:
+    return zlib.decompress(packed[1:]) if packed[:1] == b"z" else packed[1:]
+
+
+@dataclass(frozen=True)
+class Known:
+    """One channel's value at a checkpoint, as the next checkpoint is compared against it."""
+
+    version: Any
+    spec: list[Any]
+    """What a child whose version is the same stores (the spec itself, or ``=`` its owner)."""
+    items: tuple[Typed, ...] | None = None
+    """A list's items (a string's pieces), serialized one by one."""
+    text: str | None = None
+    """A string's value."""
+    stream: str | None = None
+    """The stream the value's items are in (None: stored whole)."""
+
+
+KnownValues = dict[str, Known]
+
+
+@dataclass
+class Stream:
+    """What a stream holds, for the next append to it: where it starts, how many items it has
+    of its own, and those of its last record (written again as it fills)."""
+
+    base: tuple[str, int] | None
+    stored: int
+    last: list[Typed] = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        return (self.base[1] if self.base else 0) + self.stored
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stream record to write: in ``namespace``, id ``id``."""
+
+    namespace: str
+    id: str
+    payload: bytes
+
+
+@dataclass
+class Body:
+    """A record's payload, decoded: the checkpoint (without its values, in this encoding), its
+    metadata, and per channel the spec above; ``specs`` is None for a payload of the old kind,
+    whose ``checkpoint`` holds its ``channel_values``."""
+
+    checkpoint: dict[str, Any]
+    metadata: Any
+    specs: dict[str, list[Any]] | None
+
+
+class Codec:
+    """Encodes checkpoints against what their parents store, and decodes them back."""
+
+    def __init__(self, serde: Any) -> None:
+        self.serde = serde
+
+    # ------------------------------------------------------------------ plain values
+    def typed(self, value: Any) -> bytes:
+        """A value as the old payloads and pending writes hold it: its kind, ``\\x00``, its bytes
+        (a kind ending in ``+z`` for bytes ``pack`` compressed)."""
+        kind, data = self.serde.dumps_typed(value)
+        packed = pack(bytes(data))
+        if packed[:1] == b"z":
+            return f"{kind}+z".encode() + b"\x00" + packed[1:]
+        return str(kind).encode() + b"\x00" + bytes(data)
+
+    def untyped(self, payload: bytes) -> Any:
+        kind, _, data = payload.partition(b"\x00")
+        name = kind.decode()
+        if name.endswith("+z"):
+            return self.serde.loads_typed((name[:-2], zlib.decompress(data)))
+        return self.serde.loads_typed((name, data))
+
+    # ------------------------------------------------------------------ checkpoints
+    def body(self, payload: bytes) -> Body:
+        kind, _, data = payload.partition(b"\x00")
+        if kind != MARK:
+            whole = self.untyped(payload)
+            return Body(whole["checkpoint"], whole["metadata"], None)
+        decoded = self.untyped(unpack(data))
+        return Body(decoded["checkpoint"], decoded["metadata"], decoded["values"])
+
+    def encode(self, place: tuple[str, str], checkpoint_id: str, checkpoint: Mapping[str, Any], metadata: Any,
+               parent: KnownValues | None, streams: Streams) -> tuple[bytes, list[Segment], KnownValues]:
+        """The record's payload, the stream records to write before it, and what the next
+        checkpoint is compared against."""
+        specs: dict[str, list[Any]] = {}
+        known: KnownValues = {}
+        segments: list[Segment] = []
+        versions = checkpoint.get("channel_versions", {})
+        for channel, value in checkpoint.get("channel_values", {}).items():
+            before = None if parent is None else parent.get(channel)
+            version = versions.get(channel)
+            if before is not None and version is not None and before.version == version:
+                specs[channel], known[channel] = before.spec, before
+                continue
+            if type(value) is list or type(value) is str:
+                spec, mine, written = self._growing(place, channel, checkpoint_id, value, version, before, streams)
+                segments += written
+            else:
+                kind, data = self.serde.dumps_typed(value)
+                spec = ["v", kind, data]
+                mine = Known(version, ["=", checkpoint_id] if len(data) >= STREAM_AT_LEAST else spec)
+            specs[channel], known[channel] = spec, mine
+        rest = {key: value for key, value in checkpoint.items() if key != "channel_values"}
+        body = self.typed({"checkpoint": rest, "metadata": metadata, "values": specs})
+        return MARK + b"\x00" + pack(body), segments, known
+
+    def rewritten(self, body: Body, specs: dict[str, list[Any]]) -> bytes:
+        """``body``'s checkpoint and metadata with these specs, as a payload."""
+        encoded = self.typed({"checkpoint": body.checkpoint, "metadata": body.metadata, "values": specs})
+        return MARK + b"\x00" + pack(encoded)
+
+    def _growing(self, place: tuple[str, str], channel: str, checkpoint_id: str, value: list[Any] | str,
+                 version: Any, before: Known | None,
+                 streams: Streams) -> tuple[list[Any], Known, list[Segment]]:
+        """A list's or a string's spec: whole while it is small and in no stream, else in a stream."""
+        serde = self.serde
+        if before is None or before.stream is None:
+            kind, data = serde.dumps_typed(value)
+            if len(data) < STREAM_AT_LEAST:
+                spec = ["v", kind, data]
+                return spec, Known(version, spec), []
+        text = value if type(value) is str else None
+        old = None if before is None else before.items
+        if text is not None:  # a string's items: the pieces it grew by
+            extends = old is not None and before is not None and before.text is not None \
+                and text.startswith(before.text)
+            if extends and old is not None and before is not None and before.text is not None:
+                grown = text[len(before.text):]
+                items: tuple[Typed, ...] = old + ((serde.dumps_typed(grown),) if grown else ())
+            else:
+                items = (serde.dumps_typed(text),)
+        else:
+            assert isinstance(value, list)
+            items = tuple(serde.dumps_typed(item) for item in value)
+            extends = old is not None and items[:len(old)] == old
+            if extends and old is not None:
+                items = old + items[len(old):]  # the parent's bytes objects, kept once
+        tag = "T" if text is not None else "L"
+        if extends and old is not None and before is not None and before.stream is not None:
+            stream = streams.get(place, channel, before.stream)
+            if stream is not None and stream.end == len(old):  # this saver's stream, ending where the parent's does
+                written = streams.append(place, channel, before.stream, stream, items[len(old):], self)
+                spec = [tag, before.stream, len(items)]
+                return spec, Known(version, spec, items=items, text=text, stream=before.stream), written
+        # A stream of its own: on top of the parent's (a fork, time travel, another saver's), or from nothing.
+        base = (before.stream, len(old)) if extends and old is not None and before is not None \
+            and before.stream is not None else None
+        stream = Stream(base, 0)
+        written = streams.append(place, channel, checkpoint_id, stream, items[base[1]:] if base else items, self)
+        spec = [tag, checkpoint_id, len(items)]
+        return spec, Known(version, spec, items=items, text=text, stream=checkpoint_id), written
+
+    def segment(self, namespace: str, stream: str, index: int, base: tuple[str, int] | None,
+                items: Sequence[Typed]) -> Segment:
+        payload = pack(self.typed({"base": list(base) if base and index == 0 else None,
+                                   "items": [[kind, data] for kind, data in items]}))
+        return Segment(namespace, segment_id(stream, index), payload)
+
+    def segment_body(self, payload: bytes) -> tuple[tuple[str, int] | None, list[Typed]]:
+        decoded = self.untyped(unpack(payload))
+        base = decoded["base"]
+        return (None if base is None else (str(base[0]), int(base[1])),
+                [(str(kind), bytes(data)) for kind, data in decoded["items"]])
+
+
+class Streams:
+    """What the streams this saver made hold (bounded LRU), so that an append writes only the
+    stream's last record, without reading it back. A saver appends only to streams it made: one
+    read from the store (another process's, or this one's before a restart) may have gone on
+    there since, so a checkpoint that extends it starts a stream of its own on top of it. So two
+    hosts on one store never write the same stream record, and a restart costs one stream more."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._streams: OrderedDict[tuple[str, str, str, str], Stream] = OrderedDict()
+
+    def get(self, place: tuple[str, str], channel: str, stream: str) -> Stream | None:
+        key = (*place, channel, stream)
+        found = self._streams.get(key)
+        if found is not None:
+            self._streams.move_to_end(key)
+        return found
+
+    def remember(self, place: tuple[str, str], channel: str, stream: str, state: Stream) -> None:
+        key = (*place, channel, stream)
+        self._streams[key] = state
+        self._streams.move_to_end(key)
+        while len(self._streams) > self._size:
+            self._streams.popitem(last=False)
+
+    def append(self, place: tuple[str, str], channel: str, stream_id: str, stream: Stream,
+               items: Sequence[Typed], codec: Codec) -> list[Segment]:
+        """Add ``items`` to the stream: its last record written again with them, and records
+        after it as it fills."""
+        namespace = hidden_namespace(place[1], channel)
+        written: dict[int, Segment] = {}
+        index = stream.stored // SEGMENT_ITEMS
+        last = list(stream.last)
+        for item in items:
+            last.append(item)
+            if len(last) == SEGMENT_ITEMS:
+                written[index] = codec.segment(namespace, stream_id, index, stream.base, last)
+                index, last = index + 1, []
+        if last:
+            written[index] = codec.segment(namespace, stream_id, index, stream.base, last)
+        stream.stored += len(items)
+        stream.last = last
+        self.remember(place, channel, stream_id, stream)
+        return list(written.values())
+
+    def forget(self, thread_id: str) -> None:
+        for key in [key for key in self._streams if key[0] == thread_id]:
+            del self._streams[key]
+
+
+class Recent:
+    """What the last checkpoints read or written store, per checkpoint id, for the next
+    ``encode`` to compare against without reading them back (a bounded LRU)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._known: OrderedDict[tuple[str, str, str], KnownValues] = OrderedDict()
+
+    def get(self, thread_id: str, namespace: str, checkpoint_id: str | None) -> KnownValues | None:
+        if checkpoint_id is None:
+            return None
+        key = (thread_id, namespace, checkpoint_id)
+        known = self._known.get(key)
+        if known is not None:
+            self._known.move_to_end(key)
+        return known
+
+    def put(self, thread_id: str, namespace: str, checkpoint_id: str, known: KnownValues) -> None:
+        self._known[(thread_id, namespace, checkpoint_id)] = known
+        self._known.move_to_end((thread_id, namespace, checkpoint_id))
+        while len(self._known) > self._size:
+            self._known.popitem(last=False)
+
+    def forget(self, thread_id: str) -> None:
+        for key in [key for key in self._known if key[0] == thread_id]:
+            del self._known[key]
+
+
+class Loaded:
+    """The stream records of a thread's namespace read so far (per channel), and the values
+    they rebuild."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.codec = codec
+        self.segments: dict[str, dict[str, dict[int, list[Typed]]]] = {}
+        """channel -> stream -> record index -> items."""
+        self.bases: dict[str, dict[str, tuple[str, int] | None]] = {}
+        self.owners: dict[str, Body] = {}
+        """Checkpoints read for their ``=`` values, by id."""
+
+    def has(self, channel: str) -> bool:
+        return channel in self.segments
+
+    def add_segments(self, channel: str, records: Sequence[tuple[str, bytes]]) -> None:
+        streams = self.segments.setdefault(channel, {})
+        bases = self.bases.setdefault(channel, {})
+        for record_id, payload in records:
+            stream, _, index = record_id.rpartition(".")
+            base, items = self.codec.segment_body(payload)
+            streams.setdefault(stream, {})[int(index)] = items
+            if int(index) == 0:
+                bases[stream] = base
+
+    def reached(self, channel: str, streams: set[str]) -> set[str]:
+        """``streams`` and every stream one of them is on top of."""
+        reached: set[str] = set()
+        for stream in streams:
+            at: str | None = stream
+            while at is not None and at not in reached:
+                reached.add(at)
+                base = self.bases.get(channel, {}).get(at)
+                at = base[0] if base else None
+        return reached
+
+    @staticmethod
+    def record_ids(stream: str, records: Mapping[int, Any]) -> list[str]:
+        return [segment_id(stream, index) for index in records]
+
+    def items(self, channel: str, stream: str, length: int) -> tuple[Typed, ...]:
+        """The first ``length`` items of ``stream``, gathered back along its bases (no recursion)."""
+        parts: list[list[Typed]] = []
+        at: str | None = stream
+        want = length
+        while at is not None:
+            records = self.segments.get(channel, {}).get(at)
+            if records is None:
+                raise CheckpointerError(f"the {channel!r} items of stream {at!r} are not in the store")
+            base = self.bases[channel].get(at)
+            start = base[1] if base else 0
+            own = [item for index in sorted(records) for item in records[index]]
+            if want - start > len(own) or want < start:
+                raise CheckpointerError(f"stream {at!r} of {channel!r} holds {start + len(own)} items, not {want}")
+            parts.append(own[: want - start])
+            at, want = (base[0], base[1]) if base else (None, 0)
+        gathered: list[Typed] = []
+        for part in reversed(parts):
+            gathered.extend(part)
+        return tuple(gathered)
+
+    def value(self, channel: str, spec: list[Any], version: Any, owner: str) -> tuple[Any, Known]:
+        """A ``L``/``T``/``v`` spec's value, rebuilt (new objects each call), and its ``Known``;
+        ``owner``: the checkpoint whose record holds the spec."""
+        serde = self.codec.serde
+        if spec[0] == "v":
+            value = serde.loads_typed((spec[1], spec[2]))
+            if type(value) is list:
+                items = tuple(serde.dumps_typed(item) for item in value)
+                return value, Known(version, spec, items=items)
+            if type(value) is str:
+                return value, Known(version, spec, items=(serde.dumps_typed(value),), text=value)
+            return value, Known(version, ["=", owner] if len(spec[2]) >= STREAM_AT_LEAST else spec)
+        items = self.items(channel, spec[1], spec[2])
+        decoded = [serde.loads_typed(item) for item in items]
+        if spec[0] == "T":
+            text = "".join(decoded)
+            return text, Known(version, spec, items=items, text=text, stream=spec[1])
+        return decoded, Known(version, spec, items=items, stream=spec[1])

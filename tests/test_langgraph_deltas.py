@@ -1,0 +1,298 @@
+"""A LangGraph chat stored by what is new (``ringzero.adapters.langgraph_deltas``): the store
+grows with the conversation, not with its square, and every checkpoint of it reads back as
+LangGraph wrote it: history, time travel and forks, prunes and deletes, records of the earlier
+encoding, values changed in place, a kill -9 mid-conversation. On SQLite, in memory and on
+PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import string
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
+
+from ringzero.adapters.langgraph import KernelSaver
+from ringzero.checkpointers import MemoryCheckpointer, PostgresCheckpointer, SqliteCheckpointer
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.contract.types import Checkpoint
+from tests.postgres import fresh_database
+
+ROOT = Path(__file__).resolve().parent.parent
+USER, ANSWER = 2000, 200
+VOCABULARY = ["".join(random.Random(i).choices(string.ascii_lowercase, k=2 + i % 8)) for i in range(2000)]
+
+
+def prose(seed: int, size: int) -> str:
+    """Text as compressible as a chat's (zlib: about 2x, as English): words of a 2,000-word
+    vocabulary, the common ones most often (Zipf), never the same text twice."""
+    return " ".join(random.Random(seed).choices(VOCABULARY, weights=[1 / (r + 1) for r in range(2000)],
+                                                k=size // 3))[:size]
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def answer(state: Chat) -> dict[str, Any]:
+    turn = len(state["messages"]) // 2
+    return {"messages": [AIMessage(f"answer {turn:04d} " + prose(-turn - 1, ANSWER - 12))]}
+
+
+def chat(saver: Any) -> Any:
+    graph = StateGraph(Chat)
+    graph.add_node("model", answer)
+    graph.add_edge(START, "model")
+    return graph.compile(checkpointer=saver)
+
+
+def question(turn: int) -> HumanMessage:
+    return HumanMessage(f"question {turn:04d} " + prose(turn, USER - 14), id=f"q{turn}")
+
+
+CONFIG = {"configurable": {"thread_id": "chat"}}
+
+
+def edit_in_place(left: list[dict[str, int]], right: list[dict[str, int]]) -> list[dict[str, int]]:
+    """A reducer that edits the list it was given and returns it."""
+    if right and right[0].get("bump"):
+        left[0]["n"] += 1
+        return left
+    left.extend(right)
+    return left
+
+
+class Counters(TypedDict):
+    items: Annotated[list[dict[str, int]], edit_in_place]
+
+
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
+async def store_for(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Callable[[], Checkpointer]]:
+    """Opens the backend's store (again: the same file or database each time)."""
+    dsn = fresh_database(request.getfixturevalue("postgres_dsn")) if request.param == "postgres" else ""
+    memory = MemoryCheckpointer()
+    opened: list[Checkpointer] = []
+
+    def open_store() -> Checkpointer:
+        store: Checkpointer = {"sqlite": lambda: SqliteCheckpointer(tmp_path / "chat.db"), "memory": lambda: memory,
+                               "postgres": lambda: PostgresCheckpointer(dsn)}[request.param]()
+        opened.append(store)
+        return store
+
+    open_store.kind = request.param  # type: ignore[attr-defined]
+    yield open_store
+    for store in opened:
+        await store.aclose()
+
+
+async def talk(graph: Any, turns: range, config: dict[str, Any] = CONFIG) -> None:
+    for turn in turns:
+        await graph.ainvoke({"messages": [question(turn)]}, config)
+
+
+async def stored_bytes(store: Checkpointer) -> int:
+    total = 0
+    async for record in store.list("chat"):
+        total += len(record.payload) + sum(len(w.value) for w in record.writes)
+    return total
+
+
+@pytest.mark.perf
+async def test_a_chat_is_stored_in_bytes_that_grow_with_its_turns_not_their_square(
+        store_for: Callable[[], Checkpointer]) -> None:
+    store = store_for()
+    graph = chat(KernelSaver(store))
+    await talk(graph, range(60))
+    at_60 = await stored_bytes(store)
+    await talk(graph, range(60, 120))
+    at_120 = await stored_bytes(store)
+    content = 120 * (USER + ANSWER)
+    assert at_120 / at_60 <= 2.2, (at_60, at_120)  # whole values at every step: 3.9x
+    assert at_120 <= 3 * content, (at_120, content)  # checkpoints, their writes and metadata, by what is new
+
+
+async def test_every_checkpoint_reads_back_as_langgraph_wrote_it_byte_for_byte(
+        store_for: Callable[[], Checkpointer]) -> None:
+    """The same chat on InMemorySaver (which keeps LangGraph's objects as they are) and on a
+    KernelSaver: step by step, the same values, and the serializer's bytes of the messages the
+    same, for the latest checkpoint and every earlier one (``get_state_history``)."""
+    serde = JsonPlusSerializer()
+    reference, ours = chat(InMemorySaver()), chat(KernelSaver(store_for()))
+    await talk(reference, range(30))
+    await talk(ours, range(30))
+    theirs = [s async for s in reference.aget_state_history(CONFIG)]
+    mine = [s async for s in ours.aget_state_history(CONFIG)]
+    assert len(mine) == len(theirs) == 90  # input, __start__ and the node's step, per turn
+    for a, b in zip(theirs, mine, strict=True):
+        assert [m.content for m in a.values.get("messages", [])] == [m.content for m in b.values.get("messages", [])]
+        assert a.next == b.next and a.metadata["step"] == b.metadata["step"]
+        if "messages" in b.values:  # the messages are ours (ids assigned by add_messages): the bytes of the latest
+            assert serde.dumps_typed(b.values["messages"]) == serde.dumps_typed(
+                (await ours.aget_state(b.config)).values["messages"])
+    latest = (await ours.aget_state(CONFIG)).values["messages"]
+    assert len(latest) == 60 and [m.id for m in latest[::2]] == [f"q{i}" for i in range(30)]
+
+
+async def test_time_travel_and_a_fork_from_turn_ten_and_the_main_line_unchanged(
+        store_for: Callable[[], Checkpointer]) -> None:
+    graph = chat(KernelSaver(store_for()))
+    await talk(graph, range(25))
+    [at_ten, *_] = [s async for s in graph.aget_state_history(CONFIG)
+                    if len(s.values.get("messages", [])) == 20 and not s.next]
+    assert [m.content.split()[:2] for m in at_ten.values["messages"][-2:]] == [["question", "0009"], ["answer", "0009"]]
+    await graph.ainvoke({"messages": [question(100)]}, at_ten.config)  # time travel: a new branch from turn 10
+    branch = (await graph.aget_state(CONFIG)).values["messages"]
+    assert len(branch) == 22 and branch[-2].id == "q100"
+    forked = await graph.aupdate_state(at_ten.config, {"messages": [AIMessage("an edit", id="edit")]})
+    assert [m.id for m in (await graph.aget_state(forked)).values["messages"]][-1] == "edit"
+    main_line = [s async for s in graph.aget_state_history(CONFIG)]
+    assert max(len(s.values.get("messages", [])) for s in main_line) == 50  # the first line's end is still there
+    assert len((await graph.aget_state(at_ten.config)).values["messages"]) == 20
+
+
+async def test_a_store_opened_again_goes_on_from_the_thread_it_holds(store_for: Callable[[], Checkpointer]) -> None:
+    """A second saver (a new process would do exactly this) knows nothing of what the first
+    wrote: it reads the thread back and goes on storing by what is new."""
+    first = store_for()
+    await talk(chat(KernelSaver(first)), range(10))
+    if store_for.kind != "memory":  # type: ignore[attr-defined]
+        await first.aclose()
+    again = store_for()
+    graph = chat(KernelSaver(again))
+    await talk(graph, range(10, 20))
+    messages = (await graph.aget_state(CONFIG)).values["messages"]
+    assert [m.id for m in messages[::2]] == [f"q{i}" for i in range(20)]
+    assert await stored_bytes(again) <= 3 * 20 * (USER + ANSWER)
+
+
+async def test_two_savers_on_one_store_taking_turns_never_write_over_each_other(
+        store_for: Callable[[], Checkpointer]) -> None:
+    """Two hosts on one store (two savers, each with its own memory of what it wrote) take
+    turns on one thread; the first then goes back to its own turn 5 (time travel from what it
+    remembers). Each line of the conversation keeps every message."""
+    store = store_for()
+    first, second = chat(KernelSaver(store)), chat(KernelSaver(store))
+    await talk(first, range(5))
+    at_five = await first.aget_state(CONFIG)
+    await talk(second, range(5, 10))
+    await talk(first, range(10, 12))  # goes on from the latest, the second's
+    await first.ainvoke({"messages": [question(50)]}, at_five.config)  # and from its own turn 5
+    for graph in (first, second, chat(KernelSaver(store))):
+        history = [s async for s in graph.aget_state_history(CONFIG)]
+        ends = sorted({tuple(m.id for m in s.values["messages"][::2]) for s in history
+                       if s.values.get("messages") and not s.next}, key=len)
+        assert ends[-1] == tuple(f"q{i}" for i in range(12))
+        assert (*(f"q{i}" for i in range(5)), "q50") in ends
+
+
+async def test_prune_and_delete_for_runs_leave_what_stays_readable(store_for: Callable[[], Checkpointer]) -> None:
+    saver = KernelSaver(store_for())
+    graph = chat(saver)
+    await talk(graph, range(8))
+    runs = [s.metadata.get("run_id") for s in [s async for s in graph.aget_state_history(CONFIG)]]
+    await saver.adelete_for_runs([run for run in dict.fromkeys(runs) if run][2:5])  # three turns from the middle
+    history = [s async for s in graph.aget_state_history(CONFIG)]
+    assert all(len(s.values.get("messages", [])) % 2 == 0 or s.next for s in history)
+    assert len((await graph.aget_state(CONFIG)).values["messages"]) == 16
+    await saver.aprune(["chat"], strategy="keep_latest")
+    [only] = [s async for s in graph.aget_state_history(CONFIG)]
+    assert [m.id for m in only.values["messages"][::2]] == [f"q{i}" for i in range(8)]
+    await talk(graph, range(8, 10))
+    assert len((await graph.aget_state(CONFIG)).values["messages"]) == 20
+
+
+async def test_records_of_the_earlier_encoding_read_and_serve_as_the_base_of_new_ones(
+        store_for: Callable[[], Checkpointer]) -> None:
+    """Checkpoints written whole (the encoding before this one: the serializer's typed bytes of
+    the checkpoint and its metadata) read as they did, and what follows them is stored against
+    them."""
+    store = store_for()
+    serde = JsonPlusSerializer()
+    reference = chat(InMemorySaver())
+    await talk(reference, range(5))
+    for state in reversed([s async for s in reference.aget_state_history(CONFIG)]):
+        saved = await reference.checkpointer.aget_tuple(state.config)
+        kind, data = serde.dumps_typed({"checkpoint": saved.checkpoint, "metadata": saved.metadata})
+        parent = saved.parent_config["configurable"]["checkpoint_id"] if saved.parent_config else None
+        await store.put(Checkpoint("chat", "", saved.checkpoint["id"], kind.encode() + b"\x00" + data, parent,
+                                   {"step": saved.metadata["step"]}))
+    graph = chat(KernelSaver(store))
+    assert len((await graph.aget_state(CONFIG)).values["messages"]) == 10
+    before = await stored_bytes(store)
+    await talk(graph, range(5, 10))
+    assert [m.id for m in (await graph.aget_state(CONFIG)).values["messages"][::2]] == [f"q{i}" for i in range(10)]
+    assert await stored_bytes(store) - before <= 3 * 5 * (USER + ANSWER)  # stored against the old records
+
+
+async def test_a_list_item_changed_in_place_is_stored_as_changed() -> None:
+    """A reducer that edits the list it was given and returns it: the parent's value (the same
+    list object) is compared by its stored bytes, so the change is not taken for the old value."""
+
+    graph_def = StateGraph(Counters)
+    graph_def.add_node("bump", lambda state: {"items": [{"bump": 1}]})
+    graph_def.add_edge(START, "bump")
+    graph = graph_def.compile(checkpointer=KernelSaver(MemoryCheckpointer()))
+    await graph.ainvoke({"items": [{"n": 0}]}, CONFIG)
+    await graph.ainvoke({"items": []}, CONFIG)
+    saver = KernelSaver(graph.checkpointer.checkpointer)  # nothing cached: a second saver reads the store
+    values = (await saver.aget_tuple(CONFIG)).checkpoint["channel_values"]
+    assert values["items"][0]["n"] == 2
+
+
+@pytest.mark.slow
+def test_a_kill_9_mid_conversation_resumes_with_every_message(tmp_path: Path) -> None:
+    """A host talks turn after turn and is killed with SIGKILL at its tenth turn's step; a new
+    process reads the thread, finds every message of the turns that finished in order, and
+    talks on."""
+    script = tmp_path / "host.py"
+    script.write_text(textwrap.dedent(f"""
+        import asyncio, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from ringzero.adapters.langgraph import KernelSaver
+        from ringzero.checkpointers import SqliteCheckpointer
+        from tests.test_langgraph_deltas import CONFIG, chat, question
+
+        async def main():
+            graph = chat(KernelSaver(SqliteCheckpointer(sys.argv[1])))
+            for turn in range(1000):
+                await graph.ainvoke({{"messages": [question(turn)]}}, CONFIG)
+                print(turn, flush=True)
+
+        asyncio.run(main())
+    """))
+    db = tmp_path / "chat.db"
+    host = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert host.stdout is not None
+    for line in host.stdout:
+        if line.strip() == "9":
+            break
+    os.kill(host.pid, signal.SIGKILL)
+    host.wait()
+    host.stdout.close()
+
+    async def resume() -> None:
+        store = SqliteCheckpointer(db)
+        graph = chat(KernelSaver(store))
+        messages = (await graph.aget_state(CONFIG)).values["messages"]
+        assert len(messages) >= 20 and [m.id for m in messages[::2]] == [f"q{i}" for i in range(len(messages[::2]))]
+        await talk(graph, range(100, 102))
+        after = (await graph.aget_state(CONFIG)).values["messages"]
+        assert after[: len(messages)] == messages and [m.id for m in after[-4::2]] == ["q100", "q101"]
+        await store.aclose()
+
+    asyncio.run(resume())
