@@ -254,7 +254,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
         parent_id = conf.get("checkpoint_id")
         full_metadata = get_checkpoint_metadata(config, metadata)
-        payload, segments, known = self._codec.encode(
+        payload, segments, sealed, known = self._codec.encode(
             (thread_id, namespace), checkpoint["id"], checkpoint, full_metadata,
             self._recent.get(thread_id, namespace, parent_id), self._streams)
         record = Record(thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=parent_id,
@@ -269,6 +269,10 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             else:
                 for row in [*rows, record]:
                     await self.checkpointer.put(row)
+        if sealed and self.checkpointer.capabilities.delete_checkpoints:  # else kept: read past, never wrong
+            for place in dict.fromkeys(where for where, _ in sealed):
+                await self.checkpointer.delete_checkpoints(thread_id, place,
+                                                           [record_id for where, record_id in sealed if where == place])
         self._recent.put(thread_id, namespace, checkpoint["id"], known)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint["id"]}}
 
@@ -371,8 +375,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             loaded = Loaded(self._codec)
             loaded.add_segments(channel, [(r.id, r.payload) async for r in self.checkpointer.list(thread_id, place)])
             kept = loaded.reached(channel, read.get(channel, set()))
-            doomed = [record_id for stream, records in loaded.segments.get(channel, {}).items() if stream not in kept
-                      for record_id in loaded.record_ids(stream, records)]
+            doomed = [record_id for stream in loaded.ids.get(channel, {}) if stream not in kept
+                      for record_id in loaded.record_ids(channel, stream)]
             if doomed:
                 await self.checkpointer.delete_checkpoints(thread_id, place, doomed)
 

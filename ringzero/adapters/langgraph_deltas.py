@@ -65,7 +65,13 @@ def is_hidden(namespace: str) -> bool:
 
 
 def segment_id(stream: str, index: int) -> str:
+    """A full segment's record: items ``index * SEGMENT_ITEMS`` on, ``SEGMENT_ITEMS`` of them."""
     return f"{stream}.{index:06d}"
+
+
+def piece_id(stream: str, position: int) -> str:
+    """A piece's record: the items one checkpoint added, from ``position`` (in the stream's own)."""
+    return f"{stream}.{position // SEGMENT_ITEMS:06d}.{position % SEGMENT_ITEMS:03d}"
 
 
 def pack(data: bytes) -> bytes:
@@ -102,11 +108,12 @@ KnownValues = dict[str, Known]
 @dataclass
 class Stream:
     """What a stream holds, for the next append to it: where it starts, how many items it has
-    of its own, and those of its last record (written again as it fills)."""
+    of its own, and the pieces written since its last full segment (sealed into one as it fills)."""
 
     base: tuple[str, int] | None
     stored: int
-    last: list[Typed] = field(default_factory=list)
+    pieces: list[tuple[str, list[Typed]]] = field(default_factory=list)
+    """(record id, items) of the pieces after the last segment."""
 
     @property
     def end(self) -> int:
@@ -166,12 +173,15 @@ class Codec:
         return Body(decoded["checkpoint"], decoded["metadata"], decoded["values"])
 
     def encode(self, place: tuple[str, str], checkpoint_id: str, checkpoint: Mapping[str, Any], metadata: Any,
-               parent: KnownValues | None, streams: Streams) -> tuple[bytes, list[Segment], KnownValues]:
-        """The record's payload, the stream records to write before it, and what the next
+               parent: KnownValues | None, streams: Streams) -> tuple[bytes, list[Segment], list[tuple[str, str]],
+                                                                      KnownValues]:
+        """The record's payload, the stream records to write with it, the stream records
+        (namespace, id) to delete after (pieces sealed into a segment), and what the next
         checkpoint is compared against."""
         specs: dict[str, list[Any]] = {}
         known: KnownValues = {}
         segments: list[Segment] = []
+        gone: list[tuple[str, str]] = []
         versions = checkpoint.get("channel_versions", {})
         for channel, value in checkpoint.get("channel_values", {}).items():
             before = None if parent is None else parent.get(channel)
@@ -180,8 +190,10 @@ class Codec:
                 specs[channel], known[channel] = before.spec, before
                 continue
             if type(value) is list or type(value) is str:
-                spec, mine, written = self._growing(place, channel, checkpoint_id, value, version, before, streams)
+                spec, mine, written, deleted = self._growing(place, channel, checkpoint_id, value, version, before,
+                                                             streams)
                 segments += written
+                gone += [(hidden_namespace(place[1], channel), record_id) for record_id in deleted]
             else:
                 kind, data = self.serde.dumps_typed(value)
                 spec = ["v", kind, data]
@@ -189,7 +201,7 @@ class Codec:
             specs[channel], known[channel] = spec, mine
         rest = {key: value for key, value in checkpoint.items() if key != "channel_values"}
         body = self.typed({"checkpoint": rest, "metadata": metadata, "values": specs})
-        return MARK + b"\x00" + pack(body), segments, known
+        return MARK + b"\x00" + pack(body), segments, gone, known
 
     def rewritten(self, body: Body, specs: dict[str, list[Any]]) -> bytes:
         """``body``'s checkpoint and metadata with these specs, as a payload."""
@@ -198,14 +210,14 @@ class Codec:
 
     def _growing(self, place: tuple[str, str], channel: str, checkpoint_id: str, value: list[Any] | str,
                  version: Any, before: Known | None,
-                 streams: Streams) -> tuple[list[Any], Known, list[Segment]]:
+                 streams: Streams) -> tuple[list[Any], Known, list[Segment], list[str]]:
         """A list's or a string's spec: whole while it is small and in no stream, else in a stream."""
         serde = self.serde
         if before is None or before.stream is None:
             kind, data = serde.dumps_typed(value)
             if len(data) < STREAM_AT_LEAST:
                 spec = ["v", kind, data]
-                return spec, Known(version, spec), []
+                return spec, Known(version, spec), [], []
         text = value if type(value) is str else None
         old = None if before is None else before.items
         if text is not None:  # a string's items: the pieces it grew by
@@ -226,22 +238,23 @@ class Codec:
         if extends and old is not None and before is not None and before.stream is not None:
             stream = streams.get(place, channel, before.stream)
             if stream is not None and stream.end == len(old):  # this saver's stream, ending where the parent's does
-                written = streams.append(place, channel, before.stream, stream, items[len(old):], self)
+                written, gone = streams.append(place, channel, before.stream, stream, items[len(old):], self)
                 spec = [tag, before.stream, len(items)]
-                return spec, Known(version, spec, items=items, text=text, stream=before.stream), written
+                return spec, Known(version, spec, items=items, text=text, stream=before.stream), written, gone
         # A stream of its own: on top of the parent's (a fork, time travel, another saver's), or from nothing.
         base = (before.stream, len(old)) if extends and old is not None and before is not None \
             and before.stream is not None else None
         stream = Stream(base, 0)
-        written = streams.append(place, channel, checkpoint_id, stream, items[base[1]:] if base else items, self)
+        written, gone = streams.append(place, channel, checkpoint_id, stream, items[base[1]:] if base else items,
+                                       self)
         spec = [tag, checkpoint_id, len(items)]
-        return spec, Known(version, spec, items=items, text=text, stream=checkpoint_id), written
+        return spec, Known(version, spec, items=items, text=text, stream=checkpoint_id), written, gone
 
-    def segment(self, namespace: str, stream: str, index: int, base: tuple[str, int] | None,
+    def segment(self, namespace: str, record_id: str, base: tuple[str, int] | None,
                 items: Sequence[Typed]) -> Segment:
-        payload = pack(self.typed({"base": list(base) if base and index == 0 else None,
+        payload = pack(self.typed({"base": list(base) if base else None,
                                    "items": [[kind, data] for kind, data in items]}))
-        return Segment(namespace, segment_id(stream, index), payload)
+        return Segment(namespace, record_id, payload)
 
     def segment_body(self, payload: bytes) -> tuple[tuple[str, int] | None, list[Typed]]:
         decoded = self.untyped(unpack(payload))
@@ -276,24 +289,32 @@ class Streams:
             self._streams.popitem(last=False)
 
     def append(self, place: tuple[str, str], channel: str, stream_id: str, stream: Stream,
-               items: Sequence[Typed], codec: Codec) -> list[Segment]:
-        """Add ``items`` to the stream: its last record written again with them, and records
-        after it as it fills."""
+               items: Sequence[Typed], codec: Codec) -> tuple[list[Segment], list[str]]:
+        """Add ``items`` to the stream: the records to write (a piece with them, or, where the
+        pieces since the last segment fill one, that segment and a piece of what is left) and
+        the pieces' records to delete once they are written."""
         namespace = hidden_namespace(place[1], channel)
-        written: dict[int, Segment] = {}
-        index = stream.stored // SEGMENT_ITEMS
-        last = list(stream.last)
-        for item in items:
-            last.append(item)
-            if len(last) == SEGMENT_ITEMS:
-                written[index] = codec.segment(namespace, stream_id, index, stream.base, last)
-                index, last = index + 1, []
-        if last:
-            written[index] = codec.segment(namespace, stream_id, index, stream.base, last)
+        start = stream.stored
         stream.stored += len(items)
-        stream.last = last
         self.remember(place, channel, stream_id, stream)
-        return list(written.values())
+        if not items:
+            return [], []
+        first = start - sum(len(piece) for _, piece in stream.pieces)  # where the pieces start: a segment's start
+        if stream.stored - first < SEGMENT_ITEMS:
+            piece = (piece_id(stream_id, start), list(items))
+            stream.pieces.append(piece)
+            return [codec.segment(namespace, piece[0], stream.base, piece[1])], []
+        pending = [item for _, piece in stream.pieces for item in piece] + list(items)
+        sealed = len(pending) // SEGMENT_ITEMS * SEGMENT_ITEMS
+        written = [codec.segment(namespace, segment_id(stream_id, (first + at) // SEGMENT_ITEMS), stream.base,
+                                 pending[at:at + SEGMENT_ITEMS]) for at in range(0, sealed, SEGMENT_ITEMS)]
+        gone = [record_id for record_id, _ in stream.pieces]
+        stream.pieces = []
+        if sealed < len(pending):
+            piece = (piece_id(stream_id, first + sealed), pending[sealed:])
+            stream.pieces.append(piece)
+            written.append(codec.segment(namespace, piece[0], stream.base, piece[1]))
+        return written, gone
 
     def forget(self, thread_id: str) -> None:
         for key in [key for key in self._streams if key[0] == thread_id]:
@@ -335,7 +356,11 @@ class Loaded:
     def __init__(self, codec: Codec) -> None:
         self.codec = codec
         self.segments: dict[str, dict[str, dict[int, list[Typed]]]] = {}
-        """channel -> stream -> record index -> items."""
+        """channel -> stream -> segment index -> its items."""
+        self.pieces: dict[str, dict[str, dict[int, list[Typed]]]] = {}
+        """channel -> stream -> position -> the piece's items."""
+        self.ids: dict[str, dict[str, list[str]]] = {}
+        """channel -> stream -> its records' ids."""
         self.bases: dict[str, dict[str, tuple[str, int] | None]] = {}
         self.owners: dict[str, Body] = {}
         """Checkpoints read for their ``=`` values, by id."""
@@ -344,14 +369,19 @@ class Loaded:
         return channel in self.segments
 
     def add_segments(self, channel: str, records: Sequence[tuple[str, bytes]]) -> None:
-        streams = self.segments.setdefault(channel, {})
+        segments = self.segments.setdefault(channel, {})
+        pieces = self.pieces.setdefault(channel, {})
+        ids = self.ids.setdefault(channel, {})
         bases = self.bases.setdefault(channel, {})
         for record_id, payload in records:
-            stream, _, index = record_id.rpartition(".")
+            stream, index, *offset = record_id.split(".")
             base, items = self.codec.segment_body(payload)
-            streams.setdefault(stream, {})[int(index)] = items
-            if int(index) == 0:
-                bases[stream] = base
+            if offset:
+                pieces.setdefault(stream, {})[int(index) * SEGMENT_ITEMS + int(offset[0])] = items
+            else:
+                segments.setdefault(stream, {})[int(index)] = items
+            ids.setdefault(stream, []).append(record_id)
+            bases[stream] = base
 
     def reached(self, channel: str, streams: set[str]) -> set[str]:
         """``streams`` and every stream one of them is on top of."""
@@ -364,9 +394,23 @@ class Loaded:
                 at = base[0] if base else None
         return reached
 
-    @staticmethod
-    def record_ids(stream: str, records: Mapping[int, Any]) -> list[str]:
-        return [segment_id(stream, index) for index in records]
+    def record_ids(self, channel: str, stream: str) -> list[str]:
+        return list(self.ids.get(channel, {}).get(stream, []))
+
+    def _own(self, channel: str, stream: str) -> list[Typed]:
+        """The stream's own items, in order: full segments, then the pieces after them (a piece a
+        segment already holds, left by a host that died before deleting it, is skipped)."""
+        segments = self.segments.get(channel, {}).get(stream, {})
+        pieces = self.pieces.get(channel, {}).get(stream, {})
+        own: list[Typed] = []
+        while True:
+            at = len(own)
+            if at % SEGMENT_ITEMS == 0 and at // SEGMENT_ITEMS in segments:
+                own.extend(segments[at // SEGMENT_ITEMS])
+            elif at in pieces:
+                own.extend(pieces[at])
+            else:
+                return own
 
     def items(self, channel: str, stream: str, length: int) -> tuple[Typed, ...]:
         """The first ``length`` items of ``stream``, gathered back along its bases (no recursion)."""
@@ -374,12 +418,11 @@ class Loaded:
         at: str | None = stream
         want = length
         while at is not None:
-            records = self.segments.get(channel, {}).get(at)
-            if records is None:
+            if at not in self.ids.get(channel, {}):
                 raise CheckpointerError(f"the {channel!r} items of stream {at!r} are not in the store")
             base = self.bases[channel].get(at)
             start = base[1] if base else 0
-            own = [item for index in sorted(records) for item in records[index]]
+            own = self._own(channel, at)
             if want - start > len(own) or want < start:
                 raise CheckpointerError(f"stream {at!r} of {channel!r} holds {start + len(own)} items, not {want}")
             parts.append(own[: want - start])
