@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from ringzero.adapters._graph_guard import lives_in_memory, refuse_in_process
 from ringzero.checkpointers import open_checkpointer
-from ringzero.core.contract.errors import CheckpointerError, Closed, InvalidArgument, MissingExtra, RingzeroError
+from ringzero.core.contract.errors import Closed, InvalidArgument, MissingExtra, RingzeroError
 from ringzero.core.contract.protocols import Appending, Checkpointer, check_backend
 from ringzero.core.contract.store import KERNEL_THREADS
 from ringzero.core.contract.types import Checkpoint as Record
@@ -153,11 +153,12 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         return self._codec.untyped(payload)
 
     async def _tuple(self, record: Record, loaded: Loaded) -> CheckpointTuple:
-        """``record`` as LangGraph's tuple, its values rebuilt (from its streams and owners,
+        """``record`` as LangGraph's tuple, its values rebuilt (from its streams,
         read into ``loaded`` where they are not there yet)."""
         body = self._codec.body(record.payload)
         values, known = await self._values(record, body, loaded)
-        self._recent.put(record.thread_id, record.namespace, record.id, known)
+        if _worth_keeping(known):
+            self._recent.put(record.thread_id, record.namespace, record.id, known)
         config: RunnableConfig = {"configurable": {"thread_id": record.thread_id, "checkpoint_ns": record.namespace,
                                                    "checkpoint_id": record.id}}
         parent: RunnableConfig | None = None if record.parent_id is None else {"configurable": {
@@ -177,35 +178,15 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         known: KnownValues = {}
         if body.specs is None:  # a payload of the earlier kind: the values whole, in the checkpoint
             for channel, value in body.checkpoint.get("channel_values", {}).items():
-                kind, data = self.serde.dumps_typed(value)
-                values[channel], known[channel] = loaded.value(channel, ["v", kind, data], versions.get(channel),
-                                                               record.id)
+                values[channel], known[channel] = value, self._codec.known_inline(value, versions.get(channel))
             return values, known
         for channel, spec in body.specs.items():
-            owner = record.id
-            if spec[0] == "=":
-                owner = spec[1]
-                spec = await self._owned(record, owner, channel, loaded)
             if spec[0] in ("L", "T") and not loaded.has(channel):
                 place = hidden_namespace(record.namespace, channel)
                 loaded.add_segments(channel, [(r.id, r.payload)
                                               async for r in self.checkpointer.list(record.thread_id, place)])
-            values[channel], known[channel] = loaded.value(channel, spec, versions.get(channel), owner)
+            values[channel], known[channel] = loaded.value(channel, spec, versions.get(channel))
         return values, known
-
-    async def _owned(self, record: Record, owner: str, channel: str, loaded: Loaded) -> list[Any]:
-        """The spec of ``channel`` that checkpoint ``owner`` stores (a ``=`` points there)."""
-        body = loaded.owners.get(owner)
-        if body is None:
-            found = await self.checkpointer.get(record.thread_id, record.namespace, owner)
-            if found is None:
-                raise CheckpointerError(f"thread {record.thread_id!r}: checkpoint {record.id!r} stores its "
-                                        f"{channel!r} as checkpoint {owner!r}'s, which is not in the store")
-            body = loaded.owners[owner] = self._codec.body(found.payload)
-        if body.specs is None:
-            kind, data = self.serde.dumps_typed(body.checkpoint["channel_values"][channel])
-            return ["v", kind, data]
-        return body.specs[channel]
 
     # ------------------------------------------------------------------ the work, on the saver's loop
     async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -273,7 +254,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             for place in dict.fromkeys(where for where, _ in sealed):
                 await self.checkpointer.delete_checkpoints(thread_id, place,
                                                            [record_id for where, record_id in sealed if where == place])
-        self._recent.put(thread_id, namespace, checkpoint["id"], known)
+        if _worth_keeping(known):
+            self._recent.put(thread_id, namespace, checkpoint["id"], known)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint["id"]}}
 
     async def _put_writes(
@@ -331,33 +313,10 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         if not self.checkpointer.capabilities.delete_checkpoints:
             raise RingzeroError(f"{type(self.checkpointer).__name__} cannot delete single checkpoints "
                                 "(capabilities.delete_checkpoints is False)")
-        await self._store_whole_what_leans_on(thread_id, namespace, set(ids))
         self._recent.forget(thread_id)
         self._streams.forget(thread_id)
         await self.checkpointer.delete_checkpoints(thread_id, namespace, ids)
         await self._drop_unread_streams(thread_id, namespace)
-
-    async def _store_whole_what_leans_on(self, thread_id: str, namespace: str, doomed: set[str]) -> None:
-        """Before checkpoints go: one that stays and stores a value as ``=`` of one of them
-        (its owner) is written again with that value in its own record."""
-        records = [r async for r in self.checkpointer.list(thread_id, namespace)]
-        owners = {r.id: self._codec.body(r.payload) for r in records if r.id in doomed}
-        for record in records:
-            if record.id in doomed:
-                continue
-            body = self._codec.body(record.payload)
-            leaning = {channel: spec for channel, spec in (body.specs or {}).items()
-                       if spec[0] == "=" and spec[1] in doomed}
-            if not leaning:
-                continue
-            specs = dict(body.specs or {})
-            for channel, spec in leaning.items():
-                owner = owners[spec[1]]
-                specs[channel] = owner.specs[channel] if owner.specs is not None else \
-                    ["v", *self.serde.dumps_typed(owner.checkpoint["channel_values"][channel])]
-            payload = self._codec.rewritten(body, specs)
-            await self.checkpointer.put(Record(thread_id, namespace, record.id, payload, record.parent_id,
-                                               dict(record.metadata)))
 
     async def _drop_unread_streams(self, thread_id: str, namespace: str) -> None:
         """Delete the stream records of ``namespace`` that no checkpoint left in it reads."""
@@ -480,6 +439,13 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         """Monotonic, sortable versions, as LangGraph's own savers make them."""
         number = 0 if current is None else int(str(current).split(".")[0])
         return f"{number + 1:032}.{0:016}"
+
+
+def _worth_keeping(known: KnownValues) -> bool:
+    """Whether a child of this checkpoint gains from comparing against it: one of its values is
+    in a stream, or large enough to go into one. (Values stored inline are stored inline in the
+    child too, from the child's own.)"""
+    return any(k.items is not None for k in known.values())
 
 
 def _jsonable(value: Any) -> Any:
