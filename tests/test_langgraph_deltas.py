@@ -7,6 +7,7 @@ PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import operator
 import os
 import random
 import signal
@@ -78,6 +79,10 @@ def edit_in_place(left: list[dict[str, int]], right: list[dict[str, int]]) -> li
 
 class Counters(TypedDict):
     items: Annotated[list[dict[str, int]], edit_in_place]
+
+
+class Transcript(TypedDict):
+    text: Annotated[str, operator.add]
 
 
 @pytest.fixture(params=["sqlite", "memory", "postgres"])
@@ -252,6 +257,25 @@ async def test_a_list_item_changed_in_place_is_stored_as_changed() -> None:
     saver = KernelSaver(graph.checkpointer.checkpointer)  # nothing cached: a second saver reads the store
     values = (await saver.aget_tuple(CONFIG)).checkpoint["channel_values"]
     assert values["items"][0]["n"] == 2
+
+
+async def test_a_growing_string_is_stored_by_what_is_new_and_reads_back_whole(
+        store_for: Callable[[], Checkpointer]) -> None:
+    """A string channel that grows at its end (a transcript): past the stream's bound it is
+    kept as the pieces it grew by, and every checkpoint reads back its own text."""
+    graph_def = StateGraph(Transcript)
+    graph_def.add_node("say", lambda state: {"text": f" [{len(state['text'])}] " + prose(len(state["text"]), 500)})
+    graph_def.add_edge(START, "say")
+    store = store_for()
+    graph = graph_def.compile(checkpointer=KernelSaver(store))
+    for turn in range(40):
+        await graph.ainvoke({"text": prose(turn, 500)}, CONFIG)
+    texts = [s.values.get("text", "") async for s in graph.aget_state_history(CONFIG)]
+    reference = graph_def.compile(checkpointer=InMemorySaver())
+    for turn in range(40):
+        await reference.ainvoke({"text": prose(turn, 500)}, CONFIG)
+    assert texts == [s.values.get("text", "") async for s in reference.aget_state_history(CONFIG)]
+    assert len(texts[0]) > 40_000 and await stored_bytes(store) < 6 * len(texts[0])  # whole at every step: 60x
 
 
 @pytest.mark.slow

@@ -53,6 +53,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from ringzero.adapters import _unseen  # noqa: F401 - the warning for models and tools the kernel cannot see
 from ringzero.adapters.langchain_tools import code_tool, sandboxed
 from ringzero.adapters.langgraph_deltas import (
+    HIDDEN,
     Body,
     Codec,
     KnownValues,
@@ -320,19 +321,21 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
 
     async def _drop_unread_streams(self, thread_id: str, namespace: str) -> None:
         """Delete the stream records of ``namespace`` that no checkpoint left in it reads."""
+        records = [r async for r in self.checkpointer.list(thread_id)]
+        channels = {r.namespace.rpartition(HIDDEN)[2] for r in records
+                    if is_hidden(r.namespace) and r.namespace.rpartition(HIDDEN)[0] == namespace}
+        if not channels:
+            return  # no stream here: the checkpoints' payloads need not be read (nor be this saver's)
         read: dict[str, set[str]] = {}
-        channels: set[str] = set()
-        async for record in self.checkpointer.list(thread_id):
+        for record in records:
             if record.namespace == namespace:
                 for channel, spec in (self._codec.body(record.payload).specs or {}).items():
                     if spec[0] in ("L", "T"):
                         read.setdefault(channel, set()).add(spec[1])
-            elif is_hidden(record.namespace) and record.namespace.rpartition("\x1f")[0] == namespace:
-                channels.add(record.namespace.rpartition("\x1f")[2])
         for channel in channels:
             place = hidden_namespace(namespace, channel)
             loaded = Loaded(self._codec)
-            loaded.add_segments(channel, [(r.id, r.payload) async for r in self.checkpointer.list(thread_id, place)])
+            loaded.add_segments(channel, [(r.id, r.payload) for r in records if r.namespace == place])
             kept = loaded.reached(channel, read.get(channel, set()))
             doomed = [record_id for stream in loaded.ids.get(channel, {}) if stream not in kept
                       for record_id in loaded.record_ids(channel, stream)]

@@ -100,7 +100,7 @@ def unpack(packed: bytes) -> bytes:
 class Known:
     """One channel's value at a checkpoint, as the next checkpoint is compared against it."""
 
-    version: Any
+    channel_version: Any
     spec: list[Any]
     """What a child whose version is the same stores: a stream's spec, or ``INLINE``."""
     items: tuple[Typed, ...] | None = None
@@ -195,7 +195,7 @@ class Codec:
         for channel, value in checkpoint.get("channel_values", {}).items():
             before = None if parent is None else parent.get(channel)
             version = versions.get(channel)
-            if before is not None and version is not None and before.version == version:
+            if before is not None and version is not None and before.channel_version == version:
                 specs[channel], known[channel] = ["o", value] if before.spec is INLINE else before.spec, before
                 continue
             if type(value) is list or type(value) is str:
