@@ -46,6 +46,7 @@ from typing_extensions import TypedDict
 
 from ringzero.adapters.langgraph import KernelSaver
 from ringzero.checkpointers import SqliteCheckpointer
+from ringzero.core.contract.protocols import Checkpointer
 
 USER_BYTES = 2000
 ANSWER_BYTES = 200
@@ -85,16 +86,19 @@ def folder_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
 
 
+@asynccontextmanager
+async def kernel_saver(store: Checkpointer) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """A KernelSaver over ``store``, both closed after."""
+    saver = KernelSaver(store)
+    try:
+        yield saver
+    finally:
+        await store.aclose()
+        await saver.aclose()
+
+
 def kernel_sqlite(folder: Path) -> Sized:
-    @asynccontextmanager
-    async def opened() -> AsyncIterator[BaseCheckpointSaver[Any]]:
-        saver = KernelSaver(SqliteCheckpointer(folder / "chat.db"))
-        try:
-            yield saver
-        finally:
-            await saver.checkpointer.aclose()
-            await saver.aclose()
-    return opened(), lambda: folder_bytes(folder)
+    return kernel_saver(SqliteCheckpointer(folder / "chat.db")), lambda: folder_bytes(folder)
 
 
 def async_sqlite(folder: Path) -> Sized:
@@ -126,16 +130,7 @@ def kernel_postgres(admin_dsn: str) -> Sized:
     from ringzero.checkpointers import PostgresCheckpointer
 
     dsn = fresh_database(admin_dsn)
-
-    @asynccontextmanager
-    async def opened() -> AsyncIterator[BaseCheckpointSaver[Any]]:
-        saver = KernelSaver(PostgresCheckpointer(dsn))
-        try:
-            yield saver
-        finally:
-            await saver.checkpointer.aclose()
-            await saver.aclose()
-    return opened(), lambda: table_bytes(dsn)
+    return kernel_saver(PostgresCheckpointer(dsn)), lambda: table_bytes(dsn)
 
 
 def async_postgres(admin_dsn: str) -> Sized:
