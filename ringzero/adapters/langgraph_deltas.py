@@ -5,10 +5,12 @@ channel grows by a message or two a step, so storing it whole stores a conversat
 in O(n^2) bytes. Here a channel's value at a checkpoint is stored as one of:
 
 - ``["L", stream, length]`` (a ``list``) or ``["T", stream, length]`` (a ``str``): the first
-  ``length`` items of a *stream*, the channel's items kept once each in records of their own
-  (``SEGMENT_ITEMS`` items a record, in a namespace beside the checkpoints':
-  ``hidden_namespace``). A checkpoint whose list extends its parent's appends the new items to
-  the parent's stream; one that extends a value some other checkpoint's stream already went on
+  ``length`` items of a *stream*, the channel's items kept once each in records of their own, in
+  a namespace beside the checkpoints' (``hidden_namespace``): each checkpoint's new items as a
+  *piece*, a record written once, and every ``SEGMENT_ITEMS`` of them sealed into a *segment*
+  (the pieces it holds are then deleted; no record is ever written over, which on PostgreSQL
+  would leave a dead copy each time). A checkpoint whose list extends its parent's appends the
+  new items to the parent's stream; one that extends a value some other checkpoint's stream already went on
   from (time travel, a fork) starts a stream of its own on top of that one (``base``). A
   string's items are the pieces it grew by. Whether a list extends its parent's is judged on
   the serializer's bytes of each item, so an item changed in place is never taken for the old
@@ -18,9 +20,10 @@ in O(n^2) bytes. Here a channel's value at a checkpoint is stored as one of:
   (a stream costs records of its own), and any other value.
 
 Reading a checkpoint reads its record and the stream records of its list channels (one query
-per channel, ``SEGMENT_ITEMS`` items a record, and the pieces since the last full one): a
-number of queries that does not grow with the conversation. Payloads of ``COMPRESS_AT_LEAST`` bytes or more are
-deflated (``deflate``), the checkpoint's, the streams' and the pending writes'.
+per channel: the segments and the pieces since the last one): a number of queries that does
+not grow with the conversation. Payloads of ``COMPRESS_AT_LEAST`` bytes or more are deflated
+(``deflate``): the checkpoint's, the streams' and the pending writes'. Smaller ones are not: a
+small graph's checkpoints would pay for it at every step.
 
 Streams belong to their thread: ``delete_thread`` removes them with it, ``copy_thread`` copies
 them with it (their ids are kept). A delete of single checkpoints (``prune``,
@@ -43,18 +46,17 @@ from ringzero.core.contract.errors import CheckpointerError
 MARK = b"rzlg2"
 """A payload's first bytes (before ``\\x00``) in this encoding; a serializer's kind otherwise."""
 SEGMENT_ITEMS = 32
-"""Items a stream record holds; the last one is written again as items come, up to this many."""
+"""Items a segment holds: the pieces since the last segment are sealed into one at this many."""
 STREAM_AT_LEAST = 4096
 """Bytes (serialized) from which a list or a string is kept in a stream rather than whole."""
 COMPRESS_AT_LEAST = 1024
-"""Bytes from which a payload is compressed."""
+"""Bytes from which a payload is deflated."""
 HIDDEN = "\x1f"
 """In a namespace: the streams' (no LangGraph namespace holds it)."""
 
 Typed = tuple[str, bytes]
 INLINE = ["o"]
 """A ``Known`` spec: a child whose version is the same stores its value inline too."""
-
 
 
 def hidden_namespace(namespace: str, channel: str) -> str:
@@ -285,8 +287,8 @@ class Codec:
 
 
 class Streams:
-    """What the streams this saver made hold (bounded LRU), so that an append writes only the
-    stream's last record, without reading it back. A saver appends only to streams it made: one
+    """What the streams this saver made hold (bounded LRU), so that an append writes a piece (or
+    seals a segment) without reading the stream back. A saver appends only to streams it made: one
     read from the store (another process's, or this one's before a restart) may have gone on
     there since, so a checkpoint that extends it starts a stream of its own on top of it. So two
     hosts on one store never write the same stream record, and a restart costs one stream more."""
