@@ -152,21 +152,27 @@ async def test_every_checkpoint_reads_back_as_langgraph_wrote_it_byte_for_byte(
     assert len(latest) == 60 and [m.id for m in latest[::2]] == [f"q{i}" for i in range(30)]
 
 
-async def test_time_travel_and_a_fork_from_turn_ten_and_the_main_line_unchanged(
+@pytest.mark.parametrize("store_for", ["sqlite", "postgres"], indirect=True)  # the stores the issue names
+async def test_200_turns_all_listed_and_time_travel_and_a_fork_from_turn_50(
         store_for: Callable[[], Checkpointer]) -> None:
+    """The issue's 200-turn chat: every checkpoint listed by ``get_state_history``; turn 50's
+    state holds exactly its 100 messages; a new branch from it (time travel) and a fork of it
+    (``update_state``) work, and the first line is still there."""
     graph = chat(KernelSaver(store_for()))
-    await talk(graph, range(25))
-    [at_ten, *_] = [s async for s in graph.aget_state_history(CONFIG)
-                    if len(s.values.get("messages", [])) == 20 and not s.next]
-    assert [m.content.split()[:2] for m in at_ten.values["messages"][-2:]] == [["question", "0009"], ["answer", "0009"]]
-    await graph.ainvoke({"messages": [question(100)]}, at_ten.config)  # time travel: a new branch from turn 10
+    await talk(graph, range(200))
+    history = [s async for s in graph.aget_state_history(CONFIG)]
+    assert len(history) == 600 and len({s.config["configurable"]["checkpoint_id"] for s in history}) == 600
+    [at_50] = [s for s in history if len(s.values.get("messages", [])) == 100 and not s.next]
+    assert [m.id for m in at_50.values["messages"][::2]] == [f"q{i}" for i in range(50)]
+    assert [m.content.split()[:2] for m in at_50.values["messages"][-2:]] == [["question", "0049"], ["answer", "0049"]]
+    await graph.ainvoke({"messages": [question(1000)]}, at_50.config)  # time travel: a new branch from turn 50
     branch = (await graph.aget_state(CONFIG)).values["messages"]
-    assert len(branch) == 22 and branch[-2].id == "q100"
-    forked = await graph.aupdate_state(at_ten.config, {"messages": [AIMessage("an edit", id="edit")]})
+    assert len(branch) == 102 and branch[-2].id == "q1000" and branch[:100] == at_50.values["messages"]
+    forked = await graph.aupdate_state(at_50.config, {"messages": [AIMessage("an edit", id="edit")]})
     assert [m.id for m in (await graph.aget_state(forked)).values["messages"]][-1] == "edit"
-    main_line = [s async for s in graph.aget_state_history(CONFIG)]
-    assert max(len(s.values.get("messages", [])) for s in main_line) == 50  # the first line's end is still there
-    assert len((await graph.aget_state(at_ten.config)).values["messages"]) == 20
+    lines = [s async for s in graph.aget_state_history(CONFIG)]
+    assert max(len(s.values.get("messages", [])) for s in lines) == 400  # the first line's end is still there
+    assert len((await graph.aget_state(at_50.config)).values["messages"]) == 100
 
 
 async def test_a_store_opened_again_goes_on_from_the_thread_it_holds(store_for: Callable[[], Checkpointer]) -> None:
