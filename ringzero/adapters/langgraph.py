@@ -86,6 +86,10 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             checkpointer.put if appending is None else appending.append
         self._put_pending: Callable[[str, str, str, Sequence[PendingWrite]], Awaitable[None]] = \
             checkpointer.put_writes if appending is None else appending.append_writes
+        """A graph's checkpoints and writes, written as it steps and read back by a later
+        ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
+        ``write()`` each into its append log, folded in one commit once the appends pause, or
+        before this saver's next read of the thread; another process sees them once folded)."""
         self._put_together: Callable[[Sequence[Record]], Awaitable[None]] | None = \
             appending.append_many if appending is not None else \
             checkpointer.put_many if capabilities is not None and capabilities.put_many else None  # type: ignore[attr-defined]
@@ -93,10 +97,6 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         self._appends = appending is not None
         self._appended = False
         """Whether a checkpoint or a write went to ``append``: closing then reads the store once."""
-        """A graph's checkpoints and writes, written as it steps and read back by a later
-        ``aget_tuple`` or a resume: ``append`` where the store declares it (SQLite: one
-        ``write()`` each into its append log, folded in one commit once the appends pause, or
-        before this saver's next read of the thread; another process sees them once folded)."""
         self.home = LoopHome("KernelSaver")
         self._codec = Codec(self.serde)
         self._recent = Recent()
