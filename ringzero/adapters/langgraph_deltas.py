@@ -86,16 +86,13 @@ def deflate(data: bytes) -> bytes:
 
 
 def pack(data: bytes) -> bytes:
-    """``data`` with a flag in front: deflated (``d``) where it is worth it, else raw (``r``)."""
+    """``data`` with a flag in front: deflated (``d``) where it is worth it, else raw (``r``);
+    every payload goes through it once (``Codec.typed``)."""
     if len(data) >= COMPRESS_AT_LEAST:
         squeezed = deflate(data)
         if len(squeezed) < len(data):
             return b"d" + squeezed
     return b"r" + data
-
-
-def unpack(packed: bytes) -> bytes:
-    return zlib.decompress(packed[1:], -15) if packed[:1] == b"d" else packed[1:]
 
 
 @dataclass(frozen=True)
@@ -180,7 +177,7 @@ class Codec:
         if kind != MARK:
             whole = self.untyped(payload)
             return Body(whole["checkpoint"], whole["metadata"], None)
-        decoded = self.untyped(unpack(data))
+        decoded = self.untyped(data)
         return Body(decoded["checkpoint"], decoded["metadata"], decoded["values"])
 
     def encode(self, place: tuple[str, str], checkpoint_id: str, checkpoint: Mapping[str, Any], metadata: Any,
@@ -210,7 +207,7 @@ class Codec:
             specs[channel], known[channel] = spec, mine
         rest = {key: value for key, value in checkpoint.items() if key != "channel_values"}
         body = self.typed({"checkpoint": rest, "metadata": metadata, "values": specs})
-        return MARK + b"\x00" + pack(body), segments, gone, known
+        return MARK + b"\x00" + body, segments, gone, known
 
     def _growing(self, place: tuple[str, str], channel: str, checkpoint_id: str, value: list[Any] | str,
                  version: Any, before: Known | None,
@@ -275,12 +272,12 @@ class Codec:
 
     def segment(self, namespace: str, record_id: str, base: tuple[str, int] | None,
                 items: Sequence[Typed]) -> Segment:
-        payload = pack(self.typed({"base": list(base) if base else None,
-                                   "items": [[kind, data] for kind, data in items]}))
+        payload = self.typed({"base": list(base) if base else None,
+                              "items": [[kind, data] for kind, data in items]})
         return Segment(namespace, record_id, payload)
 
     def segment_body(self, payload: bytes) -> tuple[tuple[str, int] | None, list[Typed]]:
-        decoded = self.untyped(unpack(payload))
+        decoded = self.untyped(payload)
         base = decoded["base"]
         return (None if base is None else (str(base[0]), int(base[1])),
                 [(str(kind), bytes(data)) for kind, data in decoded["items"]])
