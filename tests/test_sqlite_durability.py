@@ -278,3 +278,16 @@ async def test_writers_go_back_to_the_fast_path_once_a_held_lock_is_let_go(tmp_p
     assert store.writer.slow == 0
     assert drains < 20, f"{drains} round trips to the waiting thread for 2,000 writes"
     await store.aclose()
+
+
+async def test_eight_instances_opening_one_new_file_at_once_all_open(tmp_path: Path) -> None:
+    """Eight kernels started together on one new file (the claim race of the checkpointer kit):
+    while one switches the file to WAL, another's first read of the schema must wait, not fail
+    with "database is locked". Each round is a new file; one round in twenty failed before."""
+    for round_ in range(100):
+        db = tmp_path / f"new-{round_}.db"
+        stores = [SqliteCheckpointer(db) for _ in range(8)]
+        try:
+            assert await asyncio.gather(*(store.get("t", "", "1") for store in stores)) == [None] * 8
+        finally:
+            await asyncio.gather(*(store.aclose() for store in stores))

@@ -78,11 +78,15 @@ class Writer:
         return _Errors(self.path, doing)
 
     def _open_fast(self) -> sqlite3.Connection:
-        fast = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        """The caller-thread connection. Its first statement reads the schema, which waits while
+        another instance opening the same new file switches it to WAL: that wait is allowed
+        here, in the opening; the writes after never wait (``busy_timeout=0``, set last)."""
+        fast = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=self._busy_ms / 1000)
         try:
-            fast.execute("PRAGMA busy_timeout=0")  # never wait on the loop: hand off instead
             fast.execute("PRAGMA synchronous=NORMAL")
             fast.execute("PRAGMA wal_autocheckpoint=0")  # WalCheckpoints does it, off the loop
+            fast.execute("PRAGMA busy_timeout=0")  # never wait on the loop: hand off instead
         except BaseException:
             fast.close()
             raise
