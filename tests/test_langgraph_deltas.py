@@ -327,3 +327,56 @@ def test_a_kill_9_mid_conversation_resumes_with_every_message(tmp_path: Path) ->
         await store.aclose()
 
     asyncio.run(resume())
+
+
+async def test_a_graphs_input_is_stored_once_not_again_in_the_writes_of_the_task_that_reads_it(
+        store_for: Callable[[], Checkpointer]) -> None:
+    """LangGraph keeps a graph's input in its input checkpoint (``__start__``) and again in the
+    pending writes of the task that reads it: the writes are deflated against the checkpoint
+    they belong to, so the second copy costs a few bytes; a saver that never saw them (a new
+    process) reads them back as LangGraph wrote them."""
+    store = store_for()
+    graph = chat(KernelSaver(store))
+    reference = chat(InMemorySaver())
+    for target in (graph, reference):
+        await target.ainvoke({"messages": [HumanMessage(prose(7, 20_000), id="big")]}, CONFIG)
+    input_state = [s async for s in graph.aget_state_history(CONFIG)][-1]
+    assert input_state.metadata["source"] == "input"
+    record = await store.get("chat", "", input_state.config["configurable"]["checkpoint_id"])
+    assert record is not None and len(record.writes) == 2
+    assert len(record.payload) > 5_000  # the input itself, deflated
+    assert sum(len(w.value) for w in record.writes) < 500, [len(w.value) for w in record.writes]
+    fresh = KernelSaver(store)
+    theirs = [t async for t in reference.checkpointer.alist(CONFIG)]
+    mine = [t async for t in fresh.alist(CONFIG)]
+    assert [[(c, _plain(v)) for _, c, v in t.pending_writes] for t in mine] == \
+        [[(c, _plain(v)) for _, c, v in t.pending_writes] for t in theirs]
+    assert mine[-1].pending_writes[0][2][0].content == prose(7, 20_000)
+
+
+def _plain(value: Any) -> Any:
+    """A pending write's value with its messages as (type, content, id): the answer's id is a
+    uuid ``add_messages`` drew in each run; the user's is given."""
+    if isinstance(value, list):
+        return [(m.type, m.content, m.id if isinstance(m, HumanMessage) else "") for m in value]
+    return value
+
+
+async def test_channel_versions_of_any_kind_read_back_as_they_were_put() -> None:
+    """Versions as ``get_next_version`` makes them are stored as their numbers; any other
+    (an int of a saver that counts, a float, a string of another form) is kept as it was."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = KernelSaver(MemoryCheckpointer())
+    ours = saver.get_next_version(saver.get_next_version(None, None), None)
+    versions = {"ours": ours, "count": 7, "float": 0.5, "odd": "00000000000000000000000000000002.1234567890123456",
+                "short": "3", "zero": f"{0:032}.{0:016}"}
+    checkpoint = {**empty_checkpoint(), "channel_versions": versions,
+                  "versions_seen": {"node": {"ours": ours, "count": 6}, "other": {}},
+                  "channel_values": {"ours": "a", "count": 1, "float": [1], "odd": None, "short": {}, "zero": 0}}
+    config = await saver.aput({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint, {}, versions)
+    for reader in (saver, KernelSaver(saver.checkpointer)):
+        read = (await reader.aget_tuple(config)).checkpoint  # type: ignore[union-attr]
+        assert read["channel_versions"] == versions and type(read["channel_versions"]["count"]) is int
+        assert read["versions_seen"] == checkpoint["versions_seen"]
+        assert read["channel_values"] == checkpoint["channel_values"]

@@ -147,12 +147,6 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
                     pass
 
     # ------------------------------------------------------------------ encoding
-    def _encode(self, value: Any) -> bytes:
-        return self._codec.typed(value)
-
-    def _decode(self, payload: bytes) -> Any:
-        return self._codec.untyped(payload)
-
     async def _tuple(self, record: Record, loaded: Loaded) -> CheckpointTuple:
         """``record`` as LangGraph's tuple, its values rebuilt (from its streams,
         read into ``loaded`` where they are not there yet)."""
@@ -170,7 +164,7 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             checkpoint={**body.checkpoint, "channel_values": values},  # type: ignore[typeddict-item]
             metadata=body.metadata,
             parent_config=parent,
-            pending_writes=[(w.task_id, w.channel, self._decode(w.value)) for w in writes],
+            pending_writes=[(w.task_id, w.channel, self._codec.untyped(w.value, body.raw)) for w in writes],
         )
 
     async def _values(self, record: Record, body: Body, loaded: Loaded) -> tuple[dict[str, Any], KnownValues]:
@@ -236,12 +230,15 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
         parent_id = conf.get("checkpoint_id")
         full_metadata = get_checkpoint_metadata(config, metadata)
-        payload, segments, sealed, known = self._codec.encode(
+        payload, raw, segments, sealed, known = self._codec.encode(
             (thread_id, namespace), checkpoint["id"], checkpoint, full_metadata,
             self._recent.get(thread_id, namespace, parent_id), self._streams)
         record = Record(thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=parent_id,
                         payload=payload, metadata=_jsonable(dict(full_metadata)))
         self._appended = self._appended or self._appends
+        # Kept before the store is awaited: LangGraph writes a checkpoint and its first pending
+        # writes at once, and the writes are deflated against it where it is here already.
+        self._recent.keep_body(thread_id, namespace, checkpoint["id"], raw)
         if not segments:
             await self._put_checkpoint(record)
         else:  # the stream records first: a checkpoint is never read without the items it names
@@ -264,8 +261,9 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
     ) -> None:
         conf = config["configurable"]
         thread_id, namespace, checkpoint_id = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-        rows = [PendingWrite(task_id, channel, self._encode(value), task_path, WRITES_IDX_MAP.get(channel, idx))
-                for idx, (channel, value) in enumerate(writes)]
+        against = self._recent.body(thread_id, namespace, checkpoint_id)
+        rows = [PendingWrite(task_id, channel, self._codec.typed(value, against), task_path,
+                             WRITES_IDX_MAP.get(channel, idx)) for idx, (channel, value) in enumerate(writes)]
         if rows:
             self._appended = self._appended or self._appends
             await self._put_pending(thread_id, namespace, checkpoint_id, rows)

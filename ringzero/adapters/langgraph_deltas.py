@@ -22,8 +22,11 @@ in O(n^2) bytes. Here a channel's value at a checkpoint is stored as one of:
 Reading a checkpoint reads its record and the stream records of its list channels (one query
 per channel: the segments and the pieces since the last one): a number of queries that does
 not grow with the conversation. Payloads of ``COMPRESS_AT_LEAST`` bytes or more are deflated
-(``deflate``): the checkpoint's, the streams' and the pending writes'. Smaller ones are not: a
-small graph's checkpoints would pay for it at every step.
+(``deflate``): the checkpoint's, the streams' and the pending writes' (these against their
+checkpoint's body where the saver has it at hand: a graph's input, in the input checkpoint, is
+repeated by the writes of the task that reads it). Smaller ones are not: a small graph's
+checkpoints would pay for it at every step. A checkpoint's versions are kept as numbers
+(``compacted``): as strings they were half of a small graph's checkpoint.
 
 Streams belong to their thread: ``delete_thread`` removes them with it, ``copy_thread`` copies
 them with it (their ids are kept). A delete of single checkpoints (``prune``,
@@ -51,6 +54,8 @@ STREAM_AT_LEAST = 4096
 """Bytes (serialized) from which a list or a string is kept in a stream rather than whole."""
 COMPRESS_AT_LEAST = 1024
 """Bytes from which a payload is deflated."""
+DICTIONARY_BYTES = 32768
+"""The most of a preset dictionary deflate looks back into (its largest window)."""
 HIDDEN = "\x1f"
 """In a namespace: the streams' (no LangGraph namespace holds it)."""
 
@@ -77,12 +82,24 @@ def piece_id(stream: str, position: int) -> str:
     return f"{stream}.{position // SEGMENT_ITEMS:06d}.{position % SEGMENT_ITEMS:03d}"
 
 
-def deflate(data: bytes) -> bytes:
+def deflate(data: bytes, against: bytes | None = None) -> bytes:
     """Raw deflate with a 4 KiB window and small tables: as tight as zlib's defaults on a
     checkpoint's few kilobytes, in a seventh of the time (zlib.compress sets up 256 KiB of state
-    for every call: 58 us for 700 bytes here, against 8)."""
-    squeezer = zlib.compressobj(6, zlib.DEFLATED, -12, 4)
+    for every call: 58 us for 700 bytes here, against 8). ``against``: bytes the reader has too,
+    given to zlib as a preset dictionary (its last 32 KiB), so that what repeats them costs a
+    few bytes (``Codec.typed``)."""
+    if against is None:
+        squeezer = zlib.compressobj(6, zlib.DEFLATED, -12, 4)
+    else:
+        squeezer = zlib.compressobj(6, zlib.DEFLATED, -15, 4, zlib.Z_DEFAULT_STRATEGY, against[-DICTIONARY_BYTES:])
     return squeezer.compress(data) + squeezer.flush()
+
+
+def inflate(data: bytes, against: bytes | None = None) -> bytes:
+    if against is None:
+        return zlib.decompress(data, -15)
+    unsqueezer = zlib.decompressobj(-15, against[-DICTIONARY_BYTES:])
+    return unsqueezer.decompress(data) + unsqueezer.flush()
 
 
 def pack(data: bytes) -> bytes:
@@ -146,6 +163,51 @@ class Body:
     checkpoint: dict[str, Any]
     metadata: Any
     specs: dict[str, list[Any]] | None
+    raw: bytes
+    """The serializer's bytes of the record's payload (inflated): what its pending writes may
+    have been deflated against (``Codec.typed``)."""
+
+
+VERSION_TAIL = "." + "0" * 16
+"""How the versions ``KernelSaver.get_next_version`` makes end: ``f"{n:032}.{0:016}"``."""
+
+
+def compacted(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint as its record's body holds it: without its values, and its versions (half
+    of a small graph's checkpoint: six 49-character strings) as ``[name, n]`` pairs, ``n`` an
+    int for a version ``get_next_version`` made, ``[version]`` for any other (an int version
+    of another saver stays an int: ``expanded`` gives back exactly what was given)."""
+    rest = {key: value for key, value in checkpoint.items() if key != "channel_values"}
+    versions, seen = rest.pop("channel_versions", None), rest.pop("versions_seen", None)
+    if type(versions) is dict:
+        rest["cv"] = _pairs(versions)
+    elif versions is not None:
+        rest["channel_versions"] = versions
+    if type(seen) is dict and all(type(by) is dict for by in seen.values()):
+        rest["vs"] = [[node, _pairs(by)] for node, by in seen.items()]
+    elif seen is not None:
+        rest["versions_seen"] = seen
+    return rest
+
+
+def _pairs(versions: dict[str, Any]) -> list[list[Any]]:
+    return [[channel, int(version[:32]) if type(version) is str and len(version) == 49
+             and version.endswith(VERSION_TAIL) and version[:32].isascii() and version[:32].isdigit()
+             else [version]] for channel, version in versions.items()]
+
+
+def expanded(rest: dict[str, Any]) -> dict[str, Any]:
+    """``compacted``'s checkpoint (values aside) as it was given."""
+    if "cv" in rest:
+        rest["channel_versions"] = _versions(rest.pop("cv"))
+    if "vs" in rest:
+        rest["versions_seen"] = {node: _versions(by) for node, by in rest.pop("vs")}
+    return rest
+
+
+def _versions(pairs: list[list[Any]]) -> dict[str, Any]:
+    return {channel: f"{version:032}{VERSION_TAIL}" if type(version) is int else version[0]
+            for channel, version in pairs}
 
 
 class Codec:
@@ -155,37 +217,58 @@ class Codec:
         self.serde = serde
 
     # ------------------------------------------------------------------ plain values
-    def typed(self, value: Any) -> bytes:
+    def typed(self, value: Any, against: bytes | None = None) -> bytes:
         """A value as the old payloads and pending writes hold it: its kind, ``\\x00``, its bytes
-        (a kind ending in ``+d`` for bytes ``pack`` deflated)."""
+        (a kind ending in ``+d`` for bytes ``pack`` deflated). ``against``: the raw body of the
+        checkpoint a pending write belongs to, where the saver has it at hand: a write of
+        ``COMPRESS_AT_LEAST`` bytes is deflated against it (kind ending in ``+c``). A graph's
+        input is both in its input checkpoint (the ``__start__`` channel) and in the writes of
+        the task that reads it: so it is stored once, not twice."""
         kind, data = self.serde.dumps_typed(value)
+        return self._packed(kind, data, against)
+
+    def _packed(self, kind: str, data: bytes, against: bytes | None = None) -> bytes:
+        if against is not None and len(data) >= COMPRESS_AT_LEAST:
+            squeezed = deflate(bytes(data), against)
+            if len(squeezed) < len(data):
+                return f"{kind}+c".encode() + b"\x00" + squeezed
         packed = pack(bytes(data))
         if packed[:1] == b"d":
             return f"{kind}+d".encode() + b"\x00" + packed[1:]
         return str(kind).encode() + b"\x00" + bytes(data)
 
-    def untyped(self, payload: bytes) -> Any:
+    def untyped(self, payload: bytes, against: bytes | None = None) -> Any:
+        """A value ``typed`` made; ``against``: the raw body of the checkpoint of a pending write."""
+        return self.serde.loads_typed(self._unpacked(payload, against))
+
+    def _unpacked(self, payload: bytes, against: bytes | None = None) -> tuple[str, bytes]:
         kind, _, data = payload.partition(b"\x00")
         name = kind.decode()
         if name.endswith("+d"):
-            return self.serde.loads_typed((name[:-2], zlib.decompress(data, -15)))
-        return self.serde.loads_typed((name, data))
+            return name[:-2], inflate(data)
+        if name.endswith("+c"):
+            if against is None:
+                raise CheckpointerError(f"a value of kind {name!r} is read only with the checkpoint it was written to")
+            return name[:-2], inflate(data, against)
+        return name, data
 
     # ------------------------------------------------------------------ checkpoints
     def body(self, payload: bytes) -> Body:
         kind, _, data = payload.partition(b"\x00")
         if kind != MARK:
-            whole = self.untyped(payload)
-            return Body(whole["checkpoint"], whole["metadata"], None)
-        decoded = self.untyped(data)
-        return Body(decoded["checkpoint"], decoded["metadata"], decoded["values"])
+            raw_kind, raw = self._unpacked(payload)
+            whole = self.serde.loads_typed((raw_kind, raw))
+            return Body(whole["checkpoint"], whole["metadata"], None, raw)
+        raw_kind, raw = self._unpacked(data)
+        decoded = self.serde.loads_typed((raw_kind, raw))
+        return Body(expanded(decoded["checkpoint"]), decoded["metadata"], decoded["values"], raw)
 
     def encode(self, place: tuple[str, str], checkpoint_id: str, checkpoint: Mapping[str, Any], metadata: Any,
-               parent: KnownValues | None, streams: Streams) -> tuple[bytes, list[Segment], list[tuple[str, str]],
-                                                                      KnownValues]:
-        """The record's payload, the stream records to write with it, the stream records
-        (namespace, id) to delete after (pieces sealed into a segment), and what the next
-        checkpoint is compared against."""
+               parent: KnownValues | None, streams: Streams) -> tuple[bytes, bytes, list[Segment],
+                                                                      list[tuple[str, str]], KnownValues]:
+        """The record's payload and its raw body (``Body.raw``), the stream records to write
+        with it, the stream records (namespace, id) to delete after (pieces sealed into a
+        segment), and what the next checkpoint is compared against."""
         specs: dict[str, list[Any]] = {}
         known: KnownValues = {}
         segments: list[Segment] = []
@@ -205,9 +288,9 @@ class Codec:
             else:
                 spec, mine = ["o", value], Known(version, INLINE)
             specs[channel], known[channel] = spec, mine
-        rest = {key: value for key, value in checkpoint.items() if key != "channel_values"}
-        body = self.typed({"checkpoint": rest, "metadata": metadata, "values": specs})
-        return MARK + b"\x00" + body, segments, gone, known
+        rest = compacted(checkpoint)
+        kind, raw = self.serde.dumps_typed({"checkpoint": rest, "metadata": metadata, "values": specs})
+        return MARK + b"\x00" + self._packed(kind, raw), bytes(raw), segments, gone, known
 
     def _growing(self, place: tuple[str, str], channel: str, checkpoint_id: str, value: list[Any] | str,
                  version: Any, before: Known | None,
@@ -343,11 +426,25 @@ class Streams:
 
 class Recent:
     """What the last checkpoints read or written store, per checkpoint id, for the next
-    ``encode`` to compare against without reading them back (a bounded LRU)."""
+    ``encode`` to compare against without reading them back, and the raw bodies of the last
+    ones written that are worth deflating pending writes against (bounded LRUs)."""
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
         self._known: OrderedDict[tuple[str, str, str], KnownValues] = OrderedDict()
+        self._bodies: OrderedDict[tuple[str, str, str], bytes] = OrderedDict()
+
+    def keep_body(self, thread_id: str, namespace: str, checkpoint_id: str, raw: bytes) -> None:
+        """A checkpoint's raw body, where it may hold what its pending writes repeat (a value
+        inline of ``COMPRESS_AT_LEAST`` bytes or more: a graph's input, in ``__start__``)."""
+        if len(raw) < COMPRESS_AT_LEAST:
+            return
+        self._bodies[(thread_id, namespace, checkpoint_id)] = raw
+        while len(self._bodies) > self._size // 16:
+            self._bodies.popitem(last=False)
+
+    def body(self, thread_id: str, namespace: str, checkpoint_id: str) -> bytes | None:
+        return self._bodies.get((thread_id, namespace, checkpoint_id))
 
     def get(self, thread_id: str, namespace: str, checkpoint_id: str | None) -> KnownValues | None:
         if checkpoint_id is None:
@@ -367,6 +464,8 @@ class Recent:
     def forget(self, thread_id: str) -> None:
         for key in [key for key in self._known if key[0] == thread_id]:
             del self._known[key]
+        for key in [key for key in self._bodies if key[0] == thread_id]:
+            del self._bodies[key]
 
 
 class Loaded:
