@@ -10,6 +10,8 @@ checkpoint stores O(turns^2) bytes. Measured per saver, in one run: the bytes it
 after 100, 200 and 1,000 turns (SQLite: the database file and every file beside it, after the
 saver is closed; PostgreSQL: the saver's tables, ``pg_total_relation_size``), that divided by
 the new content, and the median time of ``graph.aget_state`` on the thread's latest checkpoint.
+On PostgreSQL also the live rows: the tables' bytes after ``VACUUM FULL``, without the dead
+tuples MVCC keeps of deleted rows until a VACUUM makes their space reusable.
 
 Peers in the same run: LangGraph's ``AsyncSqliteSaver`` and ``AsyncPostgresSaver``, run up to
 ``--peer-turns`` turns (their bytes grow with the square of the turns: 1,000 turns of them is
@@ -78,8 +80,9 @@ def user_text(turn: int) -> str:
     return f"question {turn:05d} " + prose(turn, USER_BYTES - 15)
 
 
-Sized = tuple[AbstractAsyncContextManager[BaseCheckpointSaver[Any]], Callable[[], int]]
-"""A saver to open, and how many bytes its store holds (called after the saver is closed)."""
+Sized = tuple[AbstractAsyncContextManager[BaseCheckpointSaver[Any]], Callable[[], int], Callable[[], int] | None]
+"""A saver to open, how many bytes its store holds (called after the saver is closed), and
+(PostgreSQL) how many after ``VACUUM FULL``: its live rows, without the dead tuples MVCC keeps."""
 
 
 def folder_bytes(folder: Path) -> int:
@@ -98,12 +101,12 @@ async def kernel_saver(store: Checkpointer) -> AsyncIterator[BaseCheckpointSaver
 
 
 def kernel_sqlite(folder: Path) -> Sized:
-    return kernel_saver(SqliteCheckpointer(folder / "chat.db")), lambda: folder_bytes(folder)
+    return kernel_saver(SqliteCheckpointer(folder / "chat.db")), lambda: folder_bytes(folder), None
 
 
 def async_sqlite(folder: Path) -> Sized:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-    return AsyncSqliteSaver.from_conn_string(str(folder / "chat.db")), lambda: folder_bytes(folder)
+    return AsyncSqliteSaver.from_conn_string(str(folder / "chat.db")), lambda: folder_bytes(folder), None
 
 
 def table_bytes(dsn: str) -> int:
@@ -114,6 +117,15 @@ def table_bytes(dsn: str) -> int:
                            "JOIN pg_namespace n ON n.oid = c.relnamespace "
                            "WHERE n.nspname = 'public' AND c.relkind = 'r'").fetchone()
     return int(row[0]) if row else 0
+
+
+def live_bytes(dsn: str) -> int:
+    """The tables' bytes after ``VACUUM FULL`` (which rewrites them without their dead tuples)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM FULL")
+    return table_bytes(dsn)
 
 
 def fresh_database(admin_dsn: str) -> str:
@@ -130,7 +142,7 @@ def kernel_postgres(admin_dsn: str) -> Sized:
     from ringzero.checkpointers import PostgresCheckpointer
 
     dsn = fresh_database(admin_dsn)
-    return kernel_saver(PostgresCheckpointer(dsn)), lambda: table_bytes(dsn)
+    return kernel_saver(PostgresCheckpointer(dsn)), lambda: table_bytes(dsn), lambda: live_bytes(dsn)
 
 
 def async_postgres(admin_dsn: str) -> Sized:
@@ -143,7 +155,7 @@ def async_postgres(admin_dsn: str) -> Sized:
         async with AsyncPostgresSaver.from_conn_string(dsn) as saver:
             await saver.setup()
             yield saver
-    return opened(), lambda: table_bytes(dsn)
+    return opened(), lambda: table_bytes(dsn), lambda: live_bytes(dsn)
 
 
 @contextmanager
@@ -167,9 +179,10 @@ def postgres_server() -> Iterator[str | None]:
             server.stop()
 
 
-async def measure(sized: Sized, turns: int, reads: int) -> tuple[int, float]:
-    """Bytes stored after ``turns`` turns, and the median seconds of reading the latest state."""
-    opened, size = sized
+async def measure(sized: Sized, turns: int, reads: int) -> tuple[int, int | None, float]:
+    """Bytes stored after ``turns`` turns (as the run leaves them, and live: None where the store
+    keeps no dead rows), and the median seconds of reading the latest state."""
+    opened, size, live = sized
     config = {"configurable": {"thread_id": "chat"}}
     async with opened as saver:
         graph = chat_graph(saver)
@@ -181,12 +194,13 @@ async def measure(sized: Sized, turns: int, reads: int) -> tuple[int, float]:
             state = await graph.aget_state(config)
             times.append(time.perf_counter() - started)
         assert len(state.values["messages"]) == 2 * turns
-    return size(), statistics.median(times)
+    stored = size()
+    return stored, None if live is None else live(), statistics.median(times)
 
 
 async def main(turn_counts: list[int], peer_turns: int, reads: int) -> None:
     content = {n: n * (USER_BYTES + ANSWER_BYTES) for n in turn_counts}
-    rows: list[tuple[str, int, int, float]] = []
+    rows: list[tuple[str, int, int, int | None, float]] = []
     with postgres_server() as dsn:
         cases: list[tuple[str, Callable[[Path], Sized], int]] = [
             ("KernelSaver(SqliteCheckpointer)", kernel_sqlite, max(turn_counts)),
@@ -200,16 +214,18 @@ async def main(turn_counts: list[int], peer_turns: int, reads: int) -> None:
                     continue
                 with tempfile.TemporaryDirectory(prefix="chat-") as folder:
                     step(f"{name}: {turns} turns")
-                    stored, read = await measure(make(Path(folder)), turns, reads)
-                rows.append((name, turns, stored, read))
+                    stored, live, read = await measure(make(Path(folder)), turns, reads)
+                rows.append((name, turns, stored, live, read))
     table = Table(title=f"A chat of {USER_BYTES:,} + {ANSWER_BYTES} bytes a turn: what the store holds")
-    for column in ("saver", "turns", "stored", "stored / new content", "x of half the turns", "read latest (ms)"):
+    for column in ("saver", "turns", "stored", "stored / new content", "x of half the turns", "live rows / new content",
+                   "read latest (ms)"):
         table.add_column(column, justify="left" if column == "saver" else "right")
-    by = {(name, turns): stored for name, turns, stored, _ in rows}
-    for name, turns, stored, read in rows:
+    by = {(name, turns): stored for name, turns, stored, _, _ in rows}
+    for name, turns, stored, live, read in rows:
         half = by.get((name, turns // 2))
         table.add_row(name, f"{turns:,}", f"{stored / 1e6:,.2f} MB", f"{stored / content[turns]:,.1f}x",
-                      f"{stored / half:.2f}x" if half else "", f"{read * 1000:.2f}")
+                      f"{stored / half:.2f}x" if half else "",
+                      "" if live is None else f"{live / content[turns]:,.1f}x", f"{read * 1000:.2f}")
     Console().print(table)
     if dsn is None:
         Console().print("PostgreSQL rows not run: no RINGZERO_BENCH_POSTGRES_DSN, no PostgreSQL server programs here")

@@ -123,6 +123,29 @@ async def test_a_node_s_leases_carry_the_rank_of_its_best_waiting_call() -> None
     assert sorted(served) == sorted(ranks)
 
 
+async def test_a_waiting_call_s_rank_is_its_program_s_service_when_each_lease_is_sent() -> None:
+    """A gate hands its permits a function for a call's rank: while the call waits at the node,
+    its program's other calls are served, and the leases it sends rank it by that service."""
+    gate = _gate(requests_per_minute=600, burst_requests=1)  # one room every 100 ms
+    assert (await gate.lease(1, 10, node="another"))["granted"] == 1
+    sent: list[Any] = []
+    lease = gate.lease
+
+    async def recorded(*args: Any) -> dict[str, float]:
+        sent.append(args[4])
+        return await lease(*args)
+
+    gate.lease = recorded  # type: ignore[method-assign]
+    permits = ClusterPermits(_Handle(gate), batch=1, keep=0.0)
+    service = {1: 0.0}
+    waiting = asyncio.ensure_future(permits.acquire(10, lambda: (10, service[1])))
+    while not sent:
+        await asyncio.sleep(0.001)
+    service[1] = 40.0  # its program's other calls, served meanwhile
+    await asyncio.wait_for(waiting, timeout=5)
+    assert sent[0] == (10, 0.0) and sent[-1] == (10, 40.0), sent
+
+
 async def test_a_call_waiting_past_starvation_after_goes_first_among_its_priority() -> None:
     """Node B's light programs keep asking without end; node A's heavy call still gets a permit,
     once it has waited ``starvation_after``."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -275,8 +276,9 @@ class RecordingPermits:
     def __init__(self) -> None:
         self.ranks: list[tuple[int, float] | None] = []
 
-    async def acquire(self, tokens: int, rank: tuple[int, float] | None = None) -> None:
-        self.ranks.append(rank)
+    async def acquire(self, tokens: int,
+                      rank: tuple[int, float] | Callable[[], tuple[int, float]] | None = None) -> None:
+        self.ranks.append(rank() if callable(rank) else rank)
 
     def release(self) -> None:
         pass
@@ -301,3 +303,24 @@ async def test_a_shared_permit_source_is_handed_each_call_s_place_in_the_order()
         await gate.complete(request("a2"), pid=1, program=1)
         assert permits.ranks == expected, order
         await gate.aclose()
+
+
+async def test_a_programs_queued_wave_yields_to_a_newer_programs_first_call() -> None:
+    """Program 1's wave of ten joins the line while another program's call is served, when
+    program 1 has had nothing. Once its first call has gone, a newer program's first call goes
+    before the other nine: the line ranks by the service each program has had when the next
+    call is chosen, not when its calls joined."""
+    for order, new_at in (("las", 2), ("fifo", 11)):
+        gate, served, clock = await one_at_a_time(order)
+        calls = [asyncio.ensure_future(gate.complete(request("first"), program=9))]
+        await settle()
+        calls += [asyncio.ensure_future(gate.complete(request(f"wave{i}"), program=1)) for i in range(10)]
+        await settle()
+        clock.advance(1.0)
+        await settle()
+        assert served == ["first", "wave0"], served
+        calls.append(asyncio.ensure_future(gate.complete(request("new"), program=2)))
+        await settle()
+        await drain(clock, calls)
+        assert served.index("new") == new_at, (order, served)
+        assert [s for s in served if s.startswith("wave")] == [f"wave{i}" for i in range(10)]

@@ -131,10 +131,13 @@ class PermitSource(Protocol):
 
     ``rank`` is the call's place in a least-attained-service order, ``(priority, attained)``
     (lower goes first: its priority, then the service its program has had so far, in what the
-    limit counts); None from a first-come-first-served gate. A source shared by many gates
-    should hand a permit to the best rank waiting anywhere, and bound how long any waits."""
+    limit counts), or a function that gives it as of when it is called (``LLMGate`` hands one
+    over: its program's service grows while the call waits); None from a
+    first-come-first-served gate. A source shared by many gates should hand a permit to the
+    best rank waiting anywhere, and bound how long any waits."""
 
-    async def acquire(self, tokens: int, rank: tuple[int, float] | None = None) -> None: ...
+    async def acquire(self, tokens: int,
+                      rank: tuple[int, float] | Callable[[], tuple[int, float]] | None = None) -> None: ...
 
     def release(self) -> None: ...
 

@@ -7,9 +7,12 @@ explicit priority (lower numbers first), then by the gate's ``order``:
 - ``"las"`` (the default): least attained service first. The call whose program has had the
   least service from this gate goes first: a program is a top-level process with every process
   it spawned, and its service is counted in what the limit counts (tokens under a token limit,
-  else requests), as of when the call joined the line. Short programs finish without waiting
-  behind the waves of a long one (Autellix's program-level scheduling). A call that has waited
-  ``starvation_after`` seconds goes next among its priority, so no program starves.
+  else requests), as of the moment the next call is chosen (``ServiceLine``): a program's wave
+  of calls, queued before any was served, yields to a newer program's first call once its
+  first calls have gone. Short programs finish without waiting behind the waves of a long one
+  (Autellix's program-level scheduling). Among a program's calls, the first to come goes
+  first. A call that has waited ``starvation_after`` seconds goes next among its priority, so
+  no program starves.
 - ``"fifo"``: arrival order.
 
  A 429 closes the gate for everyone until its
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -40,7 +44,7 @@ from ringzero.core.contract.types import LLMRequest, LLMResponse, Usage
 from ringzero.core.support.loops import LoopHome, forward, on_this_loop
 from ringzero.core.support.telemetry import gate_failed, gate_waited
 from ringzero.core.support.timeouts import Clock, MonotonicClock, SharedTimeout
-from ringzero.core.support.waitline import Entry, PriorityLine
+from ringzero.core.support.waitline import Entry, PriorityLine, ServiceLine
 
 __all__ = [
     "ORDERS", "STARVATION_AFTER", "GateStats", "LLMGate", "PermitSource", "Pricing", "RateLimit", "RetryPolicy",
@@ -113,11 +117,12 @@ class LLMGate:
         self._tokens = self._bucket(self.rate_limit.tokens_per_minute, self.rate_limit.burst_tokens)
         self._in_flight = 0
         self._closed_until = 0.0
-        self._line: PriorityLine[_Waiter] = PriorityLine()
         self.order = order
         self.starvation_after = float(starvation_after)
         self._attained: dict[int, float] = {}
         """Service each program has had (``order="las"``): tokens under a token limit, else calls."""
+        self._line: PriorityLine[_Waiter] | ServiceLine[_Waiter] = \
+            ServiceLine(self._service) if order == "las" else PriorityLine()
         self._by_tokens = self.rate_limit.tokens_per_minute is not None
         self._arrived: dict[int, collections.deque[tuple[float, Entry[_Waiter]]]] = {}
         """Per priority, the calls in line in arrival order, with when each came (``"las"``): the
@@ -295,11 +300,12 @@ class LLMGate:
         """Wait in line until this call may go (``complete`` lets one through at once when
         nobody waits and there is room)."""
         me = _Waiter()
-        if self.order == "las":
-            entry = self._line.push(priority, me, self._attained.get(program, 0.0))
+        line = self._line
+        if isinstance(line, ServiceLine):
+            entry = line.push(priority, me, program)
             self._arrived.setdefault(priority, collections.deque()).append((self._clock(), entry))
         else:
-            entry = self._line.push(priority, me)
+            entry = line.push(priority, me)
         self._wake_head()
         try:
             while True:
@@ -342,9 +348,17 @@ class LLMGate:
         if self.order == "las":
             self._attained[program] = self._attained.get(program, 0.0) + (estimate if self._by_tokens else 1.0)
 
-    def _rank(self, priority: int, program: int) -> tuple[int, float] | None:
-        """A call's place in the cluster's least-attained-service order (``PermitSource``)."""
-        return (priority, self._attained.get(program, 0.0)) if self.order == "las" else None
+    def _service(self, program: int) -> float:
+        return self._attained.get(program, 0.0)
+
+    def _rank(self, priority: int, program: int) -> Callable[[], tuple[int, float]] | None:
+        """A call's place in the cluster's least-attained-service order (``PermitSource``): a
+        function that says it as of when it is called, its program's service growing as its
+        other calls are served."""
+        if self.order != "las":
+            return None
+        attained = self._attained
+        return lambda: (priority, attained.get(program, 0.0))
 
     def _head(self) -> Entry[_Waiter] | None:
         """The call that goes next: the line's head, or, in a least-attained-service line, the

@@ -15,10 +15,12 @@ waits it out, and the node that saw it drops its spares at once.
 
 **The same order as one gate: least attained service.** A lease carries the rank of the best
 call its node has waiting, ``(priority, attained)`` (``LLMGate._rank``: its priority, then the
-service its program has had). A node refused for want of room leaves its rank with the actor
-as a claim, until it asks again (its ``wait``, plus ``CLAIM_GRACE``). While another node's claim
-ranks better, a lease gets nothing and asks again in ``DEFER`` seconds: the next room goes to the
-better call, whichever node holds it. A call waiting at its node's permits longer than
+service its program has had, as of when the lease is sent: a gate hands over a function that
+says it now, so a call whose program was served while it waited ranks by that service). A
+node refused for want of room leaves its rank with the actor as a claim, until it asks again
+(its ``wait``, plus ``CLAIM_GRACE``). While another node's claim ranks better, a lease gets
+nothing and asks again in ``DEFER`` seconds: the next room goes to the better call, whichever
+node holds it. A call waiting at its node's permits longer than
 ``starvation_after`` ranks first among its priority, so no node starves. Attained service is
 counted by each node's gate, so a program whose processes run on two nodes is two programs here.
 Within a node, calls reach the permits in the order its gate admitted them; those waiting there
@@ -31,7 +33,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ringzero.core.support.gate import STARVATION_AFTER, RateLimit, TokenBucket
@@ -170,7 +172,8 @@ class ClusterPermits:
         """Seconds a call waits here before it ranks first among its priority, cluster-wide."""
         self.node = uuid.uuid4().hex
         """This node's name at the actor (its claims)."""
-        self._ranks: dict[int, tuple[tuple[int, float], float]] = {}  # waiting calls: rank, since
+        self._ranks: dict[int, tuple[tuple[int, float] | Callable[[], tuple[int, float]], float]] = {}
+        """The calls waiting here: each one's rank (or what says it now), and since when."""
         self._calls = itertools.count()
         self._spare = 0
         self._spare_tokens = 0.0
@@ -182,7 +185,8 @@ class ClusterPermits:
         self._report: asyncio.TimerHandle | None = None
         self.round_trips = 0
 
-    async def acquire(self, tokens: int, rank: tuple[int, float] | None = None) -> None:
+    async def acquire(self, tokens: int,
+                      rank: tuple[int, float] | Callable[[], tuple[int, float]] | None = None) -> None:
         me = next(self._calls)
         if rank is not None:
             self._ranks[me] = (rank, time.monotonic())
@@ -195,8 +199,10 @@ class ClusterPermits:
         """The rank of the best call waiting here, one past ``starvation_after`` first among
         its priority; None where none waits with a rank."""
         now = time.monotonic()
-        ranks = [(rank[0], STARVED if now - since >= self.starvation_after else rank[1])
-                 for rank, since in self._ranks.values()]
+        ranks = []
+        for rank, since in self._ranks.values():
+            priority, attained = rank() if callable(rank) else rank
+            ranks.append((priority, STARVED if now - since >= self.starvation_after else attained))
         return min(ranks, default=None)
 
     async def _acquire(self, tokens: int) -> None:
