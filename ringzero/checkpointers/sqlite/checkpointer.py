@@ -40,7 +40,7 @@ class SqliteCheckpointer:
     """Durable checkpoints in one SQLite file."""
 
     capabilities = CheckpointerCapabilities(durable=True, multi_process=True, delete_checkpoints=True, claims=True,
-                                          put_many=True, append=True)
+                                          put_many=True, append=True, append_anywhere=True)
 
     def __init__(
         self,
@@ -208,6 +208,15 @@ class SqliteCheckpointer:
         row = checkpoint_row(checkpoint)
         if await self._append(CHECKPOINT, [row]):
             await self._commit_appended([(PUT_CHECKPOINT, [row])], "append", row)
+
+    def append_here(self, checkpoint: Checkpoint) -> bool:
+        """``append`` from a thread that is not the event loop's (``capabilities.append_anywhere``):
+        True once the record is in the append log, as durable as ``append`` makes it; False
+        where it must be appended on the loop (the store not open yet, or its last write not an
+        append, or the log not made: ``append`` decides those)."""
+        if self.writer.db is None:
+            return False
+        return self.appends.append_here(CHECKPOINT, [checkpoint_row(checkpoint)])
 
     async def append_many(self, checkpoints: Sequence[Checkpoint]) -> None:
         """``put_many`` as ``append`` is ``put``: the checkpoints as one record of the log, so

@@ -6,12 +6,19 @@ seconds after the last append (at most ``FOLD_WITHIN`` after the oldest waiting)
 checkpointer's next other write (in that write's transaction), and ahead of a read of a thread
 they hold. Folds go one at a time, so that the records a fold marks as folded are always all
 those before it.
+
+Records come from the event loop (``append``) and from any other thread (``append_here``: a
+sandbox's thread journaling the tool calls its code makes). The log, its sequence numbers and
+the records waiting are kept under one lock; the folds and their timers stay on the loop, which
+a record appended elsewhere wakes (once, until it has looked).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
+import time
 import weakref
 from contextlib import suppress
 
@@ -84,6 +91,13 @@ class LogFolds:
         """Folds committed."""
         self._folds_before_stop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         """The loop that folds this log before it stops (``before_stop``), weakly."""
+        self._lock = threading.Lock()
+        """Held while the log is written or started over, and while ``unfolded`` and ``_seq``
+        change: records come from other threads too (``append_here``)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop the appends and folds run on (that of the last ``append``)."""
+        self._woken = False
+        """A record appended on another thread has asked the loop to look (``_arrived``)."""
 
     @property
     def idle(self) -> bool:
@@ -104,12 +118,60 @@ class LogFolds:
         if self._error is not None:  # the last fold failed: again now, raising if it fails again
             self._error = None
             await self.fold_first()
-        now = asyncio.get_running_loop().time()
+        loop = self._loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._check_file(now)
+        with self._lock:
+            self._write(log, kind, rows)
+        if len(self.unfolded) >= FOLD_EVERY:
+            self.fold()
+        elif self._timer is None:
+            self._fold_later()
+        else:
+            self._appended_at = now
+        return False
+
+    def append_here(self, kind: int, rows: list[Row]) -> bool:
+        """``append`` from any thread but the loop's: the record written into the log, durable
+        when this returns True; False where it must go through the loop instead (the log is
+        not made yet, the store's last write was not an append, a fold failed: ``append``
+        decides those there). The loop is woken to fold it in time."""
+        loop, log = self._loop, self.log
+        if loop is None or log is None or not self.after_append or not self.usable or self._error is not None:
+            return False
+        now = time.monotonic()
+        self._check_file(now)
+        with self._lock:
+            if self.log is not log or not self.after_append:  # closed, or a write came between meanwhile
+                return False
+            self._write(log, kind, rows)
+            self._appended_at = now
+            wake = not self._woken and (self._timer is None or len(self.unfolded) >= FOLD_EVERY)
+            self._woken = self._woken or wake
+        if wake:
+            with suppress(RuntimeError):  # the loop is closed: the record is in the log, folded at the next open
+                loop.call_soon_threadsafe(self._arrived, context=_NO_CONTEXT)
+        return True
+
+    def _arrived(self) -> None:
+        """On the loop, woken by a record appended on another thread: fold, or set the timer."""
+        with self._lock:
+            self._woken = False
+        if len(self.unfolded) >= FOLD_EVERY:
+            self.fold()
+        elif self.unfolded and self._timer is None and self.writer.db is not None:
+            self._fold_later()
+
+    def _check_file(self, now: float) -> None:
+        """Raise where the file opened is gone (checked at most every ``CHECK_FILE_AFTER`` s)."""
         if now >= self._file_checked_until:
             gone = self.writer.file_gone()
             if gone is not None:
                 raise gone
             self._file_checked_until = now + CHECK_FILE_AFTER
+
+    def _write(self, log: AppendLog, kind: int, rows: list[Row]) -> None:
+        """One record into the log, and its rows into ``unfolded`` (the lock held)."""
         try:
             log.append(self._seq + 1, rows, kind)
         except OSError as exc:  # the log may end in a torn record now: no more records after it
@@ -123,13 +185,6 @@ class LogFolds:
         else:
             self.unfolded.extend((kind, row) for row in rows)
             self._unfolded_threads.update(row[0] for row in rows)
-        if len(self.unfolded) >= FOLD_EVERY:
-            self.fold()
-        elif self._timer is None:
-            self._fold_later()
-        else:
-            self._appended_at = now
-        return False
 
     def _make_log(self) -> AppendLog | None:
         """The append log, made now; None where appends commit instead."""
@@ -176,12 +231,13 @@ class LogFolds:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        log, entries = self.log, self.unfolded
-        if not entries or log is None or self.folding is not None:
-            return None
-        self.unfolded = []
-        self._unfolded_threads = set()
-        return Fold(entries, log.name, self._seq)
+        with self._lock:
+            log, entries = self.log, self.unfolded
+            if not entries or log is None or self.folding is not None:
+                return None
+            self.unfolded = []
+            self._unfolded_threads = set()
+            return Fold(entries, log.name, self._seq)
 
     def line_up(self, fold: Fold) -> None:
         """Make ``fold`` wait in the line of writes (the caller puts it there): ``folding`` until done."""
@@ -213,15 +269,18 @@ class LogFolds:
         if self.folding is fold:
             self.folding = None
         if fold.error is not None:
-            self.unfolded[:0] = fold.entries
-            self._unfolded_threads.update(row[0] for _, row in fold.entries)
+            with self._lock:
+                self.unfolded[:0] = fold.entries
+                self._unfolded_threads.update(row[0] for _, row in fold.entries)
             self._error = fold.error
             return
         self.folds += 1
-        if self.log is not None and not self.unfolded and self.log.size > RESTART_AFTER:
-            with suppress(OSError):  # not started over: its records are folded again, and skipped
-                self.log.restart()
-        elif self.unfolded and self._timer is None and self.writer.db is not None:
+        with self._lock:  # never started over under a record appended meanwhile on another thread
+            restart = self.log is not None and not self.unfolded and self.log.size > RESTART_AFTER
+            if restart and self.log is not None:
+                with suppress(OSError):  # not started over: its records are folded again, and skipped
+                    self.log.restart()
+        if not restart and self.unfolded and self._timer is None and self.writer.db is not None:
             self._fold_later()
 
     async def fold_first(self) -> None:
@@ -255,7 +314,9 @@ class LogFolds:
 
     def close(self, *, remove: bool) -> str | None:
         """Close the log (and delete it where ``remove``); the name of a log deleted."""
-        log, self.log = self.log, None
+        with self._lock:
+            log, self.log = self.log, None
+            remove = remove and not self.unfolded  # a record appended on another thread meanwhile stays
         if log is None:
             return None
         log.close(remove=remove)

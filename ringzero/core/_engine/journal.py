@@ -149,6 +149,38 @@ class Journal:
             raise diverged(self._pid, key, (entry.kind, entry.fingerprint, entry.summary), (kind, fp, summary))
         return entry.outcome
 
+    # ------------------------------------------------------------------ from any thread
+    @property
+    def answers_here(self) -> bool:
+        """Whether the tool calls sandboxed code makes can be journaled from the thread that
+        runs the code (``recorded_call_here`` and the rest): the store appends from any thread,
+        and a resumed process's intents and results are read already (``effects``)."""
+        return self._store.appends_anywhere and (not self.resumed or self._effects is not None)
+
+    def recorded_call_here(self, key: str, kind: str, fp: str, summary: str) -> Outcome | None:
+        """``recorded_call`` from any thread, once ``answers_here``."""
+        if not self.resumed or self._effects is None:
+            return None
+        entry = self._effects.calls.get(key)
+        if entry is None:
+            return None
+        if entry.kind != kind or entry.fingerprint != fp:
+            raise diverged(self._pid, key, (entry.kind, entry.fingerprint, entry.summary), (kind, fp, summary))
+        return entry.outcome
+
+    def in_doubt_here(self, key: str) -> bool:
+        """``in_doubt`` from any thread, once ``answers_here``."""
+        return self.resumed and self._effects is not None and key in self._effects.intents
+
+    def record_intent_here(self, key: str, kind: str, fp: str, summary: str) -> bool:
+        """``record_intent`` from any thread: False where the store cannot take it there."""
+        return self._store.record_intent_here(self._pid, key, kind, fp, summary)
+
+    def record_call_here(self, key: str, kind: str, fp: str, summary: str, outcome: Outcome) -> bool:
+        """The outcome of tool call ``key`` recorded from any thread (``fill`` of a call): False
+        where the store cannot take it there."""
+        return self._store.record_call_here(self._pid, key, kind, fp, summary, outcome)
+
     async def timer(self, seq: int, kind: str, fp: str, summary: str, seconds: float) -> float:
         """The wall-clock deadline of the timer that waiting syscall ``seq`` (a ``sleep``, a
         ``recv`` or ``wait`` with a timeout) sets ``seconds`` ahead when it first runs live.

@@ -54,6 +54,8 @@ async def exec_code(
         nonlocal ran_live
         ran_live = True
         nested: dict[str, float] = {}
+        if process.journal.resumed:  # read before the run: the code's calls are answered from its thread
+            await process.journal.effects()
         calls = ToolCalls(process.journal, process.pid, current_slot(), process.idempotency_key(""), process)
         token = NESTED_COST.set(nested)
         try:

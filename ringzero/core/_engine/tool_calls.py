@@ -9,10 +9,16 @@ after checking that the code asks for the same tool and arguments; a new one goe
 Where a call cannot go on (it diverged from its record, it is in doubt, the store failed), the
 run is abandoned: that call and every later one raise in the code, and ``ctx.exec`` raises
 ``problem`` once the executor returns.
+
+A quick sync tool called from the thread that runs the code (Monty's) is answered there:
+``call_here`` makes the same steps as ``perform`` (intent, live run, record), writing the intent
+and the record from that thread where the store appends from any thread
+(``capabilities.append_anywhere``), and on the loop, waited for, where it cannot.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -26,19 +32,23 @@ from ringzero.core.contract.errors import (
     ToolInDoubt,
 )
 from ringzero.core.contract.fingerprints import fingerprint
-from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Value, exception_of, failure
+from ringzero.core.contract.outcomes import Failure, InDoubt, Outcome, Value, exception_of, failure, with_beside
 from ringzero.core.contract.types import strict_json
 from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
 from ringzero.core.support.host_tools import ResultCheck
+from ringzero.core.support.live import SLOT
+from ringzero.core.support.loop_pool import wait_for_loop
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
 
 if TYPE_CHECKING:
     from ringzero.core._engine.journal import Journal
 
-__all__ = ["PlainCall", "ToolCalls"]
+__all__ = ["PlainCall", "PlainCallHere", "ToolCalls"]
 
 PlainCall = Callable[[Any, list[Any], dict[str, Any]], Awaitable[Any]]
 """How the boundary runs a tool live: ``plain(tool, args, kwargs)``."""
+PlainCallHere = Callable[[Any, list[Any], dict[str, Any]], Any]
+"""``PlainCall`` in the calling thread: the tool run and its result judged there."""
 
 
 class ToolCalls:
@@ -57,6 +67,15 @@ class ToolCalls:
         self.rerun = 0
         """In-doubt calls run again because their tool is safe to repeat."""
         self._count = 0
+        self._keyed: dict[int, bool] = {}
+        """Per tool (by id: the run holds its tools), whether it takes an idempotency key
+        (``takes_idempotency_key`` reads its signature: 5 µs a call)."""
+
+    def _takes_key(self, tool: Any) -> bool:
+        keyed = self._keyed.get(id(tool))
+        if keyed is None:
+            keyed = self._keyed[id(tool)] = takes_idempotency_key(tool)
+        return keyed
 
     async def call(self, name: str, tool: Any, args: list[Any], kwargs: dict[str, Any], plain: PlainCall,
                    check: ResultCheck | None = None) -> Any:
@@ -83,7 +102,7 @@ class ToolCalls:
         raised: list[Exception] = []
 
         async def live() -> Outcome:
-            given = {**kwargs, IDEMPOTENCY_KEY: self.key_prefix + slot} if takes_idempotency_key(tool) else kwargs
+            given = {**kwargs, IDEMPOTENCY_KEY: self.key_prefix + slot} if self._takes_key(tool) else kwargs
             try:
                 value = await plain(tool, args, given)
             except Exception as exc:
@@ -110,6 +129,72 @@ class ToolCalls:
             raise raised[0]
         return outcome.value if isinstance(outcome, Value) else None
 
+    @property
+    def answers_here(self) -> bool:
+        """Whether ``call_here`` may answer a call in the thread that runs the code."""
+        return self.journal.answers_here
+
+    def call_here(self, name: str, tool: Any, args: list[Any], kwargs: dict[str, Any], plain: PlainCallHere,
+                  loop: asyncio.AbstractEventLoop, check: Callable[[Any], None] | None = None) -> Any:
+        """``call`` in the thread that runs the code, not ``loop``'s: the same slot, the same
+        record, the same steps as ``perform``, the tool run here by ``plain``."""
+        self._count += 1
+        slot = f"{self.slot}.{self._count}"
+        if self.problem is not None:
+            raise self._abandoned()
+        journal = self.journal
+        fp = fingerprint({"name": name, "args": args, "kwargs": kwargs})
+        summary = tool_summary(name, args, kwargs)
+        try:
+            recorded = journal.recorded_call_here(slot, "tool", fp, summary)
+        except NonDeterminismError as exc:
+            raise self._abandon(exc) from None
+        if isinstance(recorded, (Value, Failure)):
+            self.served += 1
+            if isinstance(recorded, Failure):
+                raise exception_of(recorded)
+            if check is not None:
+                check(recorded.value)
+            return recorded.value
+        rerun = journal.in_doubt_here(slot)
+        if rerun and not retry_safe(tool):
+            raise self._abandon(ToolInDoubt(self.pid, name, slot, summary))
+        try:
+            if not journal.record_intent_here(slot, "tool", fp, summary):
+                _on_loop(loop, journal.record_intent(slot, "tool", fp, summary))
+        except CheckpointerError as exc:
+            raise self._abandon(exc) from None
+        raised: Exception | None = None
+        given = {**kwargs, IDEMPOTENCY_KEY: self.key_prefix + slot} if self._takes_key(tool) else kwargs
+        token = SLOT.set(slot)
+        try:
+            outcome: Outcome = Value(None)
+            try:
+                value = plain(tool, args, given)
+            except Exception as exc:
+                raised, outcome = exc, failure(exc)
+            else:
+                try:
+                    text = strict_json(value)
+                except (TypeError, ValueError) as exc:
+                    raised = ValueError(f"the result of {name}() is not JSON-compatible: {exc}")
+                    outcome = failure(raised)
+                else:
+                    outcome = Value(json.loads(text))  # the code gets what a replay would serve it
+        finally:
+            SLOT.reset(token)
+        if rerun:
+            outcome = with_beside(outcome, rerun="in_doubt")
+        try:
+            if not journal.record_call_here(slot, "tool", fp, summary, outcome):
+                _on_loop(loop, journal.fill(slot, "tool", fp, summary, outcome))
+        except CheckpointerError as exc:
+            raise self._abandon(exc) from None
+        self.rerun += rerun
+        if raised is not None:
+            raise raised
+        return outcome.value if isinstance(outcome, Value) else None
+
     def _abandon(self, problem: RingzeroError | KernelInterrupt) -> RuntimeError:
         if self.problem is None:
             self.problem = problem
@@ -117,3 +202,10 @@ class ToolCalls:
 
     def _abandoned(self) -> RuntimeError:
         return RuntimeError(f"ringzero stops this run: {type(self.problem).__name__} (no further tool runs)")
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, write: Awaitable[Any]) -> None:
+    """A journal write the store cannot take from this thread, made on ``loop`` and waited for."""
+    async def written() -> None:
+        await write
+    wait_for_loop(asyncio.run_coroutine_threadsafe(written(), loop))

@@ -7,6 +7,7 @@ conformance kit in ``ringzero.compat`` tests exactly what is declared.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -137,6 +138,19 @@ class ToolCallJournal(Protocol):
         call is in doubt, the store failed)."""
         ...
 
+    @property
+    def answers_here(self) -> bool:
+        """Whether ``call_here`` may be used: the journal takes records from any thread."""
+        ...
+
+    def call_here(self, name: str, tool: Any, args: list[Any], kwargs: dict[str, Any],
+                  plain: Callable[[Any, list[Any], dict[str, Any]], Any], loop: asyncio.AbstractEventLoop,
+                  check: Callable[[Any], None] | None = None) -> Any:
+        """``call`` in the thread that runs the code (not ``loop``'s): ``plain`` runs the tool
+        there and judges its result; the call's intent and record are written from there, or
+        on ``loop`` where the store cannot take them here."""
+        ...
+
 
 @runtime_checkable
 class Executor(Protocol):
@@ -201,6 +215,12 @@ class CheckpointerCapabilities:
     stores open on the same data may see them a moment later than after a ``put``. A store that
     can make them cheaper than a ``put`` (SQLite: one ``write()`` into a log beside the file,
     not a commit) declares it; the kernel and ``KernelSaver`` ``put`` where it is missing."""
+    append_anywhere: bool = False
+    """``append_here(checkpoint) -> bool`` is ``append`` called from any thread, not only the
+    event loop's: True once the record is as durable as ``append`` makes it; False where the
+    store cannot take it there now (the caller appends on the loop instead). The kernel
+    journals the tool calls a sandbox's code makes from the sandbox's own thread so, without a
+    hop to the loop and back for each (SQLite: the append log, under a lock)."""
 
 
 @runtime_checkable

@@ -101,6 +101,11 @@ class KernelStore:
         store, or recovery after a crash, reads back goes that way (journal, mail, transitions,
         status, state; a new process's record where its pid came from a block the kernel holds),
         one ``write()`` each instead of a commit; other connections see them once folded."""
+        self._append_here: Callable[[Checkpoint], bool] | None = \
+            getattr(checkpointer, "append_here", None) if appending is not None and capabilities.append_anywhere \
+            else None
+        """``append`` from any thread (``capabilities.append_anywhere``): None where the store has
+        none, and the ``..._here`` writes below answer False."""
 
     async def save_process(self, record: ProcessRecord) -> None:
         """Write the whole record (its three rows)."""
@@ -308,8 +313,23 @@ class KernelStore:
 
     async def record_intent(self, pid: int, key: str, kind: str, fp: str, summary: str) -> None:
         """Record that effect ``key`` is about to run: durable before it starts."""
+        await self._append_row(self._intent_row(pid, key, kind, fp, summary))
+
+    def record_intent_here(self, pid: int, key: str, kind: str, fp: str, summary: str) -> bool:
+        """``record_intent`` from any thread: True once durable; False where the store cannot
+        take it there (``record_intent`` on the loop, then)."""
+        append = self._append_here
+        return append is not None and append(self._intent_row(pid, key, kind, fp, summary))
+
+    @staticmethod
+    def _intent_row(pid: int, key: str, kind: str, fp: str, summary: str) -> Checkpoint:
         body = {"kind": kind, "fp": fp, "summary": summary, "at": round(time.time(), 3)}
-        await self._append_row(new_row(process_thread(pid), "intents", effect_id(key), None, dumps(body), NO_METADATA))
+        return new_row(process_thread(pid), "intents", effect_id(key), None, dumps(body), NO_METADATA)
+
+    @property
+    def appends_anywhere(self) -> bool:
+        """Whether the ``..._here`` writes can take records from any thread."""
+        return self._append_here is not None
 
     async def intents(self, pid: int) -> dict[str, dict[str, Any]]:
         """Every intent recorded for ``pid`` by key (``{"kind", "fp", "summary", "at"}``, and
@@ -331,8 +351,18 @@ class KernelStore:
 
     async def record_call(self, pid: int, key: str, kind: str, fp: str, summary: str, outcome: Outcome) -> None:
         """Record the outcome of a tool call made by sandboxed code (``key``: ``<slot>.<n>``)."""
+        await self._append_row(self._call_row(pid, key, kind, fp, summary, outcome))
+
+    def record_call_here(self, pid: int, key: str, kind: str, fp: str, summary: str, outcome: Outcome) -> bool:
+        """``record_call`` from any thread: True once durable; False where the store cannot take
+        it there (``record_call`` on the loop, then)."""
+        append = self._append_here
+        return append is not None and append(self._call_row(pid, key, kind, fp, summary, outcome))
+
+    @staticmethod
+    def _call_row(pid: int, key: str, kind: str, fp: str, summary: str, outcome: Outcome) -> Checkpoint:
         body = {"kind": kind, "fp": fp, "summary": summary, "outcome": outcome.to_json(), "at": round(time.time(), 3)}
-        await self._append_row(new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA))
+        return new_row(process_thread(pid), "calls", effect_id(key), None, dumps(body), NO_METADATA)
 
     async def record_timer(self, pid: int, seq: int, fp: str, summary: str, deadline: float) -> None:
         """Record the deadline of the timer that waiting syscall ``seq`` set (as ``<seq>.0``

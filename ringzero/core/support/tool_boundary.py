@@ -202,9 +202,10 @@ class ToolBoundary:
 
     def runs_here(self, name: str) -> bool:
         """True where ``call_here`` may answer calls to ``name``: a plain sync tool, in a run
-        outside a kernel process (a journaled call is written on the event loop)."""
+        outside a kernel process or in one whose journal takes records from this thread
+        (``ToolCallJournal.answers_here``)."""
         tool = self.tools.get(name)
-        return self.journal is None and tool is not None and runs_here(tool)
+        return (self.journal is None or self.journal.answers_here) and tool is not None and runs_here(tool)
 
     def call_here(self, name: str, args: list[Any], kwargs: dict[str, Any],
                   loop: asyncio.AbstractEventLoop) -> tuple[bool, Any]:
@@ -219,10 +220,19 @@ class ToolBoundary:
             return self._refuse(name, refusal)
         handle = CallHere(name)
         self.running_here = (name, args, kwargs, handle)
+        pool = self.pool or shared_pool()
+
+        def plain(tool: Tool, args: list[Any], kwargs: dict[str, Any]) -> Any:
+            result = call_tool_here(tool, args, kwargs, pool=pool, call=handle, loop=loop)
+            self._check_here(name, result)
+            return result
+
         try:
-            result = call_tool_here(tool, args, kwargs, pool=self.pool or shared_pool(), call=handle, loop=loop)
-            size, refused = measure(result, f"the result of {name}()", self.tool_bytes)
-            self._charge_result(name, size, refused)
+            if self.journal is None:
+                result = plain(tool, args, kwargs)
+            else:  # journaled from this thread: answered from the record, or run and recorded
+                result = self.journal.call_here(name, tool, args, kwargs, plain, loop,
+                                                functools.partial(self._check_here, name))
         except Exception as exc:
             return self._outcome(name, args, kwargs, exc)
         finally:
@@ -244,6 +254,11 @@ class ToolBoundary:
         """A result may cross where it is JSON within ``tool_bytes`` and the budget has room for
         it twice: judged as the tool returns, before the journal keeps anything of it."""
         size, refused = await measure_async(result, f"the result of {name}()", self.tool_bytes)
+        self._charge_result(name, size, refused)
+
+    def _check_here(self, name: str, result: Any) -> None:
+        """``_admit_result`` in the calling thread."""
+        size, refused = measure(result, f"the result of {name}()", self.tool_bytes)
         self._charge_result(name, size, refused)
 
     def _charge_result(self, name: str, size: int, refused: str | None) -> None:
