@@ -12,7 +12,8 @@ on this shared machine, whose speed drifts by 20% within a minute). The run ends
 rounds as well: ``KernelSaver(SqliteCheckpointer)`` then ``InMemorySaver``, 150 graphs each,
 ``--pairs`` times, and the median of the pairs' ratios, with LangGraph's default durability
 (``"async"``: a step's checkpoint is written while the next step runs) and with ``"sync"``
-(written before the next step starts).
+(written before the next step starts), from ``ainvoke`` and from ``graph.invoke`` (the sync
+API, in a thread with no event loop).
 """
 
 from __future__ import annotations
@@ -122,6 +123,33 @@ async def paired_ratio(tmp: Path, pairs: int, concurrency: int, durability: str)
     return statistics.median(ratios), ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
 
 
+def sync_graph_throughput(saver: BaseCheckpointSaver[Any], name: str, graphs: int, durability: str) -> float:
+    """Graphs/s of ``graph.invoke`` (LangGraph's sync API) one after another, in this thread."""
+    app = graph(saver)
+    for i in range(20):
+        app.invoke({"log": []}, {"configurable": {"thread_id": f"{name}-warm-up-{i}"}}, durability=durability)
+    start = time.perf_counter()
+    for i in range(graphs):
+        app.invoke({"log": []}, {"configurable": {"thread_id": f"{name}-t{i}"}}, durability=durability)
+    return graphs / (time.perf_counter() - start)
+
+
+def paired_sync_ratio(tmp: Path, pairs: int, durability: str) -> tuple[float, float, float]:
+    """``paired_ratio`` for ``graph.invoke`` from a thread with no event loop (a sync program):
+    KernelSaver's steps are appended from that thread (SQLite takes records from any thread)."""
+    ratios = []
+    for i in range(pairs):
+        step(f"pair {i + 1}/{pairs}, graph.invoke, durability={durability!r}")
+        store = SqliteCheckpointer(tmp / f"sync-{durability}-{i}.db")
+        with KernelSaver(store) as saver:
+            kernel = sync_graph_throughput(saver, f"k{i}", 150, durability)
+            saver.home.run_sync(store.aclose(), "closing the benchmark's store")
+        memory = sync_graph_throughput(InMemorySaver(), f"m{i}", 150, durability)
+        ratios.append(kernel / memory)
+    ratios.sort()
+    return statistics.median(ratios), ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+
+
 async def raw_ops(tmp: Path, n: int) -> dict[str, float]:
     store = SqliteCheckpointer(tmp / "raw.db")
     rates = {}
@@ -170,6 +198,8 @@ async def main(graphs: int, pairs: int, rounds: int) -> None:
                                   for level in levels))
         paired = {(mode, level): await paired_ratio(Path(tmp), pairs, level, mode)
                   for mode in ("async", "sync") for level in (1, 16)} if pairs else {}
+        sync_paired = {mode: await asyncio.to_thread(paired_sync_ratio, Path(tmp), pairs, mode)
+                       for mode in ("async", "sync")} if pairs else {}
         step("SqliteCheckpointer raw ops")
         raw = await raw_ops(Path(tmp), 2000)
     console = Console(width=140)
@@ -178,6 +208,9 @@ async def main(graphs: int, pairs: int, rounds: int) -> None:
     for (mode, level), (median, low, high) in paired.items():
         console.print(f"KernelSaver(SqliteCheckpointer) / InMemorySaver, durability={mode!r}, {pairs} pairs back to "
                       f"back, {level} at a time: median {median:.2f}x (quartiles {low:.2f}x to {high:.2f}x)")
+    for mode, (median, low, high) in sync_paired.items():
+        console.print(f"the same with graph.invoke (LangGraph's sync API, from a thread), durability={mode!r}, {pairs} "
+                      f"pairs: median {median:.2f}x (quartiles {low:.2f}x to {high:.2f}x)")
     console.print("SqliteCheckpointer raw ops/s (sequential, durable): "
                   + ", ".join(f"{op} {rate:,.0f}" for op, rate in raw.items()))
 

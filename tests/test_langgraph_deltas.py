@@ -285,11 +285,14 @@ async def test_a_growing_string_is_stored_by_what_is_new_and_reads_back_whole(
 
 
 @pytest.mark.slow
-def test_a_kill_9_mid_conversation_resumes_with_every_message(tmp_path: Path) -> None:
+@pytest.mark.parametrize("invoke", ["ainvoke", "invoke"])
+def test_a_kill_9_mid_conversation_resumes_with_every_message(tmp_path: Path, invoke: str) -> None:
     """A host talks turn after turn and is killed with SIGKILL at its tenth turn's step; a new
     process reads the thread, finds every message of the turns that finished in order, and
-    talks on."""
+    talks on. With ``invoke`` (a sync graph), each step is appended from the graph's thread."""
     script = tmp_path / "host.py"
+    talk_turn = ("await graph.ainvoke({\"messages\": [question(turn)]}, CONFIG)" if invoke == "ainvoke" else
+                 "await asyncio.to_thread(graph.invoke, {\"messages\": [question(turn)]}, CONFIG)")
     script.write_text(textwrap.dedent(f"""
         import asyncio, sys
         sys.path.insert(0, {str(ROOT)!r})
@@ -300,7 +303,7 @@ def test_a_kill_9_mid_conversation_resumes_with_every_message(tmp_path: Path) ->
         async def main():
             graph = chat(KernelSaver(SqliteCheckpointer(sys.argv[1])))
             for turn in range(1000):
-                await graph.ainvoke({{"messages": [question(turn)]}}, CONFIG)
+                {talk_turn}
                 print(turn, flush=True)
 
         asyncio.run(main())
@@ -380,3 +383,60 @@ async def test_channel_versions_of_any_kind_read_back_as_they_were_put() -> None
         assert read["channel_versions"] == versions and type(read["channel_versions"]["count"]) is int
         assert read["versions_seen"] == checkpoint["versions_seen"]
         assert read["channel_values"] == checkpoint["channel_values"]
+
+
+def test_a_sync_graph_appends_its_steps_from_its_own_thread(tmp_path: Path) -> None:
+    """``graph.invoke`` on a SQLite store: each checkpoint and each task's writes are encoded and
+    appended in the graph's threads (``append_here``: the caller's, and LangGraph's pool where it
+    writes in the background), not handed to the saver's loop and waited for (but a checkpoint
+    whose stream seals a segment, which deletes the pieces after); the thread reads back as an
+    in-memory saver's does, in this saver and in a new one."""
+    import threading
+
+    class Watched(SqliteCheckpointer):
+        def __init__(self, path: Path) -> None:
+            super().__init__(path)
+            self.threads: list[int] = []
+
+        def append_here(self, checkpoint: Checkpoint) -> bool:
+            taken = super().append_here(checkpoint)
+            if taken:
+                self.threads.append(threading.get_ident())
+            return taken
+
+        def append_many_here(self, checkpoints: Any) -> bool:
+            taken = super().append_many_here(checkpoints)
+            if taken:
+                self.threads.append(threading.get_ident())
+            return taken
+
+        def append_writes_here(self, thread_id: str, namespace: str, checkpoint_id: str, writes: Any) -> bool:
+            taken = super().append_writes_here(thread_id, namespace, checkpoint_id, writes)
+            if taken:
+                self.threads.append(threading.get_ident())
+            return taken
+
+    store = Watched(tmp_path / "chat.db")
+    with KernelSaver(store) as saver:
+        graph, reference = chat(saver), chat(InMemorySaver())
+        for turn in range(12):
+            graph.invoke({"messages": [question(turn)]}, CONFIG)
+            reference.invoke({"messages": [question(turn)]}, CONFIG)
+        loop = saver.home.loop
+        assert loop is not None and not loop.is_closed()
+        saver_thread = saver.home.run_sync(_thread_id(), "test")
+        assert len(store.threads) >= 12 * 5 - 5 and saver_thread not in store.threads, len(store.threads)  # 5 a turn
+        mine = [[m.content for m in s.values.get("messages", [])] for s in graph.get_state_history(CONFIG)]
+        theirs = [[m.content for m in s.values.get("messages", [])] for s in reference.get_state_history(CONFIG)]
+        assert mine == theirs and len(mine) == 36
+    asyncio.run(store.aclose())
+    again = SqliteCheckpointer(tmp_path / "chat.db")
+    with KernelSaver(again) as saver:
+        assert [m.id for m in chat(saver).get_state(CONFIG).values["messages"][::2]] == [f"q{i}" for i in range(12)]
+    asyncio.run(again.aclose())
+
+
+async def _thread_id() -> int:
+    import threading
+
+    return threading.get_ident()

@@ -13,7 +13,10 @@ channels (errors, interrupts, resumes) are replaced, ordinary writes never are.
 The checkpointer lives on one event loop (``ringzero.core.support.loops``): the loop that first uses
 the saver, or, when a sync graph (``graph.invoke``) comes first, a private thread the saver
 owns. Calls from any other loop or thread run there; a blocking call on that loop's own
-thread is refused with ``WrongEventLoop`` instead of waiting on itself. ``close()``/``aclose()``
+thread is refused with ``WrongEventLoop`` instead of waiting on itself. A sync graph's
+checkpoints and writes are the exception where the store takes records from any thread
+(``capabilities.append_anywhere``: SQLite): they are encoded and appended in the graph's own
+thread, each step written before the next as before, with no hop to the loop and back. ``close()``/``aclose()``
 (or ``with``/``async with``) stop the private thread, and close the checkpointer when the
 saver opened it (``KernelSaver.from_conn_string(...)``); later calls raise ``Closed``.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -32,7 +36,7 @@ from ringzero.core.contract.protocols import Appending, Checkpointer, check_back
 from ringzero.core.contract.store import KERNEL_THREADS
 from ringzero.core.contract.types import Checkpoint as Record
 from ringzero.core.contract.types import PendingWrite
-from ringzero.core.support.loops import Closing, LoopHome, forward
+from ringzero.core.support.loops import Closing, LoopHome, forward, running_loop
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -95,6 +99,17 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             checkpointer.put_many if capabilities is not None and capabilities.put_many else None  # type: ignore[attr-defined]
         """A checkpoint and the stream records it reads, in one atomic step where the store has one."""
         self._appends = appending is not None
+        here = appending is not None and bool(getattr(capabilities, "append_anywhere", False))
+        self._append_here: Callable[[Record], bool] | None = getattr(checkpointer, "append_here", None) \
+            if here else None
+        self._append_writes_here: Callable[[str, str, str, Sequence[PendingWrite]], bool] | None = \
+            getattr(checkpointer, "append_writes_here", None) if here else None
+        self._append_many_here: Callable[[Sequence[Record]], bool] | None = \
+            getattr(checkpointer, "append_many_here", None) if here else None
+        """A sync graph's steps appended from its own thread (``capabilities.append_anywhere``)."""
+        self._encoding = threading.Lock()
+        """Held while a checkpoint is encoded against what this saver remembers (``_recent``,
+        ``_streams``): on the loop, and in the threads of sync graphs that append from there."""
         self._appended = False
         """Whether a checkpoint or a write went to ``append``: closing then reads the store once."""
         self.home = LoopHome("KernelSaver")
@@ -153,7 +168,8 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         body = self._codec.body(record.payload)
         values, known = await self._values(record, body, loaded)
         if _worth_keeping(known):
-            self._recent.put(record.thread_id, record.namespace, record.id, known)
+            with self._encoding:
+                self._recent.put(record.thread_id, record.namespace, record.id, known)
         config: RunnableConfig = {"configurable": {"thread_id": record.thread_id, "checkpoint_ns": record.namespace,
                                                    "checkpoint_id": record.id}}
         parent: RunnableConfig | None = None if record.parent_id is None else {"configurable": {
@@ -219,6 +235,30 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
                     if left <= 0:
                         return
 
+    def _encoded(self, config: RunnableConfig, checkpoint: LGCheckpoint,
+                 metadata: CheckpointMetadata) -> tuple[RunnableConfig, Record, list[Record], list[tuple[str, str]]]:
+        """A checkpoint encoded against its parent (any thread): its config, its record, the
+        stream records to write first, and the stream records to delete after (``_write``)."""
+        conf = config["configurable"]
+        thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
+        parent_id = conf.get("checkpoint_id")
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        with self._encoding:
+            payload, raw, segments, sealed, known = self._codec.encode(
+                (thread_id, namespace), checkpoint["id"], checkpoint, full_metadata,
+                self._recent.get(thread_id, namespace, parent_id), self._streams)
+            # Kept before the store is awaited: LangGraph writes a checkpoint and its first pending
+            # writes at once, and the writes are deflated against it where it is here already.
+            self._recent.keep_body(thread_id, namespace, checkpoint["id"], raw)
+            if _worth_keeping(known):
+                self._recent.put(thread_id, namespace, checkpoint["id"], known)
+        record = Record(thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=parent_id,
+                        payload=payload, metadata=_jsonable(dict(full_metadata)))
+        rows = [Record(thread_id, segment.namespace, segment.id, segment.payload) for segment in segments]
+        done: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace,
+                                                 "checkpoint_id": checkpoint["id"]}}
+        return done, record, rows, sealed
+
     async def _put(
         self,
         config: RunnableConfig,
@@ -226,23 +266,17 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        conf = config["configurable"]
-        thread_id, namespace = conf["thread_id"], conf.get("checkpoint_ns", "")
-        parent_id = conf.get("checkpoint_id")
-        full_metadata = get_checkpoint_metadata(config, metadata)
-        payload, raw, segments, sealed, known = self._codec.encode(
-            (thread_id, namespace), checkpoint["id"], checkpoint, full_metadata,
-            self._recent.get(thread_id, namespace, parent_id), self._streams)
-        record = Record(thread_id=thread_id, namespace=namespace, id=checkpoint["id"], parent_id=parent_id,
-                        payload=payload, metadata=_jsonable(dict(full_metadata)))
+        done, record, rows, sealed = self._encoded(config, checkpoint, metadata)
+        await self._write(record, rows, sealed)
+        return done
+
+    async def _write(self, record: Record, rows: list[Record], sealed: list[tuple[str, str]]) -> None:
+        """A checkpoint's record, after the stream records it reads (in one atomic step where the
+        store has one), then the deletes of the pieces a segment sealed."""
         self._appended = self._appended or self._appends
-        # Kept before the store is awaited: LangGraph writes a checkpoint and its first pending
-        # writes at once, and the writes are deflated against it where it is here already.
-        self._recent.keep_body(thread_id, namespace, checkpoint["id"], raw)
-        if not segments:
+        if not rows:
             await self._put_checkpoint(record)
         else:  # the stream records first: a checkpoint is never read without the items it names
-            rows = [Record(thread_id, segment.namespace, segment.id, segment.payload) for segment in segments]
             if self._put_together is not None:
                 await self._put_together([*rows, record])
             else:
@@ -250,27 +284,38 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
                     await self.checkpointer.put(row)
         if sealed and self.checkpointer.capabilities.delete_checkpoints:  # else kept: read past, never wrong
             for place in dict.fromkeys(where for where, _ in sealed):
-                await self.checkpointer.delete_checkpoints(thread_id, place,
+                await self.checkpointer.delete_checkpoints(record.thread_id, place,
                                                            [record_id for where, record_id in sealed if where == place])
-        if _worth_keeping(known):
-            self._recent.put(thread_id, namespace, checkpoint["id"], known)
-        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint["id"]}}
+
+    def _pending(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                 task_path: str) -> tuple[str, str, str, list[PendingWrite]]:
+        """A task's writes as rows (any thread), each deflated against its checkpoint where the
+        saver has that at hand."""
+        conf = config["configurable"]
+        thread_id, namespace, checkpoint_id = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
+        with self._encoding:
+            against = self._recent.body(thread_id, namespace, checkpoint_id)
+        rows = [PendingWrite(task_id, channel, self._codec.typed(value, against), task_path,
+                             WRITES_IDX_MAP.get(channel, idx)) for idx, (channel, value) in enumerate(writes)]
+        return thread_id, namespace, checkpoint_id, rows
 
     async def _put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        conf = config["configurable"]
-        thread_id, namespace, checkpoint_id = conf["thread_id"], conf.get("checkpoint_ns", ""), conf["checkpoint_id"]
-        against = self._recent.body(thread_id, namespace, checkpoint_id)
-        rows = [PendingWrite(task_id, channel, self._codec.typed(value, against), task_path,
-                             WRITES_IDX_MAP.get(channel, idx)) for idx, (channel, value) in enumerate(writes)]
+        thread_id, namespace, checkpoint_id, rows = self._pending(config, writes, task_id, task_path)
         if rows:
             self._appended = self._appended or self._appends
             await self._put_pending(thread_id, namespace, checkpoint_id, rows)
 
+    async def _put_pending_rows(self, thread_id: str, namespace: str, checkpoint_id: str,
+                                rows: list[PendingWrite]) -> None:
+        self._appended = self._appended or self._appends
+        await self._put_pending(thread_id, namespace, checkpoint_id, rows)
+
     async def _delete_thread(self, thread_id: str) -> None:
-        self._recent.forget(thread_id)
-        self._streams.forget(thread_id)
+        with self._encoding:
+            self._recent.forget(thread_id)
+            self._streams.forget(thread_id)
         await self.checkpointer.delete_thread(thread_id)
 
     async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -312,8 +357,9 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
         if not self.checkpointer.capabilities.delete_checkpoints:
             raise RingzeroError(f"{type(self.checkpointer).__name__} cannot delete single checkpoints "
                                 "(capabilities.delete_checkpoints is False)")
-        self._recent.forget(thread_id)
-        self._streams.forget(thread_id)
+        with self._encoding:
+            self._recent.forget(thread_id)
+            self._streams.forget(thread_id)
         await self.checkpointer.delete_checkpoints(thread_id, namespace, ids)
         await self._drop_unread_streams(thread_id, namespace)
 
@@ -416,13 +462,32 @@ class KernelSaver(Closing, BaseCheckpointSaver[str]):
             new_versions: ChannelVersions) -> RunnableConfig:
         if self._outlives_processes:
             refuse_in_process(self)
-        return self._run(self._put(config, checkpoint, metadata, new_versions))
+        append = self._append_here
+        if append is None or running_loop() is not None or self.home.closed:  # through the loop
+            return self._run(self._put(config, checkpoint, metadata, new_versions))
+        done, record, rows, sealed = self._encoded(config, checkpoint, metadata)
+        many = self._append_many_here
+        if sealed or not (append(record) if not rows else many is not None and many([*rows, record])):
+            self._run(self._write(record, rows, sealed))  # pieces to delete, or the store wants the loop
+        else:
+            self._appended = True
+        return done
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
         if self._outlives_processes:
             refuse_in_process(self)
-        self._run(self._put_writes(config, writes, task_id, task_path))
+        append = self._append_writes_here
+        if append is None or running_loop() is not None or self.home.closed:  # through the loop
+            self._run(self._put_writes(config, writes, task_id, task_path))
+            return
+        thread_id, namespace, checkpoint_id, rows = self._pending(config, writes, task_id, task_path)
+        if not rows:
+            return
+        if append(thread_id, namespace, checkpoint_id, rows):
+            self._appended = True
+        else:
+            self._run(self._put_pending_rows(thread_id, namespace, checkpoint_id, rows))
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(self._delete_thread(thread_id))

@@ -218,6 +218,20 @@ class SqliteCheckpointer:
             return False
         return self.appends.append_here(CHECKPOINT, [checkpoint_row(checkpoint)])
 
+    def append_many_here(self, checkpoints: Sequence[Checkpoint]) -> bool:
+        """``append_many`` from a thread that is not the event loop's, as ``append_here``: one
+        record of the log, all or none."""
+        if self.writer.db is None:
+            return False
+        return not checkpoints or self.appends.append_here(CHECKPOINT, [checkpoint_row(cp) for cp in checkpoints])
+
+    def append_writes_here(self, thread_id: str, namespace: str, checkpoint_id: str,
+                           writes: Sequence[PendingWrite]) -> bool:
+        """``append_writes`` from a thread that is not the event loop's, as ``append_here``."""
+        if self.writer.db is None:
+            return False
+        return not writes or self.appends.append_here(WRITE, write_rows(thread_id, namespace, checkpoint_id, writes))
+
     async def append_many(self, checkpoints: Sequence[Checkpoint]) -> None:
         """``put_many`` as ``append`` is ``put``: the checkpoints as one record of the log, so
         that a crash keeps all of them or none (the kernel's transitions, status and state rows

@@ -216,11 +216,13 @@ class CheckpointerCapabilities:
     can make them cheaper than a ``put`` (SQLite: one ``write()`` into a log beside the file,
     not a commit) declares it; the kernel and ``KernelSaver`` ``put`` where it is missing."""
     append_anywhere: bool = False
-    """``append_here(checkpoint) -> bool`` is ``append`` called from any thread, not only the
-    event loop's: True once the record is as durable as ``append`` makes it; False where the
-    store cannot take it there now (the caller appends on the loop instead). The kernel
-    journals the tool calls a sandbox's code makes from the sandbox's own thread so, without a
-    hop to the loop and back for each (SQLite: the append log, under a lock)."""
+    """``append_here(checkpoint) -> bool``, ``append_many_here(checkpoints) -> bool`` and
+    ``append_writes_here(thread_id, namespace, checkpoint_id, writes) -> bool`` are ``append``,
+    ``append_many`` and ``append_writes`` called from any thread, not only the event loop's: True once the records are as durable as ``append`` makes
+    them; False where the store cannot take them there now (the caller appends on the loop
+    instead). The kernel journals the tool calls a sandbox's code makes from the sandbox's own
+    thread so, and ``KernelSaver`` a sync graph's steps from the graph's thread, without a hop
+    to the loop and back for each (SQLite: the append log, under a lock)."""
 
 
 @runtime_checkable

@@ -16,11 +16,12 @@ resumes on any worker once the tool returns, so a slow tool does not hold a work
 Quick sync tools take a shorter way: where a run's code is sync-style, and every tool a plain
 sync function that has answered within ``park_after`` and never past it (``ToolSpeeds``), the
 code runs in one feed and Monty calls each tool from its own thread, where the host's boundary
-checks and runs it: no snapshot and no thread hop per call (in a kernel process, where its
-store takes records from any thread: the call's intent and result are journaled from there too) (100 calls cost 1.2 to 1.4 times raw pydantic-monty's ``feed_run``: the boundary's
-checks, 10 to 30 µs a call, are what is left). Such a call holds
-its worker as long as it runs (a call driven by snapshots holds it up to ``park_after``); one
-that runs past ``park_after`` makes its tool slow again, and its later runs park. It also holds
+checks and runs it: no snapshot and no thread hop per call (100 calls cost 1.2 to 1.4 times
+raw pydantic-monty's ``feed_run``: the boundary's checks, 10 to 30 µs a call, are what is
+left). In a kernel process whose store takes records from any thread, each call's intent and
+result are journaled from there too. Such a call holds its worker as long as it runs (a call
+driven by snapshots holds it up to ``park_after``); one that runs past ``park_after`` makes its
+tool slow again, and its later runs park. It also holds
 one of pydantic-monty's runtime threads, so at most one fewer such run than there are CPUs goes
 at once (``monty_run._QuickRuns``), and a tool that turns slow never stops every other run.
 """
