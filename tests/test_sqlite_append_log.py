@@ -12,6 +12,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from contextlib import closing
 from pathlib import Path
@@ -540,3 +541,77 @@ async def test_after_a_failed_log_write_appends_commit_and_nothing_follows_the_t
     assert store.commits > commits and store.appends.log.size == log_size
     assert [cp.id async for cp in store.list("t")] == ["second", "fourth", "first"]
     await store.aclose()
+
+
+async def test_threads_appending_while_the_loop_appends_folds_and_starts_the_log_over_lose_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four threads append through ``append_here`` (as sandboxes journaling their tool calls do)
+    while the loop appends too, folds every ``FOLD_EVERY`` records and starts the log over each
+    time it is all folded past a few kilobytes: every record of every thread is in the file
+    afterwards, each thread's in the order it wrote them, and none lost to a log started over
+    under a record just written."""
+    import threading
+
+    from ringzero.checkpointers.sqlite import folds
+
+    monkeypatch.setattr(folds, "RESTART_AFTER", 4096)
+    restarts = [0]
+    restart = AppendLog.restart
+
+    def counted(log: AppendLog) -> None:
+        restarts[0] += 1
+        restart(log)
+
+    monkeypatch.setattr(AppendLog, "restart", counted)
+    store = SqliteCheckpointer(tmp_path / "many.db")
+    await store.append(Checkpoint("loop", "", "00000", b"first"))
+    await store.append(Checkpoint("loop", "", "00001", b"second"))  # the log made, appends in a row
+    loop_thread, took_here = threading.get_ident(), [0]
+    per_thread = 400
+
+    def writer(name: str) -> None:
+        for i in range(per_thread):
+            row = Checkpoint(name, "", f"{i:05d}", f"{name} {i}".encode(), None if i == 0 else f"{i - 1:05d}")
+            if store.append_here(row):
+                took_here[0] += 1
+            else:  # the store wants the loop for it (a write between): there, waited for
+                asyncio.run_coroutine_threadsafe(store.append(row), loop).result(10)
+            time.sleep(0.0001)  # a sandbox's calls come a little apart: the threads and the loop interleave
+
+    loop = asyncio.get_running_loop()
+    threads = [threading.Thread(target=writer, args=(f"thread-{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    i = 2
+    while any(thread.is_alive() for thread in threads):
+        await store.append(Checkpoint("loop", "", f"{i:05d}", f"loop {i}".encode()))
+        if i % 50 == 0:
+            await store.put(Checkpoint("other", "", f"{i:05d}", b"a commit between the appends"))
+        await asyncio.sleep(0.0002)
+        in_the_log_or_lost_at_a_crash(store)
+        i += 1
+    assert loop_thread != threads[0].ident and took_here[0] > 1000, took_here
+    assert restarts[0] >= 1, restarts  # the log started over while the threads appended
+    await store.aclose()
+    again = SqliteCheckpointer(tmp_path / "many.db")
+    for n in range(4):
+        rows = [cp async for cp in again.list(f"thread-{n}")]
+        assert [cp.payload for cp in reversed(rows)] == [f"thread-{n} {i}".encode() for i in range(per_thread)]
+    assert len([cp async for cp in again.list("loop")]) == i
+    await again.aclose()
+
+
+def in_the_log_or_lost_at_a_crash(store: SqliteCheckpointer) -> None:
+    """Every record waiting to be folded is in the log file: what a kill -9 now would leave.
+    (Called on the loop with nothing awaited between: no fold, no restart of the log, can come
+    between what waits and what the file holds.)"""
+    from ringzero.checkpointers.sqlite.log import records
+
+    waiting = [(row[0], row[2]) for _, row in list(store.appends.unfolded)]
+    log = store.appends.log
+    if not waiting or log is None:
+        return
+    data = log.path.read_bytes()
+    in_file = {(row[0], row[2]) for _, _, rows in records(data) for row in rows}
+    missing = [key for key in waiting if key not in in_file]
+    assert not missing, f"{len(missing)} records waiting to be folded are not in the log: {missing[:3]}"
