@@ -82,23 +82,16 @@ class ToolCalls:
         """The call's outcome: served from the journal, or ``plain`` run live (which judges the
         result with ``check`` before it is recorded; a served result passes ``check`` too, so the
         run's budget is charged as it was when the call was made)."""
-        self._count += 1  # taken before anything is awaited: the order the code made the calls in
-        slot = f"{self.slot}.{self._count}"
-        if self.problem is not None:
-            raise self._abandoned()
-        fp = fingerprint({"name": name, "args": args, "kwargs": kwargs})
-        summary = tool_summary(name, args, kwargs)
+        slot, fp, summary = self._begin(name, args, kwargs)  # before anything is awaited: the code's order
         try:
             recorded = await self.journal.recorded_call(slot, "tool", fp, summary)
         except (NonDeterminismError, CheckpointerError) as exc:
             raise self._abandon(exc) from None
         if isinstance(recorded, (Value, Failure)):
-            self.served += 1
-            if isinstance(recorded, Failure):
-                raise exception_of(recorded)
+            value = self._served(recorded)
             if check is not None:
-                await check(recorded.value)
-            return recorded.value
+                await check(value)
+            return value
         raised: list[Exception] = []
 
         async def live() -> Outcome:
@@ -138,24 +131,17 @@ class ToolCalls:
                   loop: asyncio.AbstractEventLoop, check: Callable[[Any], None] | None = None) -> Any:
         """``call`` in the thread that runs the code, not ``loop``'s: the same slot, the same
         record, the same steps as ``perform``, the tool run here by ``plain``."""
-        self._count += 1
-        slot = f"{self.slot}.{self._count}"
-        if self.problem is not None:
-            raise self._abandoned()
+        slot, fp, summary = self._begin(name, args, kwargs)
         journal = self.journal
-        fp = fingerprint({"name": name, "args": args, "kwargs": kwargs})
-        summary = tool_summary(name, args, kwargs)
         try:
             recorded = journal.recorded_call_here(slot, "tool", fp, summary)
         except NonDeterminismError as exc:
             raise self._abandon(exc) from None
         if isinstance(recorded, (Value, Failure)):
-            self.served += 1
-            if isinstance(recorded, Failure):
-                raise exception_of(recorded)
+            value = self._served(recorded)
             if check is not None:
-                check(recorded.value)
-            return recorded.value
+                check(value)
+            return value
         rerun = journal.in_doubt_here(slot)
         if rerun and not retry_safe(tool):
             raise self._abandon(ToolInDoubt(self.pid, name, slot, summary))
@@ -194,6 +180,22 @@ class ToolCalls:
         if raised is not None:
             raise raised
         return outcome.value if isinstance(outcome, Value) else None
+
+    def _begin(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, str]:
+        """The call's slot (the next, in the order the code makes its calls), fingerprint and
+        summary; raises where the run was abandoned."""
+        self._count += 1
+        slot = f"{self.slot}.{self._count}"
+        if self.problem is not None:
+            raise self._abandoned()
+        return slot, fingerprint({"name": name, "args": args, "kwargs": kwargs}), tool_summary(name, args, kwargs)
+
+    def _served(self, recorded: Value | Failure) -> Any:
+        """A recorded call's value, or its recorded error raised again."""
+        self.served += 1
+        if isinstance(recorded, Failure):
+            raise exception_of(recorded)
+        return recorded.value
 
     def _abandon(self, problem: RingzeroError | KernelInterrupt) -> RuntimeError:
         if self.problem is None:

@@ -218,11 +218,12 @@ class CheckpointerCapabilities:
     append_anywhere: bool = False
     """``append_here(checkpoint) -> bool``, ``append_many_here(checkpoints) -> bool`` and
     ``append_writes_here(thread_id, namespace, checkpoint_id, writes) -> bool`` are ``append``,
-    ``append_many`` and ``append_writes`` called from any thread, not only the event loop's: True once the records are as durable as ``append`` makes
-    them; False where the store cannot take them there now (the caller appends on the loop
-    instead). The kernel journals the tool calls a sandbox's code makes from the sandbox's own
-    thread so, and ``KernelSaver`` a sync graph's steps from the graph's thread, without a hop
-    to the loop and back for each (SQLite: the append log, under a lock)."""
+    ``append_many`` and ``append_writes`` called from any thread, not only the event loop's:
+    True once the records are as durable as ``append`` makes them; False where the store cannot
+    take them there now (the caller appends on the loop instead). The kernel journals the tool
+    calls a sandbox's code makes from the sandbox's own thread so, and ``KernelSaver`` a sync
+    graph's steps from the graph's thread, without a hop to the loop and back for each
+    (SQLite: the append log, under a lock)."""
 
 
 @runtime_checkable

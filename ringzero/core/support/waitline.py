@@ -31,17 +31,35 @@ class Entry(Generic[T]):
         return (self.priority, self.rank, self.arrival) < (other.priority, other.rank, other.arrival)
 
 
-class PriorityLine(Generic[T]):
-    """A heap of items by (priority, rank, arrival) with O(1) leaving."""
+class _Line(Generic[T]):
+    """What both lines share: a count of the items in line, and O(1) leaving."""
 
     def __init__(self) -> None:
-        self._heap: list[Entry[T]] = []
         self._arrival = itertools.count()
         self._live = 0
 
     def __len__(self) -> int:
         """How many items are in line (those that left are not counted)."""
         return self._live
+
+    def leave(self, entry: Entry[T]) -> None:
+        """Take ``entry`` out of the line (nothing happens if it already left or was popped)."""
+        if entry.live:
+            entry.live = False
+            self._live -= 1
+            if not self._live:
+                self._emptied()
+
+    def _emptied(self) -> None:
+        """The last item in line left: what is kept of the ones before goes."""
+
+
+class PriorityLine(_Line[T]):
+    """A heap of items by (priority, rank, arrival) with O(1) leaving."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._heap: list[Entry[T]] = []
 
     def push(self, priority: int, item: T, rank: float = 0.0) -> Entry[T]:
         """Join the line; the entry is what ``leave`` takes."""
@@ -50,11 +68,8 @@ class PriorityLine(Generic[T]):
         self._live += 1
         return entry
 
-    def leave(self, entry: Entry[T]) -> None:
-        """Take ``entry`` out of the line (nothing happens if it already left or was popped)."""
-        if entry.live:
-            entry.live = False
-            self._live -= 1
+    def _emptied(self) -> None:
+        self._heap.clear()
 
     def _trim(self) -> None:
         while self._heap and not self._heap[0].live:
@@ -109,7 +124,7 @@ class _Lane(Generic[T]):
         return None
 
 
-class ServiceLine(Generic[T]):
+class ServiceLine(_Line[T]):
     """A line of programs by the service each has had *now* (``service(program)``, asked when
     the head is), each program's items in arrival order: lower priority numbers first, then
     the least-served program, then the one whose first item came first.
@@ -120,14 +135,9 @@ class ServiceLine(Generic[T]):
     (``LLMGate.forget``) is seen when that program next reaches the top of its priority."""
 
     def __init__(self, service: Callable[[int], float]) -> None:
+        super().__init__()
         self._service = service
         self._lanes: dict[int, _Lane[T]] = {}
-        self._arrival = itertools.count()
-        self._live = 0
-
-    def __len__(self) -> int:
-        """How many items are in line (those that left are not counted)."""
-        return self._live
 
     def push(self, priority: int, item: T, program: int) -> Entry[T]:
         """Join the line as one of ``program``'s items; the entry is what ``leave`` takes."""
@@ -144,13 +154,8 @@ class ServiceLine(Generic[T]):
         self._live += 1
         return entry
 
-    def leave(self, entry: Entry[T]) -> None:
-        """Take ``entry`` out of the line (nothing happens if it already left)."""
-        if entry.live:
-            entry.live = False
-            self._live -= 1
-            if not self._live:
-                self._lanes.clear()  # what is left are entries that left
+    def _emptied(self) -> None:
+        self._lanes.clear()
 
     def head(self) -> Entry[T] | None:
         """The entry first in line now, or None when the line is empty."""
