@@ -11,7 +11,7 @@ the records they take and give, and the outcomes ``ctx.journaled_tool`` records)
 
 from __future__ import annotations
 
-from ringzero.core.context import Context
+from ringzero.core.context import Context, Session
 from ringzero.core.contract.egress import Egress, EgressRecord, Secret
 from ringzero.core.contract.errors import (
     AuthenticationFailed,
@@ -155,6 +155,7 @@ __all__ = [
     "Scheduler",
     "SchedulerCapabilities",
     "Secret",
+    "Session",
     "StopReason",
     "Stopped",
     "Tool",

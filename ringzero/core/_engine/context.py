@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from ringzero.core._engine import sys_family, sys_llm, sys_tools
 from ringzero.core._engine.handles import ProcessHandle
 from ringzero.core._engine.new_run import ContinueAsNew
+from ringzero.core._engine.session import Session, open_session
 from ringzero.core._engine.syscall import syscall
 from ringzero.core.contract.errors import (
     InvalidArgument,
@@ -209,6 +210,17 @@ class Context:
         CrewAI ``CodeExecutionTool``), under that tool call's slot: a re-run of the tool call
         answers the finished ones from the journal."""
         return sys_tools.exec_code(self._process, code, inputs=inputs, tools=tools, limits=limits, executor=executor)
+
+    def session(self, *, executor: Executor | None = None, limits: ExecLimits | None = None) -> Session:
+        """A persistent interpreter: each ``await session.exec(code, tools=...)`` sees what the
+        steps before it defined (names, functions, classes, imports), as a REPL does. Each step
+        is journaled as an ``exec`` is, its tool calls under its slot; after a crash the
+        resumed process gets its session back as it was after its last finished step (the
+        finished steps run again in a new interpreter, every tool call answered from the
+        journal). Needs an executor that keeps an interpreter (``capabilities.sessions``:
+        ``MontyExecutor``); ``limits``: each step's, where the step gives none.
+        ``async with ctx.session() as s:`` closes it."""
+        return open_session(self._process, executor, limits)
 
     # --------------------------------------------------------------------- tool
     def tool(self, tool: str | Tool, /, *args: JSON, **kwargs: JSON) -> Coroutine[Any, Any, JSON]:

@@ -24,7 +24,11 @@ from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
 if TYPE_CHECKING:
     from ringzero.core._engine.process import Process
 
-__all__ = ["exec_code", "journaled_tool", "kernel_tool", "resolve_tool", "tool"]
+__all__ = ["Runner", "exec_code", "journaled_tool", "kernel_tool", "resolve_tool", "run_code", "tool"]
+
+
+Runner = Callable[[str, Mapping[str, JSON], Mapping[str, Tool], "ExecLimits | None"], Awaitable[ExecResult]]
+"""How a run of code is made: an executor's ``run``, or a session's next step."""
 
 
 async def exec_code(
@@ -37,10 +41,27 @@ async def exec_code(
     executor: Executor | None = None,
 ) -> ExecResult:
     """``Context.exec`` (see there), for ``process``."""
+    running = executor if executor is not None else process.runtime.executor
+
+    async def run(code: str, inputs: Mapping[str, JSON], tools: Mapping[str, Tool],
+                  limits: ExecLimits | None) -> ExecResult:
+        return await running.run(code, inputs=inputs, tools=tools, limits=limits)
+
+    return await run_code(process, "exec", {}, code, inputs, tools, limits, run, running)
+
+
+async def run_code(process: Process, kind: str, more: Mapping[str, JSON], code: str,
+                   inputs: Mapping[str, JSON] | None, tools: Mapping[str, Tool] | None, limits: ExecLimits | None,
+                   run: Runner, running: Executor, *, replayed: Callable[[int], None] | None = None,
+                   before_live: Callable[[], Awaitable[None]] | None = None) -> ExecResult:
+    """One journaled run of code (``ctx.exec``, a session's step): a syscall of ``kind`` whose
+    arguments are the code, its inputs, its tools' names and ``more``; every tool call the code
+    makes journaled under its slot. ``replayed(slot)`` is told of a run served from the journal;
+    ``before_live`` is awaited before a run made live (a session rebuilt first)."""
     if not isinstance(code, str):
         raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
     inputs = dict(inputs or {})
-    ensure_json(inputs, "exec inputs")
+    ensure_json(inputs, f"{kind} inputs")
     left = process.meter.remaining("exec_seconds")
     if left is not None:  # the run may not outlast what is left of the exec budget
         limits = limits or ExecLimits()
@@ -48,11 +69,12 @@ async def exec_code(
         limits = dataclasses.replace(limits, wall_seconds=wall)
 
     ran_live = False
-    running = executor if executor is not None else process.runtime.executor
 
     async def live() -> Outcome:
         nonlocal ran_live
         ran_live = True
+        if before_live is not None:
+            await before_live()
         nested: dict[str, float] = {}
         if process.journal.resumed:  # read before the run: the code's calls are answered from its thread
             await process.journal.effects()
@@ -60,7 +82,7 @@ async def exec_code(
         token = NESTED_COST.set(nested)
         try:
             handed = bound_tools(tools or {}, limits, calls)
-            result = await running.run(code, inputs=inputs, tools=handed, limits=limits)
+            result = await run(code, inputs, handed, limits)
         finally:
             NESTED_COST.reset(token)
         if isinstance(calls.problem, ToolInDoubt):  # the program decides, now and on every replay
@@ -72,9 +94,10 @@ async def exec_code(
             beside["calls"] = {"served": calls.served, "rerun": calls.rerun}
         return Value(result.to_dict(), beside)
 
-    args = {"code": code, "inputs": inputs, "tools": sorted(tools or {})}
+    args = {"code": code, "inputs": inputs, "tools": sorted(tools or {}), **more}
     first_line = code.strip().partition("\n")[0]
-    outcome = await syscall(process, "exec", args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
+    slot = process.journal.cursor + 1  # what the syscall takes, before its first await
+    outcome = await syscall(process, kind, args, f"{len(code)} chars: {trimmed(first_line, 50)}", live,
                             needs=(("exec_seconds", 1e-9),), slotted=True,
                             about=lambda: {"ringzero.executor": type(running).__name__,
                                            "ringzero.isolation": running.capabilities.isolation})
@@ -82,11 +105,14 @@ async def exec_code(
         raise ToolInDoubt(process.pid, str(outcome.tool), outcome.slot)
     value = outcome.value if isinstance(outcome, Value) else None
     if not isinstance(value, dict):
-        raise NonDeterminismError(f"pid {process.pid}: the exec recorded here holds no run: {outcome!r:.200}")
+        raise NonDeterminismError(f"pid {process.pid}: the {kind} recorded here holds no run: {outcome!r:.200}")
     result = ExecResult.from_dict(value)
     nested = outcome.beside.get("nested")
-    if not ran_live and isinstance(nested, dict):  # replayed: charge what its nested calls cost
-        process.meter.charge(**{str(k): number(v) for k, v in nested.items()})
+    if not ran_live:
+        if isinstance(nested, dict):  # replayed: charge what its nested calls cost
+            process.meter.charge(**{str(k): number(v) for k, v in nested.items()})
+        if replayed is not None:
+            replayed(slot)
     process.meter.charge(exec_seconds=result.duration)
     process.check_budget()
     return result

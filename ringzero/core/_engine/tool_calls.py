@@ -55,8 +55,12 @@ class ToolCalls:
     """The journal of one exec's tool calls (see the module docstring). ``owner`` is whose share
     of a tool pool the run's sync tools take (the kernel process)."""
 
-    def __init__(self, journal: Journal, pid: int, slot: str, key_prefix: str, owner: object) -> None:
+    def __init__(self, journal: Journal, pid: int, slot: str, key_prefix: str, owner: object, *,
+                 served_only: bool = False) -> None:
         self.journal = journal
+        self.served_only = served_only
+        """Every call must be answered from the journal (a session's step run again to rebuild its
+        interpreter): one without a record stops the run, and nothing runs live."""
         self.pid = pid
         self.slot = slot
         self.key_prefix = key_prefix
@@ -92,6 +96,8 @@ class ToolCalls:
             if check is not None:
                 await check(value)
             return value
+        if self.served_only:
+            raise self._abandon(self._unrecorded(slot, name, summary))
         raised: list[Exception] = []
 
         async def live() -> Outcome:
@@ -142,6 +148,8 @@ class ToolCalls:
             if check is not None:
                 check(value)
             return value
+        if self.served_only:
+            raise self._abandon(self._unrecorded(slot, name, summary))
         rerun = journal.in_doubt_here(slot)
         if rerun and not retry_safe(tool):
             raise self._abandon(ToolInDoubt(self.pid, name, slot, summary))
@@ -189,6 +197,12 @@ class ToolCalls:
         if self.problem is not None:
             raise self._abandoned()
         return slot, fingerprint({"name": name, "args": args, "kwargs": kwargs}), tool_summary(name, args, kwargs)
+
+    def _unrecorded(self, slot: str, name: str, summary: str) -> NonDeterminismError:
+        return NonDeterminismError(
+            f"pid {self.pid}: tool call #{slot} ({summary}) has no record, but this run is made again only to "
+            f"rebuild a session, every call of it answered from the journal: the code now calls {name}() where it "
+            "did not before (a session's steps must make the same calls when they run again)")
 
     def _served(self, recorded: Value | Failure) -> Any:
         """A recorded call's value, or its recorded error raised again."""

@@ -246,13 +246,16 @@ class MontySession:
         await self._session.__aenter__()
 
     async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
-                  tools: Mapping[str, Tool] | None = None) -> ExecResult:
+                  tools: Mapping[str, Tool] | None = None, limits: ExecLimits | None = None) -> ExecResult:
+        """The next step: what earlier steps defined (names, functions, classes, imports) is
+        there. ``limits`` as ``MontyExecutor.run``'s (the heap's are the session's, set when it
+        opened)."""
         if self._session is None or self._pool is None:
             raise Closed("this Monty session is not open: use it inside `async with executor.session() as s:`")
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        run = MontyRun(self._executor, self._pool, self._executor.limits, tools or {})
+        run = MontyRun(self._executor, self._pool, merge_limits(limits, self._executor.limits), tools or {})
         result = await run.execute(code, dict(inputs or {}), session=self._session)
         if run.session_broken:  # a limit hit leaves the heap in no known state: start afresh
             await self.aclose()
