@@ -16,9 +16,10 @@ owns. Calls from any other loop or thread run there; a blocking call on that loo
 thread is refused with ``WrongEventLoop`` instead of waiting on itself. A sync graph's
 checkpoints and writes are the exception where the store takes records from any thread
 (``capabilities.append_anywhere``: SQLite): they are encoded and appended in the graph's own
-thread, each step written before the next as before, with no hop to the loop and back. ``close()``/``aclose()``
-(or ``with``/``async with``) stop the private thread, and close the checkpointer when the
-saver opened it (``KernelSaver.from_conn_string(...)``); later calls raise ``Closed``.
+thread, each step written before the next as before, with no hop to the loop and back.
+``close()``/``aclose()`` (or ``with``/``async with``) stop the private thread, and close the
+checkpointer when the saver opened it (``KernelSaver.from_conn_string(...)``); later calls
+raise ``Closed``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from ringzero.core.contract.outcomes import Outcome, Value, number
 from ringzero.core.contract.types import JSON, Checkpoint, Limits, ProcessStatus, StopReason, strict_json
 
 __all__ = [
+    "CODE_RUNS",
     "Effects",
     "Ending",
     "Event",
@@ -34,6 +35,11 @@ __all__ = [
     "waiting_json",
     "waiting_of",
 ]
+
+CODE_RUNS = frozenset({"exec", "session"})
+"""The syscall kinds that run code (``ctx.exec``, a session's step): their records hold an
+``ExecResult``, and the tools the code calls run under them."""
+
 
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes; NaN and infinities are refused (not JSON)."""
@@ -327,7 +333,7 @@ def spend_in_journal(entries: list[JournalEntry]) -> dict[str, float]:
                 spend["llm_calls"] += 1
                 spend["tokens"] += number(usage.get("input_tokens")) + number(usage.get("output_tokens"))
                 spend["cost"] += number(usage.get("cost"))
-        elif entry.kind == "exec":
+        elif entry.kind in CODE_RUNS:
             spend["exec_seconds"] += number(value.get("duration"))
     return spend
 

@@ -45,6 +45,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from ringzero.core.contract.outcomes import Failure, Outcome, Value, number
+from ringzero.core.contract.records import CODE_RUNS
 from ringzero.core.contract.types import JSON
 from ringzero.core.support.genai import finish_reason, input_messages, output_messages, provider_name, server_of
 from ringzero.core.support.no_telemetry import NoTelemetry, Traced
@@ -231,8 +232,8 @@ class Telemetry(NoTelemetry):
             tool = str(attributes.setdefault("gen_ai.tool.name", summary))
             name = f"execute_tool {tool}"
             attributes["gen_ai.operation.name"] = "execute_tool"
-        elif kind == "exec":
-            name = f"exec {attributes.get('ringzero.executor', '')}".rstrip()
+        elif kind in CODE_RUNS:
+            name = f"{kind} {attributes.get('ringzero.executor', '')}".rstrip()
         else:
             name = f"ringzero.{kind}"
         span = self.tracer.start_span(name, context=parent, kind=span_kind, attributes=attributes)
@@ -275,7 +276,7 @@ class Telemetry(NoTelemetry):
                 span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, error.message[:300]))
             if kind == "llm" and isinstance(value, Mapping):
                 self._llm_attributes(span, value)
-            elif kind == "exec" and isinstance(value, Mapping):
+            elif kind in CODE_RUNS and isinstance(value, Mapping):
                 failed = value.get("error")
                 if isinstance(failed, Mapping):  # the code raised: the run itself went fine
                     span.set_attribute("error.type", str(failed.get("type")))
@@ -377,7 +378,7 @@ def exec_tool_span(tool: Any, name: str | None = None) -> Any:
     own syscall span). ``name`` is what the code calls it (``tools={"t": lambda ...}`` is ``t``);
     without it, the function's own name."""
     serving = _SERVING.get()
-    if serving is None or serving[1] != "exec" or serving[0].tracer is None:
+    if serving is None or serving[1] not in CODE_RUNS or serving[0].tracer is None:
         return None
     name = name or getattr(tool, "__name__", None) or getattr(getattr(tool, "func", None), "__name__", None) \
         or type(tool).__name__
