@@ -104,3 +104,27 @@ def test_a_host_killed_at_any_point_of_calls_journaled_from_montys_thread_makes_
 def _host(db: Path, log: Path, calls: int) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "tests.journal_here_host", str(db), str(log), str(calls)], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+
+
+def test_a_journal_write_waiting_on_a_loop_that_stopped_ends_instead_of_hanging_the_thread() -> None:
+    """Where the store cannot take a record from Monty's thread, the write is made on the loop
+    and waited for; a loop that stopped (its kernel closed while the code ran on) ends that wait
+    with CheckpointerError, so none of Monty's few threads waits for ever."""
+    import asyncio
+
+    from ringzero.core._engine.tool_calls import journal_on_loop
+    from ringzero.core.contract.errors import CheckpointerError
+
+    written: list[str] = []
+
+    async def write() -> None:
+        written.append("made")
+
+    stopped = asyncio.new_event_loop()  # made, never run: as a kernel's loop once it stopped
+    started = time.monotonic()
+    with pytest.raises(CheckpointerError, match="the kernel stopped before this tool call could be journaled"):
+        journal_on_loop(stopped, write())
+    assert time.monotonic() - started < 5 and written == []
+    stopped.close()
+    with pytest.raises(CheckpointerError, match="could be journaled"):
+        journal_on_loop(stopped, write())  # closed: refused at once

@@ -19,6 +19,7 @@ and the record from that thread where the store appends from any thread
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -37,13 +38,12 @@ from ringzero.core.contract.types import strict_json
 from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
 from ringzero.core.support.host_tools import ResultCheck
 from ringzero.core.support.live import SLOT
-from ringzero.core.support.loop_pool import wait_for_loop
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
 
 if TYPE_CHECKING:
     from ringzero.core._engine.journal import Journal
 
-__all__ = ["PlainCall", "PlainCallHere", "ToolCalls"]
+__all__ = ["PlainCall", "PlainCallHere", "ToolCalls", "journal_on_loop"]
 
 PlainCall = Callable[[Any, list[Any], dict[str, Any]], Awaitable[Any]]
 """How the boundary runs a tool live: ``plain(tool, args, kwargs)``."""
@@ -155,7 +155,7 @@ class ToolCalls:
             raise self._abandon(ToolInDoubt(self.pid, name, slot, summary))
         try:
             if not journal.record_intent_here(slot, "tool", fp, summary):
-                _on_loop(loop, journal.record_intent(slot, "tool", fp, summary))
+                journal_on_loop(loop, journal.record_intent(slot, "tool", fp, summary))
         except CheckpointerError as exc:
             raise self._abandon(exc) from None
         raised: Exception | None = None
@@ -181,7 +181,7 @@ class ToolCalls:
             outcome = with_beside(outcome, rerun="in_doubt")
         try:
             if not journal.record_call_here(slot, "tool", fp, summary, outcome):
-                _on_loop(loop, journal.fill(slot, "tool", fp, summary, outcome))
+                journal_on_loop(loop, journal.fill(slot, "tool", fp, summary, outcome))
         except CheckpointerError as exc:
             raise self._abandon(exc) from None
         self.rerun += rerun
@@ -220,8 +220,34 @@ class ToolCalls:
         return RuntimeError(f"ringzero stops this run: {type(self.problem).__name__} (no further tool runs)")
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, write: Awaitable[Any]) -> None:
-    """A journal write the store cannot take from this thread, made on ``loop`` and waited for."""
+STOPPED_LOOP_CHECK = 0.25
+"""Seconds between two looks, while a journal write waits on the loop, at whether it still runs."""
+
+
+def journal_on_loop(loop: asyncio.AbstractEventLoop, write: Awaitable[Any]) -> None:
+    """A journal write the store cannot take from this thread, made on ``loop`` and waited for.
+    A loop that stops meanwhile (its kernel closing while the code still runs) ends the wait
+    with ``CheckpointerError``: the thread that runs the code, one of Monty's few, never waits
+    on a loop that will not run again."""
     async def written() -> None:
         await write
-    wait_for_loop(asyncio.run_coroutine_threadsafe(written(), loop))
+
+    job = written()
+    try:
+        future = asyncio.run_coroutine_threadsafe(job, loop)
+    except RuntimeError:  # the loop is closed
+        job.close()
+        if asyncio.iscoroutine(write):
+            write.close()
+        raise CheckpointerError("the kernel stopped before this tool call could be journaled") from None
+    while True:
+        try:
+            future.result(timeout=STOPPED_LOOP_CHECK)
+            return
+        except concurrent.futures.TimeoutError:
+            if loop.is_closed() or not loop.is_running():
+                if future.cancel():  # never started there: it never will
+                    job.close()
+                    if asyncio.iscoroutine(write):
+                        write.close()
+                raise CheckpointerError("the kernel stopped before this tool call could be journaled") from None
