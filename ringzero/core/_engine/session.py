@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["Session", "open_session"]
 
 _numbers: weakref.WeakKeyDictionary[Process, itertools.count[int]] = weakref.WeakKeyDictionary()
-"""Per process, the number of its next session: sessions are made in program order, so a
-program run again numbers them the same."""
+"""Per process, the number ``open_session`` gives next: interpreters are opened in program
+order, so a program run again numbers them the same."""
 
 Step = tuple[int, str, dict[str, JSON], dict[str, Tool], "ExecLimits | None"]
 """A step served from the journal, to run again before the first live one: its slot, code,
@@ -84,8 +84,10 @@ class Session:
 
     async def exec(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
                    tools: Mapping[str, Tool] | None = None, limits: ExecLimits | None = None) -> ExecResult:
-        """Run the next step: ``ctx.exec``, in this session's interpreter, where what earlier
-        steps defined is there. The code's own exceptions come back in ``error``."""
+        """Run the next step: ``ctx.exec``, in the interpreter this object holds, where what
+        earlier steps defined is there. The code's own exceptions come back in ``error``. A step
+        that hits a limit (memory, time) leaves a new, empty interpreter for the steps after it,
+        as it does when it is run again to rebuild."""
         if self._closed:
             raise Closed(f"session {self.number} of pid {self._process.pid} is closed")
         limits = limits if limits is not None else self.limits

@@ -19,7 +19,6 @@ and the record from that thread where the store appends from any thread
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from ringzero.core.contract.types import strict_json
 from ringzero.core.support.effects import retry_safe, takes_idempotency_key, tool_summary
 from ringzero.core.support.host_tools import ResultCheck
 from ringzero.core.support.live import SLOT
+from ringzero.core.support.loop_pool import LoopStopped, wait_for_loop
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
 
 if TYPE_CHECKING:
@@ -220,34 +220,20 @@ class ToolCalls:
         return RuntimeError(f"ringzero stops this run: {type(self.problem).__name__} (no further tool runs)")
 
 
-STOPPED_LOOP_CHECK = 0.25
-"""Seconds between two looks, while a journal write waits on the loop, at whether it still runs."""
-
-
 def journal_on_loop(loop: asyncio.AbstractEventLoop, write: Awaitable[Any]) -> None:
     """A journal write the store cannot take from this thread, made on ``loop`` and waited for.
     A loop that stops meanwhile (its kernel closing while the code still runs) ends the wait
-    with ``CheckpointerError``: the thread that runs the code, one of Monty's few, never waits
-    on a loop that will not run again."""
+    with ``CheckpointerError`` (``wait_for_loop``)."""
     async def written() -> None:
         await write
 
     job = written()
     try:
-        future = asyncio.run_coroutine_threadsafe(job, loop)
-    except RuntimeError:  # the loop is closed
-        job.close()
-        if asyncio.iscoroutine(write):
-            write.close()
-        raise CheckpointerError("the kernel stopped before this tool call could be journaled") from None
-    while True:
-        try:
-            future.result(timeout=STOPPED_LOOP_CHECK)
-            return
-        except concurrent.futures.TimeoutError:
-            if loop.is_closed() or not loop.is_running():
-                if future.cancel():  # never started there: it never will
-                    job.close()
-                    if asyncio.iscoroutine(write):
-                        write.close()
-                raise CheckpointerError("the kernel stopped before this tool call could be journaled") from None
+        wait_for_loop(asyncio.run_coroutine_threadsafe(job, loop), loop)
+    except (LoopStopped, RuntimeError) as exc:  # stopped, or closed before it was sent
+        if isinstance(exc, LoopStopped) or loop.is_closed():
+            job.close()
+            if asyncio.iscoroutine(write):
+                write.close()
+            raise CheckpointerError("the kernel stopped before this tool call could be journaled") from None
+        raise

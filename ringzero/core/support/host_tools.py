@@ -77,7 +77,7 @@ def call_tool_here(tool: Tool, args: list[Any], kwargs: dict[str, Any], *, pool:
         with span:
             result = pool.run_here(tool, args, kwargs, call)
     if type(result) not in _PLAIN and inspect.isawaitable(result):
-        result = wait_for_loop(asyncio.run_coroutine_threadsafe(_awaited(result), loop))
+        result = wait_for_loop(asyncio.run_coroutine_threadsafe(_awaited(result), loop), loop)
     return result
 
 

@@ -24,7 +24,14 @@ import threading
 from collections.abc import Iterator
 from typing import TypeVar
 
-__all__ = ["LoopPool", "install", "wait_for_loop"]
+__all__ = ["LoopPool", "LoopStopped", "install", "wait_for_loop"]
+
+STOPPED_LOOP_CHECK = 0.25
+"""Seconds between two looks, while a thread waits on a loop it names, at whether it still runs."""
+
+
+class LoopStopped(RuntimeError):
+    """The loop a thread waited on stopped before it ran what was sent to it."""
 
 T = TypeVar("T")
 class _ThisThread(threading.local):
@@ -83,11 +90,17 @@ def install(loop: asyncio.AbstractEventLoop) -> None:
         loop.set_default_executor(LoopPool())
 
 
-def wait_for_loop(future: concurrent.futures.Future[T]) -> T:
+def wait_for_loop(future: concurrent.futures.Future[T], loop: asyncio.AbstractEventLoop | None = None) -> T:
     """``future.result()`` for a coroutine sent to a loop from this thread: where the thread
-    is a ``LoopPool``'s, that pool may start another thread meanwhile."""
+    is a ``LoopPool``'s, that pool may start another thread meanwhile. Given ``loop`` (the one
+    the coroutine was sent to), a loop that stops first ends the wait with ``LoopStopped``, the
+    coroutine cancelled where it had not started: a thread that must not wait for ever (one of
+    Monty's few, answering the code's tool calls) never waits on a loop that will not run again."""
     pool = _HERE.pool
-    if pool is None:
-        return future.result()
-    with pool.blocked():
+    with pool.blocked() if pool is not None else contextlib.nullcontext():
+        while loop is not None and not future.done():
+            concurrent.futures.wait((future,), timeout=STOPPED_LOOP_CHECK)
+            if not future.done() and (loop.is_closed() or not loop.is_running()):
+                future.cancel()
+                raise LoopStopped("the event loop stopped before it ran what this thread waited for")
         return future.result()
