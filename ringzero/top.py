@@ -63,6 +63,7 @@ class Row:
     wall: float
     syscall: str
     stop_reason: str
+    sessions: int
     live: bool
     """Run by a kernel that wrote an activity row lately (a fresh one)."""
 
@@ -72,13 +73,14 @@ class Row:
         row = cls(pid=record.pid, name=record.name, status=record.status.value, paused=record.paused,
                   priority=record.priority, parent=record.parent, tokens=int(number(spent.get("tokens"))),
                   cost=number(spent.get("cost")), llm=int(number(spent.get("llm_calls"))),
-                  wall=record.wall_seconds, syscall="",
+                  wall=record.wall_seconds, syscall="", sessions=0,
                   stop_reason="" if record.stop_reason is None else record.stop_reason.value, live=False)
         if activity is not None and not record.status.terminal:  # the kernel's memory is newer than the row
             row.live = True
             row.status, row.paused = str(activity["status"]), bool(activity["paused"])
             row.tokens, row.cost = int(activity["tokens"]), float(activity["cost"])
             row.llm, row.wall = int(activity["llm_calls"]), float(activity["wall_s"])
+            row.sessions = int(activity.get("sessions") or 0)  # a kernel of an older version writes none
             if activity.get("syscall"):
                 row.syscall = f"{activity['syscall']} {activity['in_syscall_s']:.1f}s"
                 if activity.get("wake_at"):
@@ -266,7 +268,8 @@ class TopView:
         table = Table(box=None, pad_edge=False, header_style="bold reverse", expand=False)
         columns: tuple[tuple[str, JustifyMethod], ...] = (
             ("", "left"), ("PID", "right"), ("NAME", "left"), ("STATUS", "left"), ("PRI", "right"), ("PARENT", "right"),
-            ("TOKENS", "right"), ("COST $", "right"), ("LLM", "right"), ("WALL s", "right"), ("SYSCALL NOW", "left"))
+            ("TOKENS", "right"), ("COST $", "right"), ("LLM", "right"), ("WALL s", "right"), ("SESS", "right"),
+            ("SYSCALL NOW", "left"))
         for column, justify in columns:
             table.add_column(column, justify=justify, no_wrap=True)
         room = max(3, self.height - 9 - sum(_tool_lines(k) for k in self.snapshot.kernels))
@@ -282,7 +285,8 @@ class TopView:
             table.add_row(">" if chosen else "", str(r.pid), r.name[:24],
                           Text(shown, style=STATUS_STYLE.get(status, "")), str(r.priority),
                           "" if r.parent is None else str(r.parent), f"{r.tokens:,}",
-                          f"{r.cost:.4f}", str(r.llm), f"{r.wall:.1f}", r.syscall,
+                          f"{r.cost:.4f}", str(r.llm), f"{r.wall:.1f}", str(r.sessions) if r.sessions else "",
+                          r.syscall,
                           style="reverse" if chosen else None)
         if len(rows) > start + room:
             table.add_row("", "", f"… {len(rows) - start - room} more")

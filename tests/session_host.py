@@ -3,6 +3,7 @@ defines a function and a class in step 1, makes ``CALLS`` tool calls in step 2 a
 step 1 defined in step 3. ``SESSION_KILL`` says where the host kills itself with SIGKILL, once
 (a marker file beside the log): ``between`` (after step 1, before step 2) or ``during`` (inside
 step 2's tenth call, its effect begun). Started again, it resumes what the store holds.
+``SESSION_EXECUTOR``: ``monty`` (the default) or ``process``, where the session runs.
 
     python -m tests.session_host <db> <log> <calls>
 """
@@ -18,7 +19,8 @@ from typing import Any
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.providers.executors import MontyExecutor
+from ringzero.core.contract.protocols import Executor
+from ringzero.providers.executors import MontyExecutor, ProcessExecutor
 
 STEP_1 = """
 def double(x):
@@ -67,8 +69,12 @@ async def program(ctx: Context, calls: int) -> Any:
         return (await session.exec(STEP_3, tools=tools)).value
 
 
+def executor() -> Executor:
+    return ProcessExecutor() if os.environ.get("SESSION_EXECUTOR") == "process" else MontyExecutor()
+
+
 async def main(db: str, calls: int) -> None:
-    async with Kernel(checkpointer=SqliteCheckpointer(db), executor=MontyExecutor(), monitor_interval=None) as kernel:
+    async with Kernel(checkpointer=SqliteCheckpointer(db), executor=executor(), monitor_interval=None) as kernel:
         handles = await kernel.recover({"program": program})
         if not handles:
             known = await kernel.ps(all=True)

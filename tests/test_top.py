@@ -372,3 +372,26 @@ async def test_top_shows_host_tools_still_running_past_their_run_s_wall_limit(tm
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     assert re.search(r"host tools \(.+\): 1 running in \d+ threads · 1 past their run's wall limit", text), text
+
+
+async def test_top_counts_the_sessions_a_process_holds_open(tmp_path: Path) -> None:
+    """A process's sessions that hold an interpreter (``ctx.session()``) show in its row."""
+    from ringzero.providers.executors import MontyExecutor
+
+    async def repl(ctx: Context) -> str:
+        first, second = ctx.session(), ctx.session()
+        await first.exec("x = 1")
+        await second.exec("y = 2")
+        await ctx.sleep(30)
+        return "done"
+
+    db = tmp_path / "state.db"
+    async with Kernel(checkpointer=db, executor=MontyExecutor(max_workers=2), monitor_interval=0.2) as kernel:
+        handle = await kernel.spawn(repl, name="repl")
+        await asyncio.sleep(0.8)
+        out = await asyncio.to_thread(ringzero_cli, "top", "--db", str(db), "--once", cwd=tmp_path)
+        await handle.kill()
+    assert out.returncode == 0, out.stderr
+    line = next(line for line in out.stdout.splitlines() if "repl" in line)
+    assert re.search(rf"\b{handle.pid}\s+repl\s+waiting\s+10\s+\d+\s+[\d.]+\s+0\s+[\d.]+\s+2\s+sleep \d", line), \
+        out.stdout

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ringzero.core._engine.context import Context, enter
 from ringzero.core._engine.new_run import ContinueAsNew, begin_new_run
+from ringzero.core._engine.session import close_sessions, open_sessions
 from ringzero.core.contract.errors import (
     CheckpointerError,
     KernelInterrupt,
@@ -77,6 +78,8 @@ async def run(process: Process) -> None:
     finally:
         process.release_slot()
         process.disarm_watchdog()
+        if open_sessions(process):
+            await close_sessions(process)
     if process.fenced is not None or process.left_unfinished is not None:
         # Fenced: the new owner finishes it; this kernel lets go, silently. Left unfinished:
         # recover() finishes it, once the kernel has what it needs or the store is back.

@@ -14,6 +14,7 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ringzero.core._engine.session import open_sessions
 from ringzero.core.contract.errors import RingzeroError
 from ringzero.core.contract.outcomes import number
 from ringzero.core.contract.store import dumps, loads
@@ -127,7 +128,7 @@ class Monitor:
                 "wake_at": process.wake_at,
                 "tokens": spent.get("tokens", 0), "cost": spent.get("cost", 0.0),
                 "llm_calls": spent.get("llm_calls", 0), "steps": spent.get("steps", 0),
-                "wall_s": round(process.wall_seconds, 2),
+                "wall_s": round(process.wall_seconds, 2), "sessions": open_sessions(process),
             })
         gates: dict[str, JSON] = {}
         for name, gate in self.runtime.gates.items():

@@ -14,14 +14,17 @@ that finished are served from the journal, the one in flight is in doubt as any 
 code is. Rebuilding by running again is for code that does the same when run again (Monty has
 no clock and no randomness of its own; what it gets from tools comes from the journal).
 
-The executor's interpreter is opened at the first live step and closed with the session
-(``async with ctx.session() as s:``, or ``aclose()``); an executor without sessions
-(``capabilities.sessions``) is refused when the session is made.
+The executor's interpreter is opened at the first live step (``limits``, the session's, bound
+its memory there) and closed with the session (``async with ctx.session() as s:``, or
+``aclose()``), or with its process, however that ends; an executor without sessions
+(``capabilities.sessions``) is refused when the session is made. MontyExecutor and
+ProcessExecutor keep one (a Monty worker; a confined sandbox process).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -36,11 +39,31 @@ from ringzero.core.support.tool_boundary import bound_tools
 if TYPE_CHECKING:
     from ringzero.core._engine.process import Process
 
-__all__ = ["Session", "open_session"]
+__all__ = ["Session", "close_sessions", "open_session", "open_sessions"]
+
+log = logging.getLogger("ringzero.sessions")
 
 _numbers: weakref.WeakKeyDictionary[Process, itertools.count[int]] = weakref.WeakKeyDictionary()
 """Per process, the number ``open_session`` gives next: interpreters are opened in program
 order, so a program run again numbers them the same."""
+
+_open: weakref.WeakKeyDictionary[Process, set[Session]] = weakref.WeakKeyDictionary()
+"""Per process, its sessions whose interpreter is open: closed with the process."""
+
+
+def open_sessions(process: Process) -> int:
+    """How many of ``process``'s sessions hold an interpreter now (``ringzero top`` shows it)."""
+    return len(_open.get(process, ()))
+
+
+async def close_sessions(process: Process) -> None:
+    """Close what ``process``'s sessions hold (at its end, however it ends): a session's
+    interpreter lives no longer than its process."""
+    for session in list(_open.pop(process, ())):
+        try:
+            await session.aclose()
+        except Exception:  # the process's end is recorded all the same
+            log.warning("session %s of pid %s did not close cleanly", session.number, process.pid, exc_info=True)
 
 Step = tuple[int, str, dict[str, JSON], dict[str, Tool], "ExecLimits | None"]
 """A step served from the journal, to run again before the first live one: its slot, code,
@@ -108,9 +131,11 @@ class Session:
         """Before a live step: the interpreter open, and the steps served from the journal run
         again in it (their tool calls answered from the journal)."""
         if self._live is None:
-            live = self._executor.session()  # type: ignore[attr-defined]
+            opening = self._executor.session  # type: ignore[attr-defined]
+            live = opening() if self.limits is None else opening(self.limits)
             await live.__aenter__()
             self._live = live
+            _open.setdefault(self._process, set()).add(self)
         process = self._process
         served, self._served = self._served, []
         for slot, code, inputs, tools, limits in served:
@@ -125,4 +150,5 @@ class Session:
         self._closed = True
         live, self._live = self._live, None
         if live is not None:
+            _open.get(self._process, set()).discard(self)
             await live.aclose()

@@ -72,7 +72,8 @@ class KernelActivity:
     processes: dict[int, dict[str, Any]]
     """Per live pid: ``status``, ``paused``, ``syscall`` (kind, or None between syscalls),
     ``detail``, ``in_syscall_s``, ``wake_at`` (when the timer it waits on fires, wall clock; None
-    without one), ``tokens``, ``cost``, ``llm_calls``, ``steps``, ``wall_s``."""
+    without one), ``tokens``, ``cost``, ``llm_calls``, ``steps``, ``wall_s``, ``sessions`` (its
+    sessions holding an interpreter now)."""
     more: int
     gates: dict[str, dict[str, Any]]
     """Per gate: ``waiting`` (calls in line), ``in_flight``, ``calls``, ``rate_limited``,

@@ -15,7 +15,8 @@ the host on it (``pid``) and hands it to a ready init, which applies the run's r
 its listener to the host over the run's egress link where the run is given egress (and closes
 it either way), and speaks a length-prefixed JSON protocol with the host: ``run`` (from the
 host), ``started`` once the run is confined (or ``failed``, if it could not be), ``call``/``result``/
-``error`` for host tools, and ``done``.
+``error`` for host tools, and ``done``. A session's init (``"session": true`` in its header)
+reads the next ``run`` after each ``done``, in the same globals, until the host closes the link.
 """
 
 from __future__ import annotations
@@ -218,8 +219,16 @@ class Server:
             request = recv_msg(conn)
             if request.get("egress"):
                 _egress_environment(request["egress"], scratch)
-            conn.sendall(run_code(request, conn.sendall, lambda: recv_msg(conn),
-                                  int(header["limits"]["output_bytes"])))
+            output_bytes = int(header["limits"]["output_bytes"])
+            namespace: dict[str, Any] = {"__name__": "__main__"}
+            while True:  # a session's steps share one namespace; a run is a session of one step
+                conn.sendall(run_code(request, conn.sendall, lambda: recv_msg(conn), output_bytes, namespace))
+                if not header.get("session"):
+                    break
+                try:
+                    request = recv_msg(conn)
+                except EOFError:  # the host closed the session
+                    break
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 send_msg(conn, {"op": "failed", "message": f"{type(exc).__name__}: {exc}"[:2000]})

@@ -153,14 +153,17 @@ def _error_of(exc: BaseException) -> dict[str, str]:
 
 
 def run_code(request: dict[str, Any], send: Callable[[bytes], None], receive: Callable[[], Any],
-             output_limit: int) -> bytes:
+             output_limit: int, namespace: dict[str, Any] | None = None) -> bytes:
     """Execute ``request["code"]``; the value of a final expression is the result. Returns the
     ``done`` frame: the value's JSON is capped at ``output_limit`` bytes like stdout, and the
-    whole at the host's ``message_bytes`` (stdout is cut further if it must be)."""
+    whole at the host's ``message_bytes`` (stdout is cut further if it must be). ``namespace``:
+    a session's globals, kept by the caller from one step to the next (a fresh one if None)."""
     message_bytes = int(request.get("message_bytes") or 1 << 62)
     out = CappedOutput(output_limit)
     sys.stdout = sys.stderr = out
-    namespace: dict[str, Any] = {"__name__": "__main__", **request["inputs"]}
+    if namespace is None:
+        namespace = {"__name__": "__main__"}
+    namespace.update(request["inputs"])
     for name in request["tools"]:
         namespace[name] = _tool_proxy(name, send, receive, message_bytes)
     value, error = None, None

@@ -206,10 +206,11 @@ class MontyExecutor:
         run = MontyRun(self, pool, merged, tools or {})
         return await run.execute(code, dict(inputs or {}), session=None)
 
-    def session(self) -> MontySession:
+    def session(self, limits: ExecLimits | None = None) -> MontySession:
         """A session whose variables persist between runs (it holds one worker while open):
-        ``async with executor.session() as s: await s.run(...)``."""
-        return MontySession(self)
+        ``async with executor.session() as s: await s.run(...)``. ``limits``: each run's, where
+        the run gives none, and the heap's (its memory), set when it opens."""
+        return MontySession(self, limits)
 
     async def aclose(self) -> None:
         self.tool_pool.close()
@@ -226,8 +227,9 @@ class MontyExecutor:
 class MontySession:
     """Runs that share variables: ``async with executor.session() as s: await s.run(...)``."""
 
-    def __init__(self, executor: MontyExecutor) -> None:
+    def __init__(self, executor: MontyExecutor, limits: ExecLimits | None = None) -> None:
         self._executor = executor
+        self.limits = merge_limits(limits, executor.limits)
         self._pool: pm.AsyncMonty | None = None
         self._session: pm.AsyncMontySession | None = None
 
@@ -241,8 +243,7 @@ class MontySession:
     async def _open(self) -> None:
         if self._pool is None:
             self._pool = await self._executor._get_pool()
-        limits = self._executor.resource_limits(self._executor.limits)
-        self._session = self._pool.checkout(limits=limits)
+        self._session = self._pool.checkout(limits=self._executor.resource_limits(self.limits))
         await self._session.__aenter__()
 
     async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
@@ -255,7 +256,7 @@ class MontySession:
         refused = check_value(dict(inputs or {}), "inputs", None)
         if refused is not None:
             raise InvalidArgument(refused)
-        run = MontyRun(self._executor, self._pool, merge_limits(limits, self._executor.limits), tools or {})
+        run = MontyRun(self._executor, self._pool, merge_limits(limits, self.limits), tools or {})
         result = await run.execute(code, dict(inputs or {}), session=self._session)
         if run.session_broken:  # a limit hit leaves the heap in no known state: start afresh
             await self.aclose()

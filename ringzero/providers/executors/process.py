@@ -44,7 +44,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ringzero.core.contract.errors import ExecutorError, InvalidArgument
+from ringzero.core.contract.errors import Closed, ExecutorError, InvalidArgument
 from ringzero.core.contract.protocols import ENFORCED, ExecutorCapabilities, Tool
 from ringzero.core.contract.types import JSON, ExecError, ExecLimits, ExecResult
 from ringzero.core.support.owner_only import owner_only_folder
@@ -66,7 +66,7 @@ from ringzero.providers.executors.boundary import (
 from ringzero.providers.executors.fork_servers import Channel, ForkServer, remove_tree
 from ringzero.providers.executors.process_egress import RunEgress
 
-__all__ = ["SANDBOX_ENVIRONMENT", "ProcessExecutor", "remove_tree"]
+__all__ = ["SANDBOX_ENVIRONMENT", "ProcessExecutor", "ProcessSession", "remove_tree"]
 
 DEFAULT_LIMITS = ExecLimits(wall_seconds=30.0, memory_bytes=1024 * 1024 * 1024, output_bytes=1024 * 1024,
                             tool_bytes=1024 * 1024, run_tool_bytes=32 * 1024 * 1024)
@@ -176,7 +176,7 @@ class ProcessExecutor:
 
     @property
     def capabilities(self) -> ExecutorCapabilities:
-        return ExecutorCapabilities(isolation="process", full_cpython=True, sessions=False, tools=True,
+        return ExecutorCapabilities(isolation="process", full_cpython=True, sessions=True, tools=True,
                                     network="namespaces" not in self._controls and bool(self._servers),
                                     enforces=ENFORCED)
 
@@ -318,35 +318,40 @@ class ProcessExecutor:
                                     f"where only the host's proxy listens); this host lacks it: "
                                     f"{self.missing_controls.get('namespaces')}")
             egress = RunEgress(host)
-        server, channel = await self._open_run(limits, egress)
-        greeting: dict[str, Any] = {}
+        sandbox = await self._open_run(limits, egress)
         try:
-            outcome = await self._converse(channel, code, dict(inputs or {}), host, limits, greeting, egress)
+            outcome = await self._converse(sandbox, code, dict(inputs or {}), host, limits, egress)
         finally:
             if egress is not None:
                 await egress.aclose()
             if host.egress is not None:  # a run cut short (its host shutting down) closes its upstreams too
                 host.egress.close()
-            server.run_ended()
-            if isinstance(greeting.get("pid"), int):  # the namespace's init: killing it ends every process
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(greeting["pid"], signal.SIGKILL)
-            channel.close()
-            scratch = str(greeting.get("scratch", ""))  # only without a private root
-            if scratch.startswith(server.root + os.sep):
-                await asyncio.to_thread(remove_tree, scratch)
+            await sandbox.end()
         value, stdout, error = outcome
         return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls), host.ended())
 
-    async def _open_run(self, limits: ExecLimits, egress: RunEgress | None) -> tuple[ForkServer, Channel]:
+    def session(self, limits: ExecLimits | None = None, *, cpu_seconds: float = 600.0) -> ProcessSession:
+        """A session whose globals persist between runs: one confined sandbox process kept for
+        it, ``async with executor.session() as s: await s.run(...)``. ``limits``: each step's
+        (where the step gives none), and the sandbox's memory, set when it starts; its CPU time
+        in all is at most ``cpu_seconds``."""
+        return ProcessSession(self, merge_limits(limits, self.limits), cpu_seconds)
+
+    async def _open_run(self, limits: ExecLimits, egress: RunEgress | None, *,
+                        session_cpu_seconds: float | None = None) -> _Sandbox:
         """Ask the least busy fork server for a sandbox; where that one has died, it leaves the
         pool and the request goes to another (started, if none is left), once. A run given
-        egress also sends a link of its own, on which its init hands over the proxy's listener."""
+        egress also sends a link of its own, on which its init hands over the proxy's listener.
+        With ``session_cpu_seconds`` the sandbox is a session's: it takes run after run, and
+        its CPU time in all is bounded by that."""
+        cpu_seconds = session_cpu_seconds if session_cpu_seconds is not None else (limits.wall_seconds or 30) + 1
         header: dict[str, Any] = {"limits": {
-            "cpu_seconds": int((limits.wall_seconds or 30) + 1), "memory_bytes": limits.memory_bytes,
+            "cpu_seconds": int(cpu_seconds), "memory_bytes": limits.memory_bytes,
             "file_bytes": self.file_bytes, "processes": self.max_processes, "output_bytes": limits.output_bytes}}
         if egress is not None:
             header["egress"] = True
+        if session_cpu_seconds is not None:
+            header["session"] = True
         for attempt in (1, 2):
             server = await self._least_busy()
             mine, theirs = socket.socketpair()
@@ -364,37 +369,47 @@ class ProcessExecutor:
             finally:
                 theirs.close()
             server.run_began()
-            return server, channel
+            return _Sandbox(server, channel)
         raise AssertionError("unreachable")
 
-    async def _converse(self, channel: Channel, code: str, inputs: dict[str, JSON], host: HostTools,
-                        limits: ExecLimits, greeting: dict[str, Any],
-                        egress: RunEgress | None) -> tuple[JSON, str, ExecError | None]:
+    async def _converse(self, sandbox: _Sandbox, code: str, inputs: dict[str, JSON], host: HostTools,
+                        limits: ExecLimits, egress: RunEgress | None) -> tuple[JSON, str, ExecError | None]:
+        """One run in ``sandbox``: its first (greeting, confinement, then the run) or, in a
+        session's, the next. An outcome the executor gave (a limit, a killed sandbox, a broken
+        protocol) leaves ``sandbox.broken`` set: it takes no more runs."""
         wall = limits.wall_seconds
+        channel = sandbox.channel
+        sandbox.broken = True  # until the run ends as the code's own
         try:
             async with fail_after(wall):
-                greeting.update(await channel.read())  # from the fork server itself, before any user code
-                if greeting["op"] == "failed":
-                    raise ExecutorError(f"the sandbox could not be set up: {greeting.get('message')}")
-                if not isinstance(greeting.get("pid"), int):
-                    raise ProtocolViolation("no pid in the greeting")
-                channel.hand_over(greeting["pid"])  # from now on, only the run's own process may speak
+                if not sandbox.started:
+                    sandbox.greeting.update(await channel.read())  # from the fork server, before any user code
+                    greeting = sandbox.greeting
+                    if greeting["op"] == "failed":
+                        raise ExecutorError(f"the sandbox could not be set up: {greeting.get('message')}")
+                    if not isinstance(greeting.get("pid"), int):
+                        raise ProtocolViolation("no pid in the greeting")
+                    channel.hand_over(greeting["pid"])  # from now on, only the run's own process may speak
                 await channel.write({"op": "run", "code": code, "inputs": inputs, "tools": sorted(host.tools),
                                      "message_bytes": message_limit(limits),
                                      **({} if egress is None else {"egress": egress.request()})})
-                confined = await channel.read()
-                if confined["op"] == "failed":  # the child could not confine itself; nothing ran
-                    raise ExecutorError(f"the sandbox could not be set up: {confined.get('message')}")
-                if confined["op"] != "started":
-                    raise ProtocolViolation(f"{confined['op']!r} before the run started")
-                if egress is not None:
-                    egress.serve()  # the init sent its listener before "started"
+                if not sandbox.started:
+                    confined = await channel.read()
+                    if confined["op"] == "failed":  # the child could not confine itself; nothing ran
+                        raise ExecutorError(f"the sandbox could not be set up: {confined.get('message')}")
+                    if confined["op"] != "started":
+                        raise ProtocolViolation(f"{confined['op']!r} before the run started")
+                    sandbox.started = True
+                    if egress is not None:
+                        egress.serve()  # the init sent its listener before "started"
                 while True:  # from here on the run's code may write to this socket itself
                     message = await channel.read()
                     if message["op"] == "call":
                         await channel.write(await host.answer(message))
                     elif message["op"] == "done":
-                        return await finished(message, limits)
+                        outcome = await finished(message, limits)
+                        sandbox.broken = outcome[2] is not None and outcome[2].origin == "executor"
+                        return outcome
                     elif message["op"] == "failed":  # the runner's last word, or the code's: its outcome
                         return None, "", ExecError("SandboxFailed", clip(str(message.get("message")), 2000))
                     else:
@@ -418,3 +433,88 @@ class ProcessExecutor:
         self.tool_pool.close()
         servers, self._servers = self._servers, []
         await asyncio.gather(*(server.stop() for server in servers))
+
+
+class _Sandbox:
+    """One confined sandbox process handed to the host: its fork server, its channel, and the
+    greeting (its init's pid; its scratch, without a private root)."""
+
+    def __init__(self, server: ForkServer, channel: Channel) -> None:
+        self.server, self.channel = server, channel
+        self.greeting: dict[str, Any] = {}
+        self.started = False
+        """Whether it has confined itself and taken a run."""
+        self.broken = False
+        """Whether its last run ended by the executor's hand (a limit, a death): it takes no more."""
+        self._ended = False
+
+    async def end(self) -> None:
+        """Kill it (its init: every process in its namespace ends) and remove its scratch."""
+        if self._ended:
+            return
+        self._ended = True
+        server, greeting = self.server, self.greeting
+        server.run_ended()
+        if isinstance(greeting.get("pid"), int):  # the namespace's init: killing it ends every process
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(greeting["pid"], signal.SIGKILL)
+        self.channel.close()
+        scratch = str(greeting.get("scratch", ""))  # only without a private root
+        if scratch.startswith(server.root + os.sep):
+            await asyncio.to_thread(remove_tree, scratch)
+
+
+class ProcessSession:
+    """Runs that share globals in one confined sandbox process (``ProcessExecutor.session``):
+    ``async with executor.session() as s: await s.run(...)``. A run the executor ends (its wall
+    limit, the sandbox's memory, a death) ends the sandbox; the next run starts a new, empty
+    one. No egress: a session's sandbox has no network."""
+
+    def __init__(self, executor: ProcessExecutor, limits: ExecLimits, cpu_seconds: float) -> None:
+        self._executor = executor
+        self.limits = limits
+        self.cpu_seconds = cpu_seconds
+        self._sandbox: _Sandbox | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> ProcessSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def run(self, code: str, *, inputs: Mapping[str, JSON] | None = None,
+                  tools: Mapping[str, Tool] | None = None, limits: ExecLimits | None = None) -> ExecResult:
+        """The next step: what earlier steps defined (names, functions, classes, imports) is
+        there. ``limits`` as ``ProcessExecutor.run``'s, but for memory: the session's."""
+        if self._closed:
+            raise Closed("this ProcessExecutor session is closed")
+        if not isinstance(code, str):
+            raise InvalidArgument(f"code must be a string, not {type(code).__name__}")
+        executor = self._executor
+        limits = merge_limits(limits, self.limits)
+        refused = check_value(dict(inputs or {}), "inputs", None)
+        if refused is not None:
+            raise InvalidArgument(refused)
+        host = HostTools(tools or {}, limits, executor.tool_pool, show_errors=executor.show_tool_errors)
+        if host.egress is not None:
+            raise InvalidArgument("a ProcessExecutor session's sandbox has no network: run code that needs egress "
+                                  "with ctx.exec (or ProcessExecutor.run)")
+        started = time.perf_counter()
+        if self._sandbox is None:
+            self._sandbox = await executor._open_run(self.limits, None, session_cpu_seconds=self.cpu_seconds)
+        sandbox = self._sandbox
+        try:
+            value, stdout, error = await executor._converse(sandbox, code, dict(inputs or {}), host, limits, None)
+        finally:
+            if sandbox.broken or self._closed:
+                self._sandbox = None
+                await sandbox.end()
+        return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls), host.ended())
+
+    async def aclose(self) -> None:
+        """End the sandbox; later runs raise ``Closed``."""
+        self._closed = True
+        sandbox, self._sandbox = self._sandbox, None
+        if sandbox is not None:
+            await sandbox.end()
