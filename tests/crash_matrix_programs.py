@@ -2,9 +2,10 @@
 
 A program makes four effects from code: keyed payments (``charge``, a host tool), POSTs through
 the run's egress (``http_request``, no tool given), or both in turn. It reaches the code by one
-of three surfaces: ``ctx.exec``; a LangGraph ``KernelToolNode`` running a ``code_tool``; a CrewAI
-``CodeExecutionTool`` run from a worker thread. The executor is Monty, the process sandbox or
-the outside package's ``PipeExecutor`` (which calls its tools itself).
+of four surfaces: ``ctx.exec``; a LangGraph ``KernelToolNode`` running a ``code_tool``; a CrewAI
+``CodeExecutionTool`` run from a worker thread; a session (``ctx.session()``), each effect a
+step. The executor is Monty, the process sandbox or the outside package's ``PipeExecutor``
+(which calls its tools itself).
 
 Everything a host needs comes from the environment, so that ``ringzero resume --kernel
 tests.crash_matrix_programs:make_kernel`` rebuilds the same kernel: ``MATRIX_EXECUTOR``,
@@ -31,7 +32,7 @@ from ringzero.checkpointers import open_checkpointer
 
 STEPS = 4
 EFFECTS = ("tools", "egress", "mixed")
-SURFACES = ("exec", "code_tool", "crewai")
+SURFACES = ("exec", "code_tool", "crewai", "session")
 EXECUTORS = ("monty", "process", "outside")
 
 
@@ -56,15 +57,20 @@ def step_kinds(effect: str) -> list[str]:
             "mixed": ["charge", "post"] * (STEPS // 2)}[effect]
 
 
-def code_of(effect: str) -> str:
-    """The code of the four steps; the POST ``MATRIX_HOLD`` names goes where the answer takes a
-    while (``/orders?hold``), so that a kill right after it arrives leaves it in flight."""
+def lines_of(effect: str) -> list[str]:
+    """The line of each of the four steps; the POST ``MATRIX_HOLD`` names goes where the answer
+    takes a while (``/orders?hold``), so that a kill right after it arrives leaves it in flight."""
     url = f"https://api.test:{os.environ.get('MATRIX_API', '0')}/orders"
     held = os.environ.get("MATRIX_HOLD")
     steps = [f"charge({n})" if kind == "charge" else
              f"http_request('POST', '{url}{'?hold' if str(n) == held else ''}', body='{n}')['status']"
              for n, kind in enumerate(step_kinds(effect))]
-    return "done = []\n" + "".join(f"done.append({step})\n" for step in steps) + "done"
+    return [f"done.append({step})" for step in steps]
+
+
+def code_of(effect: str) -> str:
+    """The four steps as one piece of code."""
+    return "done = []\n" + "".join(f"{line}\n" for line in lines_of(effect)) + "done"
 
 
 def limits_of(effect: str) -> ExecLimits:
@@ -114,7 +120,18 @@ async def by_crewai(ctx: Context, effect: str) -> Any:
         await tool.aclose()
 
 
-PROGRAMS = {"exec": by_exec, "code_tool": by_code_tool, "crewai": by_crewai}
+async def by_session(ctx: Context, effect: str) -> Any:
+    """Each step a step of one session (``ctx.session()``), what it appends kept between them."""
+    tools = {"charge": charge} if "charge" in step_kinds(effect) else None
+    async with ctx.session(limits=limits_of(effect)) as session:
+        await session.exec("done = []")
+        for line in lines_of(effect):
+            await session.exec(line, tools=tools)
+        result = await session.exec("done")
+    return result.value if result.error is None else f"error: {result.error.type}"
+
+
+PROGRAMS = {"exec": by_exec, "code_tool": by_code_tool, "crewai": by_crewai, "session": by_session}
 
 
 def make_kernel(db: Any) -> Kernel:

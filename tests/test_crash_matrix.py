@@ -3,9 +3,10 @@ resume with one host or two on the store at once, and hold every effect to the k
 
 Cells: executor {Monty, process sandbox, an outside executor that calls its tools itself} x
 effect {keyed tool calls, POSTs through egress with no tools given, both} x surface {``ctx.exec``,
-``KernelToolNode`` with ``code_tool``, a CrewAI ``CodeExecutionTool``} x hosts {one ``ringzero
-resume``, two at once}. A code tool takes no egress policy, and the outside executor does no
-egress: those cells do not exist. Each trial picks its kill point at random (seeded, printed):
+``KernelToolNode`` with ``code_tool``, a CrewAI ``CodeExecutionTool``, a session with a step per
+effect} x hosts {one ``ringzero resume``, two at once}. A code tool takes no egress policy, the
+outside executor does no egress and keeps no session, and a process sandbox's session has no
+network: those cells do not exist. Each trial picks its kill point at random (seeded, printed):
 inside a payment, or a moment after a POST reached the server.
 
 The promise, checked at the payment's log and the server: an effect that finished before the
@@ -42,12 +43,21 @@ from tests.outside_install import REPO, environment, installed  # noqa: F401  (t
 KERNEL = "tests.crash_matrix_programs:make_kernel"
 SEED = int(os.environ.get("CRASH_SEED", str(int(time.time()))))
 
+
+def exists(executor: str, effect: str, surface: str) -> bool:
+    """Whether a cell can be: egress only where the surface takes a policy and the executor has
+    a network to give, a session only where the executor keeps one."""
+    if surface == "session":
+        return executor == "monty" or (executor == "process" and effect == "tools")
+    return (surface == "exec" or effect == "tools") and (executor != "outside" or effect == "tools")
+
+
 CELLS = [(executor, effect, surface, hosts)
          for executor in EXECUTORS for effect in EFFECTS for surface in SURFACES for hosts in (1, 2)
-         if (surface == "exec" or effect == "tools") and (executor != "outside" or effect == "tools")]
+         if exists(executor, effect, surface)]
 SLICE = [("monty", "mixed", "exec", 2), ("process", "egress", "exec", 1), ("outside", "tools", "exec", 2),
-         ("monty", "tools", "code_tool", 1)]
-"""What ``make test`` runs: each executor, each effect, two surfaces, both host counts."""
+         ("monty", "tools", "code_tool", 1), ("process", "tools", "session", 2)]
+"""What ``make test`` runs: each executor, each effect, three surfaces, both host counts."""
 
 pytestmark = pytest.mark.timeout(600)
 
