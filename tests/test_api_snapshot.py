@@ -38,6 +38,7 @@ PUBLIC = [
     "ringzero.adapters.crewai",
     "ringzero.adapters.langchain",
     "ringzero.adapters.mcp",
+    "ringzero.adapters.smolagents",
 ]
 """The modules whose exported names are the contract (README, "Versions"); everything else may move."""
 _NOISE = ("docstring", "lineno", "endlineno", "filepath", "relative_filepath", "relative_package_filepath",
