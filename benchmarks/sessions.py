@@ -3,9 +3,10 @@
 Paths measured in one run, each the median of ``--steps`` steps after a first step that
 defines a function and a class:
 
-- ``ctx.session()`` on Monty in a kernel process, each step journaled in SQLite (durable);
+- ``ctx.session()`` in a kernel process, each step journaled in SQLite (durable), on Monty and
+  on the process sandbox (one confined CPython process kept for the session);
 - the same session outside a kernel (``MontyExecutor().session()``: no journal);
-- a fresh ``ctx.exec`` on Monty in a kernel process, which must define the function and the
+- a fresh ``ctx.exec`` in a kernel process, on each, which must define the function and the
   class again at every step (what a session saves an agent from);
 - smolagents' ``LocalPythonExecutor`` (the peer: an AST interpreter in the host process, no
   isolation, no journal), its state kept from step to step.
@@ -30,7 +31,8 @@ from rich.table import Table
 
 from ringzero import Context, Kernel
 from ringzero.checkpointers import SqliteCheckpointer
-from ringzero.providers.executors import MontyExecutor
+from ringzero.core.contract.protocols import Executor
+from ringzero.providers.executors import MontyExecutor, ProcessExecutor
 
 SETUP = """
 def scaled(city):
@@ -72,9 +74,9 @@ async def stepping(ctx: Context, steps: int, fresh: bool) -> float:
         return await timed(steps, lambda: session.exec(STEP, tools=TOOLS))
 
 
-async def in_kernel(steps: int, fresh: bool) -> float:
+async def in_kernel(steps: int, fresh: bool, executor: Callable[[], Executor] = MontyExecutor) -> float:
     with tempfile.TemporaryDirectory() as folder:
-        async with Kernel(checkpointer=SqliteCheckpointer(Path(folder) / "state.db"), executor=MontyExecutor(),
+        async with Kernel(checkpointer=SqliteCheckpointer(Path(folder) / "state.db"), executor=executor(),
                           monitor_interval=None) as kernel:
             return float(await (await kernel.spawn(stepping, steps, fresh)).wait(timeout=600))
 
@@ -108,10 +110,16 @@ async def smolagents_local(steps: int) -> float | None:
 async def main(steps: int) -> None:
     rows: list[tuple[str, float | None]] = []
     step("ctx.session() in a kernel process, journaled in SQLite")
-    rows.append(("ringzero `ctx.session()`, a step journaled (SQLite)", await in_kernel(steps, fresh=False)))
+    rows.append(("ringzero `ctx.session()` on Monty, a step journaled (SQLite)", await in_kernel(steps, fresh=False)))
     step("a fresh ctx.exec at every step, the setup again")
     fresh = await in_kernel(steps, fresh=True)
-    rows.append(("ringzero fresh `ctx.exec`, the setup again at every step (SQLite)", fresh))
+    rows.append(("ringzero fresh `ctx.exec` on Monty, the setup again at every step (SQLite)", fresh))
+    step("ctx.session() on the process sandbox")
+    rows.append(("ringzero `ctx.session()` on `ProcessExecutor`, a step journaled (SQLite)",
+                 await in_kernel(steps, fresh=False, executor=ProcessExecutor)))
+    step("a fresh ctx.exec on the process sandbox")
+    rows.append(("ringzero fresh `ctx.exec` on `ProcessExecutor`, the setup again (SQLite)",
+                 await in_kernel(steps, fresh=True, executor=ProcessExecutor)))
     step("MontyExecutor().session() outside a kernel")
     rows.append(("ringzero `MontyExecutor().session()`, no journal", await outside(steps)))
     step("smolagents LocalPythonExecutor")
