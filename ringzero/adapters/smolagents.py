@@ -149,8 +149,9 @@ class KernelExecutor(PythonExecutor):
     # ------------------------------------------------------------------ where a step runs
     async def _step_in_process(self, ctx: Context, code: str) -> ExecResult:
         session = self._sessions.get(ctx.pid)
-        if session is None:
+        if session is None or session.closed:  # a closed one's process ended: this is a new run of the pid
             session = self._sessions[ctx.pid] = ctx.session(executor=self.executor, limits=self.limits)
+            self._defined.discard(ctx.pid)
         if ctx.pid not in self._defined and FINAL_ANSWER_ON_HOST in self.tools:
             await session.exec(_FINAL_ANSWER)
             self._defined.add(ctx.pid)

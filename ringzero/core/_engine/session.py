@@ -99,6 +99,11 @@ class Session:
         self.steps = 0
         """Steps made so far, served from the journal or live."""
 
+    @property
+    def closed(self) -> bool:
+        """Whether it is closed (``aclose()``, or its process ended): later steps raise ``Closed``."""
+        return self._closed
+
     async def __aenter__(self) -> Session:
         return self
 

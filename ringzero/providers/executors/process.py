@@ -476,6 +476,8 @@ class ProcessSession:
         self.cpu_seconds = cpu_seconds
         self._sandbox: _Sandbox | None = None
         self._closed = False
+        self._one_at_a_time = asyncio.Lock()
+        """Steps share one channel: a second step waits for the first to end."""
 
     async def __aenter__(self) -> ProcessSession:
         return self
@@ -500,16 +502,19 @@ class ProcessSession:
         if host.egress is not None:
             raise InvalidArgument("a ProcessExecutor session's sandbox has no network: run code that needs egress "
                                   "with ctx.exec (or ProcessExecutor.run)")
-        started = time.perf_counter()
-        if self._sandbox is None:
-            self._sandbox = await executor._open_run(self.limits, None, session_cpu_seconds=self.cpu_seconds)
-        sandbox = self._sandbox
-        try:
-            value, stdout, error = await executor._converse(sandbox, code, dict(inputs or {}), host, limits, None)
-        finally:
-            if sandbox.broken or self._closed:
-                self._sandbox = None
-                await sandbox.end()
+        async with self._one_at_a_time:
+            if self._closed:
+                raise Closed("this ProcessExecutor session is closed")
+            started = time.perf_counter()
+            if self._sandbox is None:
+                self._sandbox = await executor._open_run(self.limits, None, session_cpu_seconds=self.cpu_seconds)
+            sandbox = self._sandbox
+            try:
+                value, stdout, error = await executor._converse(sandbox, code, dict(inputs or {}), host, limits, None)
+            finally:
+                if sandbox.broken or self._closed:
+                    self._sandbox = None
+                    await sandbox.end()
         return ExecResult(value, stdout, error, time.perf_counter() - started, tuple(host.calls), host.ended())
 
     async def aclose(self) -> None:
