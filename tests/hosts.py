@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 def kill_host_when(host: subprocess.Popen[str] | subprocess.Popen[bytes], ready: Callable[[], bool],
@@ -42,3 +43,24 @@ def append_synced(path: str, line: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def logged_effect(log: Path, what: object, key: str, die_inside: bool) -> None:
+    """An effect a host's tool makes: ``start WHAT KEY`` and ``end WHAT KEY`` lines in ``log``.
+    With ``die_inside``, the first time (``first_time``), the host kills itself with SIGKILL
+    between the two: the effect begun, its end never written."""
+    with log.open("a") as out:
+        out.write(f"start {what} {key}\n")
+    if die_inside and first_time(log):
+        os.kill(os.getpid(), signal.SIGKILL)
+    with log.open("a") as out:
+        out.write(f"end {what} {key}\n")
+
+
+def first_time(log: Path) -> bool:
+    """True once per ``log``: a marker file beside it says a kill already happened."""
+    marker = log.with_suffix(".killed")
+    if marker.exists():
+        return False
+    marker.touch()
+    return True

@@ -21,6 +21,7 @@ from ringzero import Context, Kernel
 from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.protocols import Executor
 from ringzero.providers.executors import MontyExecutor, ProcessExecutor
+from tests.hosts import first_time, logged_effect
 
 STEP_1 = """
 def double(x):
@@ -40,29 +41,16 @@ STEP_3 = "note('step 3')\nBox(total).doubled().value"
 
 def note(what: Any, idempotency_key: str = "") -> str:
     """An effect: a line as it starts and one as it ends, with the key the kernel gave it."""
-    log = Path(os.environ["SESSION_LOG"])
-    with log.open("a") as out:
-        out.write(f"start {what} {idempotency_key}\n")
-    if os.environ.get("SESSION_KILL") == "during" and what == 10 and _first_time(log):
-        os.kill(os.getpid(), signal.SIGKILL)
-    with log.open("a") as out:
-        out.write(f"end {what} {idempotency_key}\n")
+    logged_effect(Path(os.environ["SESSION_LOG"]), what, idempotency_key,
+                  die_inside=os.environ.get("SESSION_KILL") == "during" and what == 10)
     return f"noted {what}"
-
-
-def _first_time(log: Path) -> bool:
-    marker = log.with_suffix(".killed")
-    if marker.exists():
-        return False
-    marker.touch()
-    return True
 
 
 async def program(ctx: Context, calls: int) -> Any:
     tools = {"note": note}
     async with ctx.session() as session:
         await session.exec(STEP_1, tools=tools)
-        if os.environ.get("SESSION_KILL") == "between" and _first_time(Path(os.environ["SESSION_LOG"])):
+        if os.environ.get("SESSION_KILL") == "between" and first_time(Path(os.environ["SESSION_LOG"])):
             os.kill(os.getpid(), signal.SIGKILL)
         await session.exec(f"total = 0\nfor n in range(1, {calls + 1}):\n    note(n)\n    total += n\ntotal",
                            tools=tools)

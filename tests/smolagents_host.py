@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from ringzero.checkpointers import SqliteCheckpointer
 from ringzero.core.contract.types import LLMRequest
 from ringzero.providers.executors import MontyExecutor, ProcessExecutor
 from ringzero.testing import ScriptedProvider
+from tests.hosts import logged_effect
 
 ACTIONS = [
     "Thought: a helper first.\n<code>\ndef fee(amount):\n    return amount // 10\nprint(fee(100))\n</code>",
@@ -41,22 +41,9 @@ def pay(amount: int, idempotency_key: str = "") -> str:
         amount: what to pay.
         idempotency_key: set by the host, never by the model.
     """
-    log = Path(os.environ["AGENT_LOG"])
-    with log.open("a") as out:
-        out.write(f"start {amount} {idempotency_key}\n")
-    if os.environ.get("AGENT_KILL") == "during" and amount == 220 and _first_time(log):
-        os.kill(os.getpid(), signal.SIGKILL)
-    with log.open("a") as out:
-        out.write(f"end {amount} {idempotency_key}\n")
+    logged_effect(Path(os.environ["AGENT_LOG"]), amount, idempotency_key,
+                  die_inside=os.environ.get("AGENT_KILL") == "during" and amount == 220)
     return f"paid {amount}"
-
-
-def _first_time(log: Path) -> bool:
-    marker = log.with_suffix(".killed")
-    if marker.exists():
-        return False
-    marker.touch()
-    return True
 
 
 def script(request: LLMRequest) -> str:
