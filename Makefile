@@ -17,7 +17,7 @@ $(UV):
 	.tools/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 
 $(VENV)/.synced: $(UV) pyproject.toml uv.lock Makefile
-	$(UV) sync --locked --extra dev --extra microsandbox --extra langgraph --extra crewai --extra mcp --extra postgres --extra ray --extra otel --extra cron --extra egress --extra smolagents --extra docs \
+	$(UV) sync --locked --extra dev --extra microsandbox --extra langgraph --extra crewai --extra mcp --extra postgres --extra ray --extra otel --extra cron --extra egress --extra smolagents --extra ui --extra docs \
 		--python $(PYTHON) \
 		--compile-bytecode
 	touch $@

@@ -1,5 +1,5 @@
 """The ``ringzero`` command: ``demo``, ``doctor``, ``ps``, ``top``, ``resume``, ``serve``, ``send``,
-``show``, ``settle``, ``retry``, ``fork``, ``replay --check``, ``mcp`` and ``--version``."""
+``show``, ``settle``, ``retry``, ``fork``, ``replay --check``, ``ui``, ``mcp`` and ``--version``."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 DEFAULT_DB = Path(".ringzero") / "state.db"
-STORE_COMMANDS = ("ps", "top", "resume", "serve", "send", "show", "settle", "retry", "fork", "replay")
+STORE_COMMANDS = ("ps", "top", "resume", "serve", "send", "show", "settle", "retry", "fork", "replay", "ui")
 """The commands that read or write a state database (``--db``)."""
 
 
@@ -143,6 +143,17 @@ def _parser() -> argparse.ArgumentParser:
     postgres.add_argument("action", choices=("start", "stop", "status"))
     postgres.add_argument("--dir", type=Path, default=Path(".ringzero") / "postgres",
                           help="where the server keeps its data (default: %(default)s)")
+    ui = commands.add_parser("ui", help="a web page over the store for operators (processes, journals, actions), "
+                                        "on 127.0.0.1 with a token")
+    ui.add_argument("--db", default=str(DEFAULT_DB), help=db_help)
+    ui.add_argument("--kernel", metavar="MODULE:FUNCTION",
+                    help="what retry and fork run the programs with (without it the page offers neither)")
+    ui.add_argument("--host", default="127.0.0.1",
+                    help="the address to listen on (default: %(default)s; another exposes the page to that network)")
+    ui.add_argument("--port", type=_port, default=8787, help="(default: %(default)s)")
+    ui.add_argument("--token", default=None, help="the token the page asks for (default: RINGZERO_UI_TOKEN, else a "
+                                                  "new one, printed in the address)")
+    ui.add_argument("--read-only", action="store_true", help="pages only, no action")
     mcp = commands.add_parser("mcp", help="serve the kernel over MCP (stdio, or streamable HTTP on 127.0.0.1)")
     mcp.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     mcp.add_argument("--port", type=_port, default=8765, help="HTTP port on 127.0.0.1 (default: %(default)s)")
@@ -180,12 +191,37 @@ def _serve_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _serve_ui(db: Path | str, args: argparse.Namespace) -> int:
+    """Serve ``ringzero ui`` until Ctrl-C; its address, with the token, on stdout."""
+    import secrets
+
+    import uvicorn
+
+    from ringzero.core.support.tokens import check_token
+    from ringzero.ui import create_app
+
+    given = args.token or os.environ.get("RINGZERO_UI_TOKEN")
+    token = check_token(given, "the token given (--token or RINGZERO_UI_TOKEN)") if given else secrets.token_urlsafe(24)
+    store = _store(db)
+    try:
+        app = create_app(store, token=token, host=args.host, port=args.port, read_only=args.read_only, db=args.db,
+                         kernel=args.kernel)
+        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                                               lifespan="off"))
+        shown = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"http://{shown}:{args.port}/?token={token}", flush=True)
+        await server.serve()
+    finally:
+        await store.aclose()
+    return 0
+
+
 def _mcp_token(given: str | None, state_dir: Path) -> str:
     """The bearer token: the one given, else the one kept in the state folder, made and printed
     once where there is none. Each is refused where it is short or blank (``check_token``); a
     kept one is read only from a regular file of this user's that no one else may read or
     write: a token another user planted is never served."""
-    from ringzero.adapters.mcp import check_token
+    from ringzero.core.support.tokens import check_token
 
     if given is not None:
         return check_token(given, "the token given (--token or RINGZERO_MCP_TOKEN)")
@@ -412,6 +448,9 @@ def _command(args: argparse.Namespace, console: Console) -> int:
         return asyncio.run(_top(db, console, args))
     if args.command == "mcp":
         return _serve_mcp(args)
+    if args.command == "ui":
+        assert db is not None
+        return asyncio.run(_serve_ui(db, args))
     if args.command == "postgres":
         return _postgres(args.action, args.dir)
     assert db is not None

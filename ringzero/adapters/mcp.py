@@ -31,6 +31,7 @@ from ringzero.core.contract.errors import InvalidArgument, MissingExtra, Ringzer
 from ringzero.core.contract.ids import time_ordered_id
 from ringzero.core.contract.types import JSON, Checkpoint
 from ringzero.core.kernel import Kernel
+from ringzero.core.support.tokens import check_token
 
 try:
     import anyio
@@ -48,17 +49,6 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-MIN_TOKEN = 16
-"""The fewest characters a bearer token may have: a blank or short one is guessed."""
-
-
-def check_token(token: str, where: str = "the bearer token") -> str:
-    """``token``, refused (InvalidArgument naming ``where``) where it is blank, has white
-    space, or is shorter than ``MIN_TOKEN``."""
-    if not isinstance(token, str) or len(token) < MIN_TOKEN or any(c.isspace() for c in token):
-        raise InvalidArgument(f"{where} must be at least {MIN_TOKEN} characters without white space "
-                              "(generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
-    return token
 
 
 class BearerToken:

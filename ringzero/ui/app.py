@@ -1,0 +1,210 @@
+"""The pages and actions of ``ringzero ui`` (see ``ringzero.ui``), over one store.
+
+Pages are rendered on the server (Jinja2 templates beside this module); the only script is
+``static/ui.js``, which follows ``/events`` (server-sent events: a line when the process table
+changed) and fetches the table again. Every action is the operation its CLI command runs:
+``settle`` and ``send`` and the commands ``top`` leaves for a kernel (pause, resume, kill) act on
+the store here; ``retry`` and ``fork`` run ``ringzero retry``/``ringzero fork`` (they need the
+programs: ``--kernel``), as a command of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ringzero.core.contract.errors import InvalidArgument, RingzeroError
+from ringzero.core.contract.outcomes import number
+from ringzero.core.contract.protocols import Checkpointer
+from ringzero.core.contract.store import KernelStore, ProcessRecord
+from ringzero.core.operations import journal_lines, settle
+from ringzero.core.support.monitor import send_command
+from ringzero.core.support.timeouts import fail_after
+from ringzero.ui.guard import Guard, csrf_token
+
+__all__ = ["PAGE_SIZE", "create_app"]
+
+HERE = Path(__file__).resolve().parent
+PAGE_SIZE = 50
+"""Processes on one page of the table."""
+EVENT_INTERVAL = 0.5
+"""Seconds between two looks at the process table for ``/events``: a change shows within a second."""
+
+
+def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1", port: int = 8787,
+               read_only: bool = False, db: str = "", kernel: str | None = None) -> Guard:
+    """The ASGI app: ``checkpointer``'s processes behind ``Guard`` (``token``; ``host`` and
+    ``port``, where it listens). ``read_only``: no action. ``db`` and ``kernel``: what ``retry``
+    and ``fork`` pass to their commands (without ``kernel`` they are not offered)."""
+    store = KernelStore(checkpointer)
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True)
+    templates = Jinja2Templates(env=environment)
+    csrf = csrf_token(token)
+
+    def render(request: Request, name: str, **context: Any) -> Response:
+        page: Response = templates.TemplateResponse(request, name, {"csrf": csrf, "read_only": read_only,
+                                                                    "can_rerun": bool(kernel and db), **context})
+        return page
+
+    async def processes(request: Request) -> Response:
+        status = request.query_params.get("status", "")
+        text = request.query_params.get("q", "").strip().lower()
+        page = max(1, _int(request.query_params.get("page"), 1))
+        records = await store.load_processes()
+        shown = [r for r in records if (not status or r.status.value == status or (status == "paused" and r.paused))
+                 and (not text or text in r.name.lower() or text in r.program.lower() or text == str(r.pid))]
+        shown.sort(key=lambda r: -r.pid)
+        pages = max(1, math.ceil(len(shown) / PAGE_SIZE))
+        page = min(page, pages)
+        rows = [_row(r) for r in shown[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
+        context = {"rows": rows, "status": status, "q": text, "page": page, "pages": pages, "total": len(shown),
+                   "statuses": sorted({r.status.value for r in records})}
+        return render(request, "table.html" if request.query_params.get("part") == "table" else "processes.html",
+                      **context)
+
+    async def process(request: Request) -> Response:
+        pid = _int(request.path_params["pid"], 0)
+        try:
+            view = await journal_lines(store, pid)
+        except InvalidArgument as exc:
+            return PlainTextResponse(str(exc), status_code=404)
+        children = [_row(r) for r in await store.load_processes() if r.parent == pid]
+        lines = [{"slot": line.slot, "depth": line.slot.count("."), "kind": line.kind, "summary": line.summary,
+                  "outcome": line.said, "at": _clock(line.at), "in_doubt": line.in_doubt} for line in view.lines]
+        record = view.record
+        return render(request, "process.html", p=_row(record), record=record, lines=lines, children=children,
+                      state=json.dumps(record.state, indent=1, sort_keys=True),
+                      result=json.dumps(record.result), error=record.error, flash=request.query_params.get("said"))
+
+    async def act(request: Request) -> Response:
+        if read_only:
+            return PlainTextResponse("this server is read-only (ringzero ui --read-only)", status_code=403)
+        form = await request.form()
+        if not request.headers.get("authorization") and form.get("csrf") != csrf:
+            return PlainTextResponse("this form is not one of this server's pages (no CSRF token)", status_code=403)
+        pid = _int(request.path_params["pid"], 0)
+        action = request.path_params["action"]
+        try:
+            said = await _carry_out(store, checkpointer, pid, action, {k: str(v) for k, v in form.items()},
+                                    db=db, kernel=kernel)
+        except RingzeroError as exc:
+            said = f"error: {exc}"
+        return RedirectResponse(request.url_for("process", pid=str(pid)).include_query_params(said=said),
+                                status_code=303)
+
+    async def events(request: Request) -> Response:
+        async def changes() -> AsyncIterator[str]:
+            seen = ""
+            while not await request.is_disconnected():
+                now = await _table_digest(store)
+                if now != seen:
+                    seen = now
+                    yield f"event: change\ndata: {now}\n\n"
+                await asyncio.sleep(EVENT_INTERVAL)
+
+        return StreamingResponse(changes(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+    routes = [Route("/", processes), Route("/p/{pid:int}", process, name="process"),
+              Route("/p/{pid:int}/{action:str}", act, methods=["POST"]), Route("/events", events),
+              Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
+    app = Starlette(routes=routes)
+    return Guard(app, token=token, host=host, port=port)
+
+
+async def _carry_out(store: KernelStore, checkpointer: Checkpointer, pid: int, action: str, form: dict[str, str], *,
+                     db: str, kernel: str | None) -> str:
+    """One action, as its CLI command does it; what to tell the operator."""
+    if action == "settle":
+        slot, choice = form.get("slot", ""), form.get("choice", "")
+        if choice == "result":
+            value = _json(form.get("value", ""), "the result")
+            _, line = await settle(store, pid, slot, result=value, has_result=True)
+        elif choice == "error":
+            _, line = await settle(store, pid, slot, error=form.get("value") or "settled as failed by an operator")
+        elif choice == "run_again":
+            _, line = await settle(store, pid, slot, run_again=True)
+        else:
+            raise InvalidArgument("settle needs a choice: result, error or run_again")
+        return f"slot {slot} settled ({line.said or 'run again'}): resume or retry goes on from it"
+    if action in ("pause", "resume", "kill"):
+        await send_command(checkpointer, pid, action)
+        return f"{action} sent: the kernel that runs pid {pid} acts on it within a second"
+    if action == "send":
+        message = _json(form.get("message", ""), "the message")
+        await send_command(checkpointer, pid, "send", {"message": message, "priority": _int(form.get("priority"), 0)})
+        return f"message sent to pid {pid}"
+    if action in ("retry", "fork"):
+        if not kernel or not db:
+            raise InvalidArgument(f"{action} runs the program: start the UI with --kernel MODULE:FUNCTION")
+        command = [sys.executable, "-m", "ringzero.cli", action, str(pid), "--db", db, "--kernel", kernel]
+        if action == "fork":
+            command += ["--at", str(_int(form.get("at"), 0))]
+        return await _run_command(command)
+    raise InvalidArgument(f"no action {action!r}")
+
+
+async def _run_command(command: list[str]) -> str:
+    """Start ``command`` (``ringzero retry``/``fork``) on its own and return what it said in its
+    first seconds (a fork's new pid); it goes on in the background."""
+    started = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.STDOUT)
+    assert started.stdout is not None
+    said: list[str] = []
+    try:
+        async with fail_after(5):
+            while line := await started.stdout.readline():
+                said.append(line.decode(errors="replace").strip())
+    except TimeoutError:
+        pass
+    return " / ".join(part for part in said if part)[:400] or f"{command[3]} started"
+
+
+async def _table_digest(store: KernelStore) -> str:
+    """What changes when a process's status, pause flag or spend does (or one is added)."""
+    digest = hashlib.sha256()
+    async for pid, status in store.statuses():
+        digest.update(json.dumps([pid, status], sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+def _row(record: ProcessRecord) -> dict[str, Any]:
+    spent = record.spent
+    waiting = record.waiting
+    return {"pid": record.pid, "name": record.name, "program": record.program, "status": record.status.value,
+            "paused": record.paused, "priority": record.priority, "parent": record.parent,
+            "tokens": int(number(spent.get("tokens"))), "cost": number(spent.get("cost")),
+            "waiting": "" if waiting is None else waiting[0], "wakes": "" if waiting is None else _clock(waiting[1]),
+            "stop_reason": "" if record.stop_reason is None else record.stop_reason.value}
+
+
+def _int(text: Any, default: int) -> int:
+    try:
+        return int(str(text))
+    except (TypeError, ValueError):
+        return default
+
+
+def _json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"{what} must be JSON ({exc}): write a string in quotes") from exc
+
+
+def _clock(at: float | None) -> str:
+    return "" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
