@@ -206,8 +206,9 @@ async def _serve_ui(db: Path | str, args: argparse.Namespace) -> int:
     try:
         app = create_app(store, token=token, host=args.host, port=args.port, read_only=args.read_only, db=args.db,
                          kernel=args.kernel)
+        # A page left open holds its event stream: a stop waits a second for it, not for ever.
         server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                               lifespan="off"))
+                                               lifespan="off", timeout_graceful_shutdown=1))
         shown = f"[{args.host}]" if ":" in args.host else args.host
         print(f"http://{shown}:{args.port}/?token={token}", flush=True)
         await server.serve()
