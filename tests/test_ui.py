@@ -94,6 +94,7 @@ def test_the_address_it_prints_signs_in_and_the_pages_show_the_store(ui: UI, in_
     page = ui.sign_in()
     assert page.status_code == 200 and str(page.url) == f"{ui.base}/", "the token left the address"
     assert re.search(rf'<a href="/p/{pid}">{pid}</a></td><td>pays_from_code</td>', page.text), page.text
+    assert '<td class="in-doubt-count">1</td>' in page.text, "one call in doubt, counted in its row"
     process = ui.client.get(f"/p/{pid}").text
     assert 'data-slot="1.1"' in process and 'data-slot="1.2"' in process, "tool calls from code, under their slot"
     assert re.search(r'class="depth-1 in-doubt" data-slot="1.2"', process), process
@@ -171,3 +172,25 @@ def test_the_list_follows_the_store(ui: UI, in_doubt: tuple[Path, int]) -> None:
     assert second != first
     assert seen - settled < 1.5, (started, settled, seen)
     assert 'class="status-exited"' in ui.client.get("/?part=table").text
+
+
+def test_the_overview_shows_spend_schedules_and_a_replay_check(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    asyncio.run(programs.run_to_end(db, programs.agent))
+
+    async def schedule() -> None:
+        async with programs.make_kernel(db) as kernel:
+            await kernel.schedule(programs.agent, name="nightly", cron="0 7 * * *")
+
+    asyncio.run(schedule())
+    served = UI(db, "--kernel", KERNEL)
+    try:
+        served.sign_in()
+        page = served.client.get("/overview").text
+        assert re.search(r'tests.operator_programs:agent</td><td>1</td>\s*<td>2</td>', page), page
+        assert re.search(r"nightly</td>.*cron 0 7 \* \* \*</td>\s*<td>\d{4}-\d\d-\d\dT\d\d:00:00", page, re.S), page
+        checked = served.post("/replay-check", {"csrf": served.csrf("/overview")})
+        said = served.client.get(checked.headers["location"]).text
+        assert "1 of 1 process(es) replay clean against the current code" in said, said
+    finally:
+        served.close()

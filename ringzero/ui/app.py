@@ -33,8 +33,10 @@ from ringzero.core.contract.outcomes import number
 from ringzero.core.contract.protocols import Checkpointer
 from ringzero.core.contract.store import KernelStore, ProcessRecord
 from ringzero.core.operations import journal_lines, settle
-from ringzero.core.support.monitor import send_command
+from ringzero.core.schedules import ScheduleSpec
+from ringzero.core.support.monitor import read_activity, send_command
 from ringzero.core.support.timeouts import fail_after
+from ringzero.demo import next_firing_text
 from ringzero.ui.guard import Guard, csrf_token
 
 __all__ = ["PAGE_SIZE", "create_app"]
@@ -71,7 +73,9 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
         shown.sort(key=lambda r: -r.pid)
         pages = max(1, math.ceil(len(shown) / PAGE_SIZE))
         page = min(page, pages)
-        rows = [_row(r) for r in shown[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
+        hosts = {pid: node for pid, (_, node) in (await store.owners()).items()}
+        rows = [{**_row(r), "host": hosts.get(r.pid, ""), "in_doubt": await _in_doubt(store, r)}
+                for r in shown[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
         context = {"rows": rows, "status": status, "q": text, "page": page, "pages": pages, "total": len(shown),
                    "statuses": sorted({r.status.value for r in records})}
         return render(request, "table.html" if request.query_params.get("part") == "table" else "processes.html",
@@ -107,6 +111,37 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
         return RedirectResponse(request.url_for("process", pid=str(pid)).include_query_params(said=said),
                                 status_code=303)
 
+    async def overview(request: Request) -> Response:
+        records = await store.load_processes()
+        by_program: dict[str, dict[str, float]] = {}
+        for record in records:
+            spent = by_program.setdefault(record.program, {"processes": 0, "tokens": 0.0, "cost": 0.0, "llm": 0.0})
+            spent["processes"] += 1
+            spent["tokens"] += number(record.spent.get("tokens"))
+            spent["cost"] += number(record.spent.get("cost"))
+            spent["llm"] += number(record.spent.get("llm_calls"))
+        costly = sorted(records, key=lambda r: (-number(r.spent.get("cost")), -number(r.spent.get("tokens"))))[:10]
+        gates = [{"kernel": kernel.kernel, "name": name, **gate} for kernel in await read_activity(checkpointer)
+                 if kernel.fresh() for name, gate in sorted(kernel.gates.items())]
+        now = time.time()
+        schedules = [{"name": spec.name, "program": spec.program,
+                      "every": f"{spec.every:g} s" if spec.every is not None else f"cron {spec.cron}",
+                      "next": "paused" if spec.paused else next_firing_text(spec, now)}
+                     for spec in (ScheduleSpec.from_json(row) for row in await store.schedules()) if not spec.removed]
+        return render(request, "overview.html", programs=sorted(by_program.items(), key=lambda item: -item[1]["cost"]),
+                      costly=[_row(r) for r in costly], gates=gates, schedules=schedules,
+                      flash=request.query_params.get("said"))
+
+    async def replay_check(request: Request) -> Response:
+        form = await request.form()
+        if not request.headers.get("authorization") and form.get("csrf") != csrf:
+            return PlainTextResponse("this form is not one of this server's pages (no CSRF token)", status_code=403)
+        command = [sys.executable, "-m", "ringzero.cli", "replay", "--check", "--db", db or ""]
+        if kernel:
+            command += ["--kernel", kernel]
+        said = await _run_command(command, wait=60) if db else "replay --check needs the store's address (--db)"
+        return RedirectResponse(request.url_for("overview").include_query_params(said=said), status_code=303)
+
     async def events(request: Request) -> Response:
         async def changes() -> AsyncIterator[str]:
             seen = ""
@@ -120,6 +155,7 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
         return StreamingResponse(changes(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     routes = [Route("/", processes), Route("/p/{pid:int}", process, name="process"),
+              Route("/overview", overview, name="overview"), Route("/replay-check", replay_check, methods=["POST"]),
               Route("/p/{pid:int}/{action:str}", act, methods=["POST"]), Route("/events", events),
               Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
     app = Starlette(routes=routes)
@@ -158,20 +194,34 @@ async def _carry_out(store: KernelStore, checkpointer: Checkpointer, pid: int, a
     raise InvalidArgument(f"no action {action!r}")
 
 
-async def _run_command(command: list[str]) -> str:
-    """Start ``command`` (``ringzero retry``/``fork``) on its own and return what it said in its
-    first seconds (a fork's new pid); it goes on in the background."""
+async def _run_command(command: list[str], wait: float = 5) -> str:
+    """Start ``command`` (``ringzero retry``/``fork``/``replay --check``) on its own and return
+    what it said in its first ``wait`` seconds (a fork's new pid); it goes on in the background."""
     started = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE,
                                                    stderr=asyncio.subprocess.STDOUT)
     assert started.stdout is not None
     said: list[str] = []
     try:
-        async with fail_after(5):
+        async with fail_after(wait):
             while line := await started.stdout.readline():
                 said.append(line.decode(errors="replace").strip())
     except TimeoutError:
         pass
-    return " / ".join(part for part in said if part)[:400] or f"{command[3]} started"
+    return " / ".join(part for part in said if part)[:2000] or f"{command[3]} started"
+
+
+async def _in_doubt(store: KernelStore, record: ProcessRecord) -> int:
+    """How many of ``record``'s calls are in doubt: begun (an intent), with no outcome recorded
+    and not settled to run again. None in a process that ended."""
+    if record.status.terminal:
+        return 0
+    intents = await store.intents(record.pid)
+    if not intents:
+        return 0
+    calls, _ = await store.calls(record.pid)
+    recorded = {str(entry.seq) for entry in await store.journal(record.pid)}
+    return sum(key not in calls and key not in recorded and not intent.get("run_again")
+               for key, intent in intents.items())
 
 
 async def _table_digest(store: KernelStore) -> str:
