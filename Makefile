@@ -46,7 +46,7 @@ bench: sync
 	$(UV) sync --locked --extra dev --extra bench --python $(PYTHON) --inexact --compile-bytecode
 	$(VENV)/bin/python benchmarks/run.py executors fork_servers checkpointers llm_syscall_overhead tool_node \
 		rate_limited_agents gate_order idle_processes waiting_processes wal_growth finished_processes_memory ptc_tokens context_folding \
-		faults monitor_tick egress backend_capabilities resumed_syscalls chat_history sessions
+		faults monitor_tick egress backend_capabilities resumed_syscalls chat_history sessions ui
 
 clean:
 	rm -rf $(VENV) .tools .mypy_cache .pytest_cache .ruff_cache

@@ -142,11 +142,21 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
         said = await _run_command(command, wait=60) if db else "replay --check needs the store's address (--db)"
         return RedirectResponse(request.url_for("overview").include_query_params(said=said), status_code=303)
 
+    latest: list[tuple[float, str]] = [(0.0, "")]
+    reading = asyncio.Lock()
+
+    async def table_digest() -> str:
+        """The table's digest, read at most once an interval however many pages follow it."""
+        async with reading:
+            if time.monotonic() - latest[0][0] >= EVENT_INTERVAL * 0.8:
+                latest[0] = (time.monotonic(), await _table_digest(store))
+            return latest[0][1]
+
     async def events(request: Request) -> Response:
         async def changes() -> AsyncIterator[str]:
             seen = ""
             while not await request.is_disconnected():
-                now = await _table_digest(store)
+                now = await table_digest()
                 if now != seen:
                     seen = now
                     yield f"event: change\ndata: {now}\n\n"
