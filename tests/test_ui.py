@@ -194,3 +194,20 @@ def test_the_overview_shows_spend_schedules_and_a_replay_check(tmp_path: Path) -
         assert "1 of 1 process(es) replay clean against the current code" in said, said
     finally:
         served.close()
+
+
+def test_a_message_sent_from_the_page_reaches_a_process_waiting_in_the_store(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    pid = asyncio.run(programs.waiting_in(db, programs.approves))
+    served = UI(db, "--kernel", KERNEL)
+    try:
+        served.sign_in()
+        sent = served.post(f"/p/{pid}/send", {"csrf": served.csrf(f"/p/{pid}"), "message": '"yes"'})
+        said = served.client.get(sent.headers["location"]).text
+        assert re.search(r'class="flash"[^>]*>[^<]*sent', said), said
+        resumed = subprocess.run([sys.executable, "-m", "ringzero.cli", "resume", "--db", str(db), "--kernel",
+                                  KERNEL], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                                 text=True, timeout=120)
+        assert resumed.returncode == 0 and "re: draft: paid 1" in resumed.stdout, resumed.stdout + resumed.stderr
+    finally:
+        served.close()

@@ -3,9 +3,9 @@
 Pages are rendered on the server (Jinja2 templates beside this module); the only script is
 ``static/ui.js``, which follows ``/events`` (server-sent events: a line when the process table
 changed) and fetches the table again. Every action is the operation its CLI command runs:
-``settle`` and ``send`` and the commands ``top`` leaves for a kernel (pause, resume, kill) act on
-the store here; ``retry`` and ``fork`` run ``ringzero retry``/``ringzero fork`` (they need the
-programs: ``--kernel``), as a command of their own.
+``settle`` and the commands ``top`` leaves for a kernel (pause, resume, kill) act on the store
+here; ``send``, ``retry``, ``fork`` and ``replay --check`` run those commands (``retry`` and
+``fork`` need the programs: ``--kernel``), each as a process of its own.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ringzero.core.contract.protocols import Checkpointer
 from ringzero.core.contract.store import KernelStore, ProcessRecord
 from ringzero.core.operations import journal_lines, settle
 from ringzero.core.schedules import ScheduleSpec
-from ringzero.core.support.monitor import read_activity, send_command
+from ringzero.core.support.monitor import hosts_of, read_activity, send_command
 from ringzero.core.support.timeouts import fail_after
 from ringzero.demo import next_firing_text
 from ringzero.ui.guard import Guard, csrf_token
@@ -189,11 +189,16 @@ async def _carry_out(store: KernelStore, checkpointer: Checkpointer, pid: int, a
         return f"slot {slot} settled ({line.said or 'run again'}): resume or retry goes on from it"
     if action in ("pause", "resume", "kill"):
         await send_command(checkpointer, pid, action)
-        return f"{action} sent: the kernel that runs pid {pid} acts on it within a second"
-    if action == "send":
-        message = _json(form.get("message", ""), "the message")
-        await send_command(checkpointer, pid, "send", {"message": message, "priority": _int(form.get("priority"), 0)})
-        return f"message sent to pid {pid}"
+        if await hosts_of(checkpointer, pid, None):
+            return f"{action} sent: the kernel that runs pid {pid} acts on it within a second"
+        return (f"{action} sent, but no live kernel runs pid {pid} now: the command waits for the next one that "
+                "does (ringzero resume or serve)")
+    if action == "send":  # ringzero send: to the kernel that runs it, or into the store for one waiting there
+        message = form.get("message", "")
+        _json(message, "the message")
+        command = [sys.executable, "-m", "ringzero.cli", "send", "--db", db, "--priority",
+                   str(_int(form.get("priority"), 10)), str(pid), message]
+        return await _run_command(command, wait=30)
     if action in ("retry", "fork"):
         if not kernel or not db:
             raise InvalidArgument(f"{action} runs the program: start the UI with --kernel MODULE:FUNCTION")
