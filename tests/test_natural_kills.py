@@ -15,7 +15,7 @@ The kills of the two framework programs (``crew_publishes``, ``graph_pays``) lan
 run, at a random point of it: a keyed tool runs again under its first key, a plain one is
 reported to the model as in doubt, and the run finishes either way.
 
-2 kills per program on SQLite and 2 on PostgreSQL in ``make test``, two at a time;
+2 kills per program on SQLite and 1 on PostgreSQL in ``make test``, two at a time;
 ``NATURAL_TRIALS=20`` and ``NATURAL_PG_TRIALS=10`` for the longer run.
 """
 
@@ -42,7 +42,7 @@ from tests.postgres import fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 SQLITE_TRIALS = int(os.environ.get("NATURAL_TRIALS", "2"))
-PG_TRIALS = int(os.environ.get("NATURAL_PG_TRIALS", "2"))
+PG_TRIALS = int(os.environ.get("NATURAL_PG_TRIALS", "1"))
 KERNEL = "tests.natural_programs:make_kernel"
 AT_ONCE = 2
 """Trials of one program that run at once (each in stores, logs and OS processes of its own)."""

@@ -1,5 +1,5 @@
 """Kill -9 trials of schedules: a schedule firing every second is fired by ``ringzero serve``,
-killed with SIGKILL at random points and started again, for ``SCHEDULE_SECONDS`` (20 s in
+killed with SIGKILL at random points and started again, for ``SCHEDULE_SECONDS`` (12 s in
 ``make test``); then every slot from the first to the last has exactly one firing, each
 firing's process ran its program to its end, and the program's tool ran under one key per
 firing (counted in the tool's own log). On SQLite and on PostgreSQL; and two serve hosts on one
@@ -28,7 +28,7 @@ from tests import schedule_programs
 from tests.postgres import fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
-SECONDS = float(os.environ.get("SCHEDULE_SECONDS", "20"))
+SECONDS = float(os.environ.get("SCHEDULE_SECONDS", "12"))
 KERNEL = "tests.schedule_programs:make_kernel"
 
 

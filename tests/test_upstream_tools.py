@@ -10,6 +10,7 @@ that runs an event loop waits for the sandbox) are strict xfails.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 
 import pytest
@@ -61,10 +62,10 @@ def test_crewai_tool_and_flow_persistence_tests_pass_with_every_tool_sandboxed()
     sandboxed and every flow persistence on the kernel; the second fails nothing the first passes."""
     root = unpacked_sdist("crewai")
     env = {"CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true"}
-    baseline = run_suite(root, CREWAI_TESTS, "ringzero_sandboxed_crew_tools", ini=CREWAI_INI,
-                         env={**env, "RINGZERO_UPSTREAM_MODE": "as_is"})
-    result = run_suite(root, CREWAI_TESTS, "ringzero_sandboxed_crew_tools", ini=CREWAI_INI,
-                       env={**env, "RINGZERO_UPSTREAM_MODE": "sandboxed"})
+    with concurrent.futures.ThreadPoolExecutor(2) as both:  # side by side: a pytest on each core
+        runs = [both.submit(run_suite, root, CREWAI_TESTS, "ringzero_sandboxed_crew_tools", ini=CREWAI_INI,
+                            env={**env, "RINGZERO_UPSTREAM_MODE": mode}) for mode in ("as_is", "sandboxed")]
+        baseline, result = (run.result() for run in runs)
     print(f"crewai tests as they are: {baseline.summary}; every tool sandboxed: {result.summary}")
     assert baseline.count("passed") > 200, baseline.output[-3000:]
     newly_failed = result.failed_tests() - baseline.failed_tests()

@@ -10,6 +10,7 @@ beside this module loaded, and returns the result with pytest's own summary line
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import importlib.metadata
 import os
@@ -21,6 +22,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin
 
 import httpx
@@ -138,3 +140,33 @@ def run_suite(root: Path, files: list[str], plugin: str, env: dict[str, str] | N
              *configured, *files],
             cwd=root, env=environment, capture_output=True, text=True, timeout=timeout, check=False)
     return SuiteResult(completed.returncode, completed.stdout + completed.stderr)
+
+
+OUTCOMES = ("failed", "passed", "skipped", "deselected", "xfailed", "xpassed", "error")
+
+
+def run_split(root: Path, files: list[str], plugin: str, parts: int | None = None,
+              **options: Any) -> SuiteResult:
+    """``run_suite`` over ``files`` shared out among ``parts`` pytest processes run at once (one
+    per CPU this process may use, by default), the biggest files first to the least loaded:
+    each file's tests run as they would alone, the machine's cores all at work. The result's
+    output is each part's, then one summary line adding their counts."""
+    parts = max(1, min(parts or len(os.sched_getaffinity(0)), len(files)))
+    shares: list[list[str]] = [[] for _ in range(parts)]
+    loads = [0] * parts
+    for file in sorted(files, key=lambda f: -(root / f).stat().st_size):
+        least = loads.index(min(loads))
+        shares[least].append(file)
+        loads[least] += (root / file).stat().st_size
+    with concurrent.futures.ThreadPoolExecutor(parts) as pool:
+        results = list(pool.map(lambda share: run_suite(root, share, plugin, **options), shares))
+    return merged(results)
+
+
+def merged(results: list[SuiteResult]) -> SuiteResult:
+    """Results of suites run side by side, as one: the worst exit status, every output, and a
+    summary line that adds up their counts."""
+    counts = {outcome: sum(result.count(outcome) for result in results) for outcome in OUTCOMES}
+    summary = ", ".join(f"{n} {outcome}" for outcome, n in counts.items() if n) + " in (parts run at once)"
+    output = "\n".join(result.output for result in results) + f"\n==== {summary} ====\n"
+    return SuiteResult(max(result.returncode for result in results), output)
