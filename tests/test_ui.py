@@ -136,6 +136,8 @@ def test_a_cross_origin_or_forged_action_and_a_foreign_host_are_refused(ui: UI, 
     assert ui.client.post(f"/p/{pid}/settle", data=settle).status_code == 403, "no Origin, no Referer"
     assert ui.post(f"/p/{pid}/settle", {**settle, "csrf": "0" * 64}).status_code == 403
     assert ui.client.get("/", headers={"Host": "rebound.example:80"}).status_code == 421
+    sent_on = ui.client.get(f"{ui.base}//evil.example/?token={TOKEN}").headers["location"]
+    assert sent_on.startswith("/evil.example/"), f"the printed address's redirect stays here: {sent_on}"
     assert "in-doubt" in ui.client.get(f"/p/{pid}").text, "nothing was settled"
 
 

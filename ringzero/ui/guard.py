@@ -5,7 +5,8 @@
   on to the same address without it; every other request needs that cookie or ``Authorization:
   Bearer <token>``, or is answered 401. Compared in constant time.
 - **Host.** The ``Host`` header must name the address the server listens on (or, on loopback,
-  ``localhost``/``127.0.0.1``/``[::1]`` with its port): a DNS-rebinding page gets 421.
+  ``localhost``/``127.0.0.1``/``[::1]`` with its port): a DNS-rebinding page gets 421. Bound to
+  every address (``--host 0.0.0.0``), any name is taken: the token is then the only guard.
 - **Actions** are POSTs. One authorized by the cookie (a browser's) must come from the page's own
   origin (``Origin``, else ``Referer``) and carry the CSRF token its form holds; a cross-origin
   POST is refused with 403 before it is read. One authorized by the ``Authorization`` header (a
@@ -42,7 +43,9 @@ class Guard:
         self.token = token
         self.csrf = csrf_token(token)
         names = LOOPBACK_NAMES if host in ("127.0.0.1", "::1", "localhost") else (host,)
-        self.hosts = {f"{name}:{port}" for name in names} | ({*names} if port == 80 else set())
+        self.hosts: set[str] | None = {f"{name}:{port}" for name in names} | ({*names} if port == 80 else set())
+        if host in ("0.0.0.0", "::"):  # every address of the machine: its names are the network's to give
+            self.hosts = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -56,14 +59,15 @@ class Guard:
         given = request.query_params.get("token")
         if given is not None:  # the printed address: a cookie, and the same page without the token
             clean = URL(scope=scope).remove_query_params("token")
-            response: Response = RedirectResponse(str(clean.replace(scheme="", netloc="")) or "/", status_code=303)
+            here = "/" + clean.path.lstrip("/") + (f"?{clean.query}" if clean.query else "")  # never //elsewhere
+            response: Response = RedirectResponse(here, status_code=303)
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
     def _refusal(self, request: Request) -> Response | None:
-        if request.headers.get("host", "") not in self.hosts:
+        if self.hosts is not None and request.headers.get("host", "") not in self.hosts:
             return PlainTextResponse("this server answers only at the address it listens on", status_code=421)
         bearer = request.headers.get("authorization", "")
         by_header = bearer.startswith("Bearer ") and _same(bearer[len("Bearer "):], self.token)
