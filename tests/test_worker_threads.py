@@ -109,3 +109,38 @@ def test_work_queued_before_every_thread_blocked_on_the_loop_still_runs() -> Non
         if not answer.done():
             answer.set_result("released")  # a failed run lets its threads go
         pool.shutdown(wait=True)
+
+
+def test_work_submitted_after_every_thread_blocked_runs_though_a_thread_counted_itself_idle() -> None:
+    """``ThreadPoolExecutor`` counts a thread idle each time it finishes a piece of work, even
+    where it goes straight on to the next one queued: a stale count, which the pool spends
+    instead of starting a thread. Every thread blocked on the loop and such a count left, the
+    job the loop waits for must still get a thread (on a plain pool it waited for good: the
+    hang of 48 processes on worker threads, one run in 26 under load). The stale count is made
+    here by hand, as the pool's own bookkeeping leaves it."""
+    import concurrent.futures
+    import threading
+
+    from ringzero.core.support.loop_pool import LoopPool, wait_for_loop
+
+    pool = LoopPool()
+    pool._max_workers = 2  # a small cap, for a short story
+    answer: concurrent.futures.Future[str] = concurrent.futures.Future()
+    blocked = threading.Semaphore(0)
+
+    def framework_step() -> str:
+        blocked.release()
+        return wait_for_loop(answer)
+
+    try:
+        steps = [pool.submit(framework_step) for _ in range(2)]
+        for _ in range(2):
+            assert blocked.acquire(timeout=10), "every step started"
+        pool._idle_semaphore.release()  # the count a thread leaves that went on to other work
+        job = pool.submit(answer.set_result, "answered")  # what the loop's syscalls wait for
+        job.result(timeout=2)
+        assert [step.result(timeout=10) for step in steps] == ["answered"] * 2
+    finally:
+        if not answer.done():
+            answer.set_result("released")
+        pool.shutdown(wait=True)
