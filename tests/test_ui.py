@@ -135,6 +135,9 @@ def test_a_cross_origin_or_forged_action_and_a_foreign_host_are_refused(ui: UI, 
     assert ui.post(f"/p/{pid}/settle", settle, Origin="http://evil.example").status_code == 403
     assert ui.client.post(f"/p/{pid}/settle", data=settle).status_code == 403, "no Origin, no Referer"
     assert ui.post(f"/p/{pid}/settle", {**settle, "csrf": "0" * 64}).status_code == 403
+    no_token = {k: v for k, v in settle.items() if k != "csrf"}
+    assert ui.post(f"/p/{pid}/settle", no_token, Authorization="Bearer not-the-token").status_code == 403, \
+        "a wrong Authorization header beside the cookie asks for the CSRF token all the same"
     assert ui.client.get("/", headers={"Host": "rebound.example:80"}).status_code == 421
     sent_on = ui.client.get(f"{ui.base}//evil.example/?token={TOKEN}").headers["location"]
     assert sent_on.startswith("/evil.example/"), f"the printed address's redirect stays here: {sent_on}"

@@ -37,7 +37,7 @@ from ringzero.core.schedules import ScheduleSpec
 from ringzero.core.support.monitor import hosts_of, read_activity, send_command
 from ringzero.core.support.timeouts import fail_after
 from ringzero.demo import next_firing_text
-from ringzero.ui.guard import Guard, csrf_token
+from ringzero.ui.guard import BEARER, Guard, csrf_token
 
 __all__ = ["PAGE_SIZE", "create_app"]
 
@@ -99,7 +99,7 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
         if read_only:
             return PlainTextResponse("this server is read-only (ringzero ui --read-only)", status_code=403)
         form = await request.form()
-        if not request.headers.get("authorization") and form.get("csrf") != csrf:
+        if not getattr(request.state, BEARER, False) and form.get("csrf") != csrf:
             return PlainTextResponse("this form is not one of this server's pages (no CSRF token)", status_code=403)
         pid = _int(request.path_params["pid"], 0)
         action = request.path_params["action"]
@@ -134,7 +134,7 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
 
     async def replay_check(request: Request) -> Response:
         form = await request.form()
-        if not request.headers.get("authorization") and form.get("csrf") != csrf:
+        if not getattr(request.state, BEARER, False) and form.get("csrf") != csrf:
             return PlainTextResponse("this form is not one of this server's pages (no CSRF token)", status_code=403)
         command = [sys.executable, "-m", "ringzero.cli", "replay", "--check", "--db", db or ""]
         if kernel:

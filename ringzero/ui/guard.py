@@ -24,9 +24,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["COOKIE", "Guard", "csrf_token"]
+__all__ = ["BEARER", "COOKIE", "Guard", "csrf_token"]
 
 COOKIE = "ringzero_ui"
+BEARER = "ringzero_bearer"
+"""The request state's key that says its token came in ``Authorization`` (no CSRF token asked)."""
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -56,6 +58,7 @@ class Guard:
         if refused is not None:
             await refused(scope, receive, send)
             return
+        scope.setdefault("state", {})[BEARER] = self._by_header(request)
         given = request.query_params.get("token")
         if given is not None:  # the printed address: a cookie, and the same page without the token
             clean = URL(scope=scope).remove_query_params("token")
@@ -69,8 +72,7 @@ class Guard:
     def _refusal(self, request: Request) -> Response | None:
         if self.hosts is not None and request.headers.get("host", "") not in self.hosts:
             return PlainTextResponse("this server answers only at the address it listens on", status_code=421)
-        bearer = request.headers.get("authorization", "")
-        by_header = bearer.startswith("Bearer ") and _same(bearer[len("Bearer "):], self.token)
+        by_header = self._by_header(request)
         given = request.query_params.get("token")
         if not (by_header or _same(request.cookies.get(COOKIE, ""), self.token)
                 or (given is not None and _same(given, self.token) and request.method == "GET")):
@@ -81,6 +83,13 @@ class Guard:
             if origin != f"{request.url.scheme}://{request.headers['host']}":
                 return PlainTextResponse("an action must come from this server's own pages", status_code=403)
         return None
+
+
+    def _by_header(self, request: Request) -> bool:
+        """Whether ``Authorization: Bearer`` carries the token (a script's request, never a
+        browser's by itself)."""
+        bearer = request.headers.get("authorization", "")
+        return bearer.startswith("Bearer ") and _same(bearer[len("Bearer "):], self.token)
 
 
 def _same(given: str, token: str) -> bool:
