@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import _timing
 from _progress import step
 from rich.console import Console
 from rich.table import Table
@@ -39,14 +40,7 @@ def summarize(samples: list[float]) -> tuple[float, float]:
 
 
 async def timed(call: Callable[[], Awaitable[object]], n: int) -> list[float]:
-    for _ in range(min(200, n)):  # warm up
-        await call()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        await call()
-        samples.append(time.perf_counter() - start)
-    return samples
+    return await _timing.samples(call, n, warm=min(200, n))
 
 
 async def through_kernel(store: Checkpointer, n: int, **kernel_options: Any) -> list[float]:

@@ -20,11 +20,11 @@ import argparse
 import asyncio
 import statistics
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import _timing
 from _progress import step
 from rich.console import Console
 from rich.table import Table
@@ -54,14 +54,7 @@ TOOLS = {"population": population}
 
 async def timed(steps: int, one: Callable[[], Awaitable[Any]]) -> float:
     """The median seconds of ``steps`` calls of ``one`` (after ten not counted)."""
-    for _ in range(10):
-        await one()
-    times = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        await one()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return statistics.median(await _timing.samples(one, steps, warm=10))
 
 
 async def stepping(ctx: Context, steps: int, fresh: bool) -> float:

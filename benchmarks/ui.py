@@ -16,11 +16,11 @@ import argparse
 import asyncio
 import statistics
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import _timing
 import httpx
 from _progress import step
 from rich.console import Console
@@ -58,13 +58,7 @@ async def fill(db: Path, count: int) -> None:
 
 
 async def median(rounds: int, one: Callable[[], Awaitable[Any]]) -> float:
-    await one()
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await one()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return statistics.median(await _timing.samples(one, rounds, warm=1))
 
 
 async def main(count: int, rounds: int) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ringzero.adapters._asking import ask_in_process, gate_for, own_gate
 from ringzero.core.context import Context
-from ringzero.core.contract.errors import MissingExtra, NoProvider
+from ringzero.core.contract.errors import MissingExtra
 from ringzero.core.contract.protocols import LLMProvider
 from ringzero.core.contract.tokens import estimate_text_tokens
 from ringzero.core.contract.types import LLMRequest, LLMResponse, Message
@@ -42,9 +43,7 @@ class KernelLLM(BaseLLM):
         inner = provider.provider if isinstance(provider, LLMGate) else provider
         data.setdefault("model", getattr(inner, "model", None) or "ringzero")
         super().__init__(**data)
-        if provider is not None:
-            self._gate = provider if isinstance(provider, LLMGate) else LLMGate(provider)
-            self._owns_gate = self._gate is not provider
+        self._gate, self._owns_gate = gate_for(provider)
 
     def close(self) -> None:
         """Close the gate this LLM made for its provider (a gate given is the caller's)."""
@@ -91,14 +90,11 @@ class KernelLLM(BaseLLM):
                           temperature=self.temperature, stop=tuple(self.stop_sequences))
 
     async def _ask_in_process(self, ctx: Context, request: LLMRequest) -> LLMResponse:
-        return await ctx.llm(list(request.messages), model=request.model, max_tokens=request.max_tokens,
-                             temperature=request.temperature, stop=request.stop, provider=self.kernel_provider)
+        return await ask_in_process(ctx, request, self.kernel_provider)
 
     def _own_gate(self) -> LLMGate:
-        if self._gate is None:
-            raise NoProvider("KernelLLM has no provider and is not running inside a kernel process: "
-                             "pass KernelLLM(provider) or run the crew with kickoff() in a kernel process")
-        return self._gate
+        return own_gate(self._gate, "KernelLLM has no provider and is not running inside a kernel process: "
+                                    "pass KernelLLM(provider) or run the crew with kickoff() in a kernel process")
 
     async def _ask_gate(self, request: LLMRequest) -> LLMResponse:
         return await self._own_gate().complete(request, priority=self.priority)

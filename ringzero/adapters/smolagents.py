@@ -33,13 +33,15 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from ringzero.adapters._asking import ask_in_process, gate_for, own_gate
 from ringzero.core.context import Context
-from ringzero.core.contract.errors import InvalidArgument, MissingExtra, NoProvider
+from ringzero.core.contract.errors import InvalidArgument, MissingExtra
 from ringzero.core.contract.protocols import Executor, LLMProvider
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult, LLMRequest, LLMResponse, Message, json_problem
 from ringzero.core.routing import route_sync
 from ringzero.core.support.effects import takes_idempotency_key
 from ringzero.core.support.gate import LLMGate
+from ringzero.core.support.interpreters import check_keeps_interpreter, open_interpreter
 from ringzero.core.support.loops import LoopHome
 from ringzero.core.support.tool_parameters import IDEMPOTENCY_KEY
 
@@ -166,13 +168,8 @@ class KernelExecutor(PythonExecutor):
                 from ringzero.providers.executors import MontyExecutor
 
                 executor = self._owned = MontyExecutor()
-            if not executor.capabilities.sessions or not callable(getattr(executor, "session", None)):
-                raise InvalidArgument(f"{type(executor).__name__} keeps no interpreter between runs: KernelExecutor "
-                                      "needs one that does (MontyExecutor, ProcessExecutor)")
-            opening = executor.session  # type: ignore[attr-defined]
-            local = opening() if self.limits is None else opening(self.limits)
-            await local.__aenter__()
-            self._local = local
+            check_keeps_interpreter(executor, "KernelExecutor")
+            self._local = await open_interpreter(executor, self.limits)
         if 0 not in self._defined and FINAL_ANSWER_ON_HOST in self.tools:
             await self._local.run(_FINAL_ANSWER)
             self._defined.add(0)
@@ -234,11 +231,7 @@ class KernelModel(Model):
         self.priority = priority
         self.max_tokens = max_tokens
         self.temperature = temperature
-        self._gate: LLMGate | None = None
-        self._owns_gate = False
-        if provider is not None:
-            self._gate = provider if isinstance(provider, LLMGate) else LLMGate(provider)
-            self._owns_gate = self._gate is not provider
+        self._gate, self._owns_gate = gate_for(provider)
 
     def generate(self, messages: list[ChatMessage | dict[str, Any]], stop_sequences: list[str] | None = None,
                  response_format: dict[str, str] | None = None, tools_to_call_from: list[SmolTool] | None = None,
@@ -256,14 +249,11 @@ class KernelModel(Model):
                            token_usage=TokenUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens))
 
     async def _ask_in_process(self, ctx: Context, request: LLMRequest) -> LLMResponse:
-        return await ctx.llm(list(request.messages), model=request.model, max_tokens=request.max_tokens,
-                             temperature=request.temperature, stop=request.stop, provider=self.kernel_provider)
+        return await ask_in_process(ctx, request, self.kernel_provider)
 
     def _own_gate(self) -> LLMGate:
-        if self._gate is None:
-            raise NoProvider("KernelModel has no provider and is not running inside a kernel process: pass "
-                             "KernelModel(provider) or run the agent in a kernel process")
-        return self._gate
+        return own_gate(self._gate, "KernelModel has no provider and is not running inside a kernel process: pass "
+                                    "KernelModel(provider) or run the agent in a kernel process")
 
     async def _ask_gate(self, request: LLMRequest) -> LLMResponse:
         return await self._own_gate().complete(request, priority=self.priority)

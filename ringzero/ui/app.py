@@ -41,6 +41,8 @@ from ringzero.ui.guard import BEARER, Guard, csrf_token
 
 __all__ = ["PAGE_SIZE", "create_app"]
 
+FORGED = "this form is not one of this server's pages (no CSRF token)"
+
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
 """Processes on one page of the table."""
@@ -62,6 +64,11 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
         page: Response = templates.TemplateResponse(request, name, {"csrf": csrf, "read_only": read_only,
                                                                     "can_rerun": bool(kernel and db), **context})
         return page
+
+    def forged(request: Request, form: Any) -> bool:
+        """An action whose token came in the browser's cookie, with no CSRF token of this
+        server's pages (a script's bearer token needs none)."""
+        return not getattr(request.state, BEARER, False) and form.get("csrf") != csrf
 
     async def processes(request: Request) -> Response:
         status = request.query_params.get("status", "")
@@ -99,8 +106,8 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
         if read_only:
             return PlainTextResponse("this server is read-only (ringzero ui --read-only)", status_code=403)
         form = await request.form()
-        if not getattr(request.state, BEARER, False) and form.get("csrf") != csrf:
-            return PlainTextResponse("this form is not one of this server's pages (no CSRF token)", status_code=403)
+        if forged(request, form):
+            return PlainTextResponse(FORGED, status_code=403)
         pid = _int(request.path_params["pid"], 0)
         action = request.path_params["action"]
         try:
@@ -134,8 +141,8 @@ def create_app(checkpointer: Checkpointer, *, token: str, host: str = "127.0.0.1
 
     async def replay_check(request: Request) -> Response:
         form = await request.form()
-        if not getattr(request.state, BEARER, False) and form.get("csrf") != csrf:
-            return PlainTextResponse("this form is not one of this server's pages (no CSRF token)", status_code=403)
+        if forged(request, form):
+            return PlainTextResponse(FORGED, status_code=403)
         command = [sys.executable, "-m", "ringzero.cli", "replay", "--check", "--db", db or ""]
         if kernel:
             command += ["--kernel", kernel]

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from ringzero.core._engine.sys_tools import run_code
 from ringzero.core._engine.tool_calls import ToolCalls
-from ringzero.core.contract.errors import Closed, InvalidArgument
+from ringzero.core.contract.errors import Closed
 from ringzero.core.contract.protocols import Executor, Tool
 from ringzero.core.contract.types import JSON, ExecLimits, ExecResult
+from ringzero.core.support.interpreters import check_keeps_interpreter, open_interpreter
 from ringzero.core.support.tool_boundary import bound_tools
 
 if TYPE_CHECKING:
@@ -73,10 +74,7 @@ inputs, tools and limits."""
 def open_session(process: Process, executor: Executor | None, limits: ExecLimits | None) -> Session:
     """``Context.session`` (see there), for ``process``."""
     running = executor if executor is not None else process.runtime.executor
-    if not running.capabilities.sessions or not callable(getattr(running, "session", None)):
-        raise InvalidArgument(
-            f"{type(running).__name__} keeps no interpreter between runs (capabilities.sessions is False): a "
-            "session needs one that does, such as MontyExecutor (ctx.session(executor=MontyExecutor()))")
+    check_keeps_interpreter(running, "a session (ctx.session())")
     number = next(_numbers.setdefault(process, itertools.count(1)))
     return Session(process, running, number, limits)
 
@@ -136,10 +134,7 @@ class Session:
         """Before a live step: the interpreter open, and the steps served from the journal run
         again in it (their tool calls answered from the journal)."""
         if self._live is None:
-            opening = self._executor.session  # type: ignore[attr-defined]
-            live = opening() if self.limits is None else opening(self.limits)
-            await live.__aenter__()
-            self._live = live
+            self._live = await open_interpreter(self._executor, self.limits)
             _open.setdefault(self._process, set()).add(self)
         process = self._process
         served, self._served = self._served, []
